@@ -1,0 +1,155 @@
+package sshtest
+
+import (
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// GateMode is what a Gate does with a new connection.
+type GateMode int32
+
+const (
+	// GateOpen forwards connections to the backend.
+	GateOpen GateMode = iota
+	// GateReset accepts connections and resets them at once, as a host whose
+	// SSH service is gone does.
+	GateReset
+	// GateBlackHole accepts connections and never answers, as a firewall
+	// that drops packets after the handshake does.
+	GateBlackHole
+)
+
+// Gate is a TCP forwarder on a fixed loopback address in front of a backend.
+// Switching its mode breaks and mends the path to a host without changing the
+// host's address, so a test can take a host down and bring it back.
+type Gate struct {
+	Host string
+	Port int
+	Addr string
+
+	backend  string
+	mode     atomic.Int32
+	listener net.Listener
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// NewGate starts an open gate to backend ("host:port"), closed when the test
+// ends.
+func NewGate(tb testing.TB, backend string) *Gate {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("sshtest: gate listen: %v", err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	g := &Gate{Host: "127.0.0.1", Port: addr.Port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(addr.Port)),
+		backend: backend, listener: ln, conns: map[net.Conn]struct{}{}}
+	g.wg.Add(1)
+	go g.accept()
+	tb.Cleanup(g.Close)
+	return g
+}
+
+// SetMode changes what the gate does with connections from now on; open
+// connections are closed, so an established path breaks too.
+func (g *Gate) SetMode(m GateMode) {
+	g.mode.Store(int32(m))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for c := range g.conns {
+		_ = c.Close()
+	}
+}
+
+// Close stops the gate and waits for its goroutines.
+func (g *Gate) Close() {
+	g.once.Do(func() {
+		_ = g.listener.Close()
+		g.mu.Lock()
+		g.closed = true
+		for c := range g.conns {
+			_ = c.Close()
+		}
+		g.mu.Unlock()
+		g.wg.Wait()
+	})
+}
+
+func (g *Gate) track(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		_ = c.Close()
+		return false
+	}
+	g.conns[c] = struct{}{}
+	return true
+}
+
+func (g *Gate) untrack(c net.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.conns, c)
+	_ = c.Close()
+}
+
+func (g *Gate) accept() {
+	defer g.wg.Done()
+	for {
+		c, err := g.listener.Accept()
+		if err != nil {
+			return
+		}
+		if !g.track(c) {
+			continue
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			defer g.untrack(c)
+			g.serve(c)
+		}()
+	}
+}
+
+func (g *Gate) serve(c net.Conn) {
+	switch GateMode(g.mode.Load()) {
+	case GateReset:
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // close with RST, not FIN
+		}
+		return
+	case GateBlackHole:
+		_, _ = io.Copy(io.Discard, c) // until the gate or the client closes it
+		return
+	case GateOpen:
+	}
+	b, err := net.Dial("tcp", g.backend)
+	if err != nil {
+		return
+	}
+	if !g.track(b) {
+		return
+	}
+	defer g.untrack(b)
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(b, c)
+	go pipe(c, b)
+	<-done
+	<-done
+}
