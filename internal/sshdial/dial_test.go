@@ -1,0 +1,416 @@
+package sshdial_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+// Every classification row is exercised over a real connection: OpenSSH's
+// sshd for success and authentication, in-process servers for the faults.
+
+const testTimeout = 1500 * time.Millisecond
+
+func target(host string, port int, user string, pin sshdial.Pin, key *sshtest.Key) sshdial.Target {
+	return sshdial.Target{
+		Endpoint:    sshdial.Endpoint{Host: host, Port: port, User: user},
+		Pin:         pin,
+		Credentials: sshdial.Credentials{PrivateKey: key.PEM()},
+	}
+}
+
+func sshdTarget(s *sshtest.SSHD) sshdial.Target {
+	return target(s.Host, s.Port, s.User, sshdial.PinKey(s.HostKeys[0].Public), s.ClientKey)
+}
+
+func serverTarget(t *testing.T, s *sshtest.Server) sshdial.Target {
+	client := s.ClientKey
+	if client == nil {
+		client = sshtest.NewKey(t)
+	}
+	pin := sshdial.PinKey(sshtest.NewKey(t).Public)
+	if s.HostKey != nil {
+		pin = sshdial.PinKey(s.HostKey.Public)
+	}
+	return target(s.Host, s.Port, "root", pin, client)
+}
+
+func dialer(t *testing.T) (*sshdial.Dialer, string) {
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	return &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: path}}, path
+}
+
+func probe(t *testing.T, d *sshdial.Dialer, tgt sshdial.Target) (sshdial.Outcome, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	o := d.Probe(context.Background(), tgt, testTimeout)
+	return o, time.Since(start)
+}
+
+func wantReason(t *testing.T, o sshdial.Outcome, want sshdial.Reason, messageParts ...string) {
+	t.Helper()
+	if o.Canceled {
+		t.Fatalf("outcome cancelled, want reason %q", want)
+	}
+	if o.Reason != want {
+		t.Fatalf("reason = %q, want %q (message %q)", o.Reason, want, o.Message)
+	}
+	for _, p := range messageParts {
+		if !strings.Contains(o.Message, p) {
+			t.Errorf("message %q does not contain %q", o.Message, p)
+		}
+	}
+}
+
+func TestProbeSucceedsAgainstOpenSSH(t *testing.T) {
+	s := sshtest.StartSSHD(t)
+	d, _ := dialer(t)
+	o, _ := probe(t, d, sshdTarget(s))
+	wantReason(t, o, sshdial.ReasonNone)
+	if o.HostKey != sshdial.HostKeyVerified || o.Auth != sshdial.AuthAccepted {
+		t.Errorf("host key %q, auth %q; want verified, accepted", o.HostKey, o.Auth)
+	}
+	if !strings.HasPrefix(o.ServerVersion, "SSH-2.0-OpenSSH") {
+		t.Errorf("server version %q, want the OpenSSH banner", o.ServerVersion)
+	}
+	if o.Target.Host != s.Host || o.Message != "" {
+		t.Errorf("outcome %+v: want target host %s and no message", o, s.Host)
+	}
+}
+
+func TestProbeWithKeyFileAndPassphrase(t *testing.T) {
+	s := sshtest.StartSSHD(t)
+	d, _ := dialer(t)
+	dir := t.TempDir()
+	encrypted := filepath.Join(dir, "id_encrypted")
+	if err := os.WriteFile(encrypted, s.ClientKey.EncryptedPEM(t, "correct horse"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tgt := sshdTarget(s)
+	tgt.Credentials = sshdial.Credentials{PrivateKeyFile: encrypted, Passphrase: []byte("correct horse")}
+	o, _ := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonNone)
+
+	t.Run("missing passphrase is config", func(t *testing.T) {
+		tgt.Credentials.Passphrase = nil
+		o, _ := probe(t, d, tgt)
+		wantReason(t, o, sshdial.ReasonConfig, "private_key_file", "private_key_passphrase")
+	})
+	t.Run("wrong passphrase is config", func(t *testing.T) {
+		tgt.Credentials.Passphrase = []byte("wrong")
+		o, _ := probe(t, d, tgt)
+		wantReason(t, o, sshdial.ReasonConfig, "does not decrypt")
+	})
+	t.Run("withheld passphrase still proves transport and host key", func(t *testing.T) {
+		tgt.Credentials.Passphrase = nil
+		tgt.Credentials.Withheld = true
+		o, _ := probe(t, d, tgt)
+		wantReason(t, o, sshdial.ReasonNone)
+		if o.HostKey != sshdial.HostKeyVerified || o.Auth != sshdial.AuthWithheld {
+			t.Errorf("host key %q, auth %q; want verified, withheld", o.HostKey, o.Auth)
+		}
+	})
+}
+
+func TestProbeAuthRefusedByOpenSSH(t *testing.T) {
+	s := sshtest.StartSSHD(t)
+	d, _ := dialer(t)
+	tgt := sshdTarget(s)
+	tgt.Credentials = sshdial.Credentials{PrivateKey: sshtest.NewKey(t).PEM()} // not authorised
+	o, _ := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonAuth, s.Addr, "unable to authenticate")
+	if o.HostKey != sshdial.HostKeyVerified || o.Auth != sshdial.AuthRefused {
+		t.Errorf("host key %q, auth %q; want verified, refused", o.HostKey, o.Auth)
+	}
+}
+
+func TestProbeAuthRefusedInProcess(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.RefuseAuth)
+	d, _ := dialer(t)
+	o, _ := probe(t, d, serverTarget(t, s))
+	wantReason(t, o, sshdial.ReasonAuth, s.Addr)
+}
+
+func TestProbeRefusedConnection(t *testing.T) {
+	host, port := sshtest.ClosedPort(t)
+	d, _ := dialer(t)
+	o, _ := probe(t, d, target(host, port, "root", sshdial.PinKey(sshtest.NewKey(t).Public), sshtest.NewKey(t)))
+	wantReason(t, o, sshdial.ReasonNetwork, "connection refused", host)
+	if o.HostKey != sshdial.HostKeyNotSeen || o.Auth != sshdial.AuthNotAttempted {
+		t.Errorf("host key %q, auth %q; want not_seen, not_attempted", o.HostKey, o.Auth)
+	}
+}
+
+func TestProbeBlackHoledAfterAccept(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.BlackHole)
+	d, _ := dialer(t)
+	o, took := probe(t, d, serverTarget(t, s))
+	wantReason(t, o, sshdial.ReasonTimeout, s.Addr, "probe timeout")
+	withinTimeout(t, took)
+	if s.Accepted() != 1 {
+		t.Errorf("server accepted %d connections, want 1", s.Accepted())
+	}
+}
+
+func TestProbeStalledHandshake(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.StallHandshake)
+	d, _ := dialer(t)
+	o, took := probe(t, d, serverTarget(t, s))
+	wantReason(t, o, sshdial.ReasonTimeout, s.Addr, "handshake")
+	withinTimeout(t, took)
+}
+
+func TestProbeStalledHandshakeThroughBastion(t *testing.T) {
+	bastion := sshtest.NewServer(t, sshtest.Bastion)
+	stalled := sshtest.NewServer(t, sshtest.StallHandshake)
+	d, _ := dialer(t)
+	tgt := serverTarget(t, stalled)
+	tgt.Credentials = sshdial.Credentials{PrivateKey: bastion.ClientKey.PEM()}
+	tgt.Jump = &sshdial.Endpoint{Host: bastion.Host, Port: bastion.Port}
+	o, took := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonTimeout, stalled.Addr, "via bastion "+bastion.Addr)
+	withinTimeout(t, took)
+}
+
+// withinTimeout: a stalled dial returns within the probe timeout plus one
+// second, and not long before the timeout (it really waited for it).
+func withinTimeout(t *testing.T, took time.Duration) {
+	t.Helper()
+	if took > testTimeout+time.Second || took < testTimeout*9/10 {
+		t.Errorf("probe took %s, want about the %s probe timeout (at most +1s)", took, testTimeout)
+	}
+}
+
+func TestProbeWrongTargetKey(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.Healthy)
+	d, _ := dialer(t)
+	tgt := serverTarget(t, s)
+	pinned := sshtest.NewKey(t)
+	for name, pin := range map[string]sshdial.Pin{
+		"key line":    sshdial.MustParsePin(pinned.AuthorizedLine()),
+		"fingerprint": sshdial.MustParsePin(pinned.Fingerprint()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			tgt.Pin = pin
+			o, _ := probe(t, d, tgt)
+			wantReason(t, o, sshdial.ReasonHostKey, s.Addr, "host key mismatch", pinned.Fingerprint(), s.HostKey.Fingerprint())
+			if o.HostKey != sshdial.HostKeyMismatch || o.Auth != sshdial.AuthNotAttempted {
+				t.Errorf("host key %q, auth %q; want mismatch, not_attempted", o.HostKey, o.Auth)
+			}
+		})
+	}
+}
+
+// A SHA256 fingerprint does not say which of a host's keys it names: the
+// pinned key must be found whichever key the host offers first.
+func TestProbeFingerprintOfAnyHostKey(t *testing.T) {
+	s := sshtest.StartSSHD(t, sshtest.WithHostKeyTypes("ecdsa", "rsa", "ed25519"))
+	d, _ := dialer(t)
+	for _, k := range s.HostKeys {
+		t.Run(k.Type, func(t *testing.T) {
+			tgt := sshdTarget(s)
+			tgt.Pin = sshdial.MustParsePin(k.Fingerprint())
+			o, _ := probe(t, d, tgt)
+			wantReason(t, o, sshdial.ReasonNone)
+			tgt.Pin = sshdial.MustParsePin(k.AuthorizedLine())
+			o, _ = probe(t, d, tgt)
+			wantReason(t, o, sshdial.ReasonNone)
+		})
+	}
+	t.Run("no key matches", func(t *testing.T) {
+		tgt := sshdTarget(s)
+		tgt.Pin = sshdial.MustParsePin(sshtest.NewKey(t).Fingerprint())
+		o, _ := probe(t, d, tgt)
+		wantReason(t, o, sshdial.ReasonHostKey)
+		for _, k := range s.HostKeys {
+			if !strings.Contains(o.Message, k.Fingerprint()) {
+				t.Errorf("message %q does not list offered key %s", o.Message, k.Fingerprint())
+			}
+		}
+	})
+	t.Run("pinned key type not offered", func(t *testing.T) {
+		only := sshtest.StartSSHD(t) // ed25519 only
+		tgt := sshdTarget(only)
+		tgt.Pin = sshdial.MustParsePin(sshtest.NewKeyOfType(t, "ecdsa").AuthorizedLine())
+		o, _ := probe(t, d, tgt)
+		wantReason(t, o, sshdial.ReasonHostKey, "no key of the pinned type")
+	})
+}
+
+func TestProbeWithoutPinNeverDials(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.Healthy)
+	d, _ := dialer(t)
+	tgt := serverTarget(t, s)
+	tgt.Pin = sshdial.Pin{}
+	o, _ := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonConfig, "host_key_fingerprint", "never dials an unpinned host")
+	if s.Accepted() != 0 {
+		t.Fatalf("an unpinned probe dialled: server accepted %d connections", s.Accepted())
+	}
+}
+
+func TestProbeUnresolvableName(t *testing.T) {
+	// Go refuses .onion names without a lookup (RFC 7686), so this test
+	// sends no DNS query off the machine.
+	d, _ := dialer(t)
+	o, _ := probe(t, d, target("no-such-host.onion", 22, "root", sshdial.PinKey(sshtest.NewKey(t).Public), sshtest.NewKey(t)))
+	wantReason(t, o, sshdial.ReasonNetwork, "no-such-host.onion")
+}
+
+func TestProbeConfigErrorsNameTheField(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.Healthy)
+	d, _ := dialer(t)
+	secret := string(sshtest.NewKey(t).PEM())
+	cases := map[string]struct {
+		creds sshdial.Credentials
+		field string
+	}{
+		"garbled inline key": {sshdial.Credentials{PrivateKey: []byte(secret[:len(secret)/2])}, "private_key"},
+		"missing key file":   {sshdial.Credentials{PrivateKeyFile: filepath.Join(t.TempDir(), "absent")}, "private_key_file"},
+		"no credentials":     {sshdial.Credentials{}, "no credentials"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("SSH_AUTH_SOCK", "")
+			tgt := serverTarget(t, s)
+			tgt.Credentials = c.creds
+			o, _ := probe(t, d, tgt)
+			wantReason(t, o, sshdial.ReasonConfig, c.field)
+			if strings.Contains(o.Message, "PRIVATE KEY") || strings.Contains(o.Message, secret[40:80]) {
+				t.Errorf("message holds key material: %q", o.Message)
+			}
+		})
+	}
+	if s.Accepted() != 0 {
+		t.Errorf("a config failure dialled: %d connections", s.Accepted())
+	}
+}
+
+func TestProbeCancellationIsNotAnObservation(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.BlackHole)
+	d, _ := dialer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	o := d.Probe(ctx, serverTarget(t, s), 10*time.Second)
+	if !o.Canceled || o.Reason != sshdial.ReasonNone || o.Message != "" {
+		t.Fatalf("cancelled probe = %+v, want Canceled with no reason or message", o)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("cancelled probe took %s: cancellation must end the dial promptly", took)
+	}
+}
+
+func TestProbeThroughBastion(t *testing.T) {
+	s := sshtest.StartSSHD(t)
+	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, s.ClientKey)
+	d, knownHostsPath := dialer(t)
+	tgt := sshdTarget(s)
+	tgt.Jump = &sshdial.Endpoint{Host: bastion.Host, Port: bastion.Port}
+
+	o, _ := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonNone)
+	if o.Target.Host != s.Host || o.Target.Port != s.Port {
+		t.Errorf("outcome target %s, want the target %s, never the bastion", o.Target.Addr(), s.Addr)
+	}
+	// accept-new: the unknown bastion was trusted and written down...
+	if !strings.Contains(o.BastionKeyAdded, bastion.HostKey.Fingerprint()) {
+		t.Errorf("BastionKeyAdded = %q, want the bastion's fingerprint", o.BastionKeyAdded)
+	}
+	data, err := os.ReadFile(knownHostsPath)
+	if err != nil || !strings.Contains(string(data), strings.TrimSpace(bastion.HostKey.AuthorizedLine())) {
+		t.Fatalf("known_hosts %q (err %v) does not hold the bastion key", data, err)
+	}
+	// ...once: the second probe finds it known.
+	o, _ = probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonNone)
+	if o.BastionKeyAdded != "" {
+		t.Errorf("second probe added the bastion again: %q", o.BastionKeyAdded)
+	}
+	again, _ := os.ReadFile(knownHostsPath)
+	if string(again) != string(data) {
+		t.Errorf("known_hosts changed on the second probe:\n%s\nthen\n%s", data, again)
+	}
+}
+
+func TestProbeWrongBastionKey(t *testing.T) {
+	s := sshtest.StartSSHD(t)
+	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, s.ClientKey)
+	d, knownHostsPath := dialer(t)
+	line := knownhosts.Line([]string{knownhosts.Normalize(bastion.Addr)}, sshtest.NewKey(t).Public)
+	if err := os.WriteFile(knownHostsPath, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tgt := sshdTarget(s)
+	tgt.Jump = &sshdial.Endpoint{Host: bastion.Host, Port: bastion.Port}
+	o, _ := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonHostKey, "bastion "+bastion.Addr, "jump hop to "+s.Addr, "host key mismatch", knownHostsPath)
+	if o.Target.Host != s.Host {
+		t.Errorf("outcome host %s, want the target %s", o.Target.Host, s.Host)
+	}
+	after, _ := os.ReadFile(knownHostsPath)
+	if string(after) != line+"\n" {
+		t.Errorf("a refused bastion key changed known_hosts:\n%s", after)
+	}
+}
+
+func TestProbeBastionDown(t *testing.T) {
+	s := sshtest.StartSSHD(t)
+	host, port := sshtest.ClosedPort(t)
+	d, _ := dialer(t)
+	tgt := sshdTarget(s)
+	tgt.Jump = &sshdial.Endpoint{Host: host, Port: port}
+	o, _ := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonNetwork, "bastion "+tgt.Jump.Addr(), "jump hop to "+s.Addr, "connection refused")
+}
+
+func TestProbeBastionCannotReachTarget(t *testing.T) {
+	bastion := sshtest.NewServer(t, sshtest.Bastion)
+	host, port := sshtest.ClosedPort(t)
+	d, _ := dialer(t)
+	tgt := target(host, port, "root", sshdial.PinKey(sshtest.NewKey(t).Public), bastion.ClientKey)
+	tgt.Jump = &sshdial.Endpoint{Host: bastion.Host, Port: bastion.Port}
+	o, _ := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonNetwork, "bastion "+bastion.Addr, "could not open a tunnel to "+tgt.Addr())
+}
+
+func TestProbeBastionWithoutKnownHostsFile(t *testing.T) {
+	bastion := sshtest.NewServer(t, sshtest.Bastion)
+	d := &sshdial.Dialer{}
+	tgt := serverTarget(t, bastion)
+	tgt.Jump = &sshdial.Endpoint{Host: bastion.Host, Port: bastion.Port}
+	o, _ := probe(t, d, tgt)
+	wantReason(t, o, sshdial.ReasonConfig, "known_hosts_file")
+	if bastion.Accepted() != 0 {
+		t.Errorf("dialled a bastion it could not verify")
+	}
+}
+
+func TestDialReturnsUsableClient(t *testing.T) {
+	s := sshtest.StartSSHD(t)
+	d, _ := dialer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := d.Dial(ctx, sshdTarget(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	out, err := sess.Output("echo reached")
+	if err != nil || strings.TrimSpace(string(out)) != "reached" {
+		t.Fatalf("remote command: %q, %v", out, err)
+	}
+}

@@ -1,0 +1,106 @@
+package sshdial
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ProbeTimeout bounds one probe, TCP connect and SSH handshake of both hops
+// together. It is a constant, as in the seed: a longer one lets one hung host
+// hold a probe slot for a large part of the interval.
+const ProbeTimeout = 10 * time.Second
+
+// HostKeyResult is what a probe learnt about the target's host key.
+type HostKeyResult string
+
+// The host key results.
+const (
+	HostKeyNotSeen  HostKeyResult = "not_seen" // the dial failed before the target showed a key
+	HostKeyVerified HostKeyResult = "verified" // the target's key matched the pin
+	HostKeyMismatch HostKeyResult = "mismatch" // the target's key did not match the pin
+)
+
+// AuthResult is what a probe learnt about authentication on the target.
+type AuthResult string
+
+// The authentication results.
+const (
+	AuthNotAttempted AuthResult = "not_attempted" // the dial failed before authentication
+	AuthAccepted     AuthResult = "accepted"
+	AuthRefused      AuthResult = "refused"
+	AuthWithheld     AuthResult = "withheld" // the credential was not available to this probe
+)
+
+// Outcome is the result of one probe.
+type Outcome struct {
+	Target Endpoint // always the target, never the bastion
+	// Canceled says the probe was interrupted by its caller. It is not an
+	// observation: nothing else in the outcome is meaningful.
+	Canceled      bool
+	Reason        Reason // ReasonNone on success
+	Message       string // sanitised; names host and port, and the bastion when the jump hop failed
+	HostKey       HostKeyResult
+	Auth          AuthResult
+	ServerVersion string // the SSH banner of the target, on success
+	Latency       time.Duration
+	// BastionKeyAdded is set when accept-new trusted a bastion's key during
+	// this probe and wrote it to known_hosts: "host type SHA256:...".
+	BastionKeyAdded string
+}
+
+// Reachable reports whether the probe succeeded.
+func (o Outcome) Reachable() bool { return !o.Canceled && o.Reason == ReasonNone }
+
+// Probe dials t, closes the connection at once (no session, no command) and
+// classifies the result. The whole dial is bounded by timeout. When ctx is
+// cancelled (not timed out) the outcome is Canceled: an interrupted probe
+// observed nothing.
+func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Outcome {
+	tr := &trace{}
+	creds, err := d.resolve(t)
+	var latency time.Duration
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		start := time.Now()
+		var client *Client
+		client, err = d.dial(pctx, t, creds, tr)
+		latency = time.Since(start)
+		cancel()
+		creds.close()
+		if client != nil {
+			_ = client.Close()
+		}
+	}
+	// The caller's context is checked first: only the probe's own deadline is
+	// a timeout, and a cancellation must never be recorded as a failure.
+	if ctx.Err() != nil {
+		return Outcome{Target: t.Endpoint, Canceled: true}
+	}
+	o := Outcome{Target: t.Endpoint, HostKey: HostKeyNotSeen, Auth: AuthNotAttempted, Latency: latency, BastionKeyAdded: tr.bastionAdded}
+	switch {
+	case tr.hostKeyVerified:
+		o.HostKey = HostKeyVerified
+	case len(tr.offered) > 0:
+		o.HostKey = HostKeyMismatch
+	}
+	if err == nil {
+		o.Auth, o.ServerVersion = AuthAccepted, tr.serverVersion
+		return o
+	}
+	if tr.authRefused {
+		o.Auth = AuthRefused
+		if t.Credentials.Withheld {
+			// The key that would authenticate is write-only and not here:
+			// transport and host key are proven, authentication is not judged.
+			o.Auth = AuthWithheld
+			return o
+		}
+	}
+	o.Reason = Classify(err)
+	o.Message = Sanitize(err.Error())
+	if o.Reason == ReasonTimeout {
+		o.Message = fmt.Sprintf("%s (no answer within the %s probe timeout)", o.Message, timeout)
+	}
+	return o
+}
