@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"testing"
 )
 
 // GateMode is what a Gate does with a new connection.
@@ -44,14 +43,14 @@ type Gate struct {
 
 // NewGate starts an open gate to backend ("host:port"), closed when the test
 // ends.
-func NewGate(tb testing.TB, backend string) *Gate {
+func NewGate(tb TB, backend string) *Gate {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("sshtest: gate listen: %v", err)
 	}
-	addr := ln.Addr().(*net.TCPAddr)
-	g := &Gate{Host: "127.0.0.1", Port: addr.Port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(addr.Port)),
+	port := portOf(tb, ln)
+	g := &Gate{Host: "127.0.0.1", Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		backend: backend, listener: ln, conns: map[net.Conn]struct{}{}}
 	g.wg.Add(1)
 	go g.accept()

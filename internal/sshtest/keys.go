@@ -2,7 +2,9 @@
 // spirit of net/http/httptest: each constructor takes a testing.TB, starts a
 // server, and registers its shutdown with tb.Cleanup.
 //
-// It is imported only from _test.go files and benchmarks.
+// It is imported only from _test.go files, benchmarks and the demo sandbox
+// (cmd/fleet-sandbox), which is why it takes the small TB interface rather
+// than testing.TB itself.
 package sshtest
 
 import (
@@ -15,10 +17,17 @@ import (
 	"encoding/pem"
 	"os"
 	"strings"
-	"testing"
 
 	"golang.org/x/crypto/ssh"
 )
+
+// TB is the part of testing.TB the harness needs; *testing.T satisfies it.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
 
 // Key is a freshly generated key pair usable as a host key or a client key.
 type Key struct {
@@ -31,14 +40,14 @@ type Key struct {
 }
 
 // NewKey returns a new ed25519 key, the cheapest type to generate.
-func NewKey(tb testing.TB) *Key {
+func NewKey(tb TB) *Key {
 	tb.Helper()
 	return NewKeyOfType(tb, "ed25519")
 }
 
 // NewKeyOfType returns a new key of type "ed25519", "ecdsa" (P-256) or
 // "rsa" (2048 bits).
-func NewKeyOfType(tb testing.TB, typ string) *Key {
+func NewKeyOfType(tb TB, typ string) *Key {
 	tb.Helper()
 	var (
 		private crypto.PrivateKey
@@ -87,7 +96,7 @@ func (k *Key) PEM() []byte {
 
 // EncryptedPEM returns the private key in OpenSSH PEM form, encrypted with
 // passphrase.
-func (k *Key) EncryptedPEM(tb testing.TB, passphrase string) []byte {
+func (k *Key) EncryptedPEM(tb TB, passphrase string) []byte {
 	tb.Helper()
 	block, err := ssh.MarshalPrivateKeyWithPassphrase(k.private, "", []byte(passphrase))
 	if err != nil {
@@ -98,7 +107,7 @@ func (k *Key) EncryptedPEM(tb testing.TB, passphrase string) []byte {
 
 // WriteFile writes the unencrypted private key into dir with mode 0600 (as
 // ssh(1) insists) and returns its path.
-func (k *Key) WriteFile(tb testing.TB, dir string) string {
+func (k *Key) WriteFile(tb TB, dir string) string {
 	tb.Helper()
 	// CreateTemp opens with 0600 and gives every key in dir its own name.
 	f, err := os.CreateTemp(dir, "id_"+k.Type+"_*")

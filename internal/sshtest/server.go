@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -91,14 +90,14 @@ type Server struct {
 
 // NewServer starts a server with the given behaviour and fresh ed25519 keys,
 // and closes it when the test ends.
-func NewServer(tb testing.TB, b Behaviour) *Server {
+func NewServer(tb TB, b Behaviour) *Server {
 	tb.Helper()
 	return NewServerWithKeys(tb, b, nil, nil)
 }
 
 // NewServerWithKeys is NewServer with a chosen host key and client key; nil
 // generates one. Sharing one host key across many servers keeps them cheap.
-func NewServerWithKeys(tb testing.TB, b Behaviour, hostKey, clientKey *Key) *Server {
+func NewServerWithKeys(tb TB, b Behaviour, hostKey, clientKey *Key) *Server {
 	tb.Helper()
 	if b < Healthy || b > Bastion {
 		tb.Fatalf("sshtest: unknown behaviour %v", b)
@@ -120,8 +119,8 @@ func NewServerWithKeys(tb testing.TB, b Behaviour, hostKey, clientKey *Key) *Ser
 		tb.Fatalf("sshtest: listen on 127.0.0.1: %v", err)
 	}
 	s.listener = ln
-	tcp := ln.Addr().(*net.TCPAddr)
-	s.Host, s.Port, s.Addr = "127.0.0.1", tcp.Port, tcp.String()
+	s.Host, s.Port = "127.0.0.1", portOf(tb, ln)
+	s.Addr = net.JoinHostPort(s.Host, strconv.Itoa(s.Port))
 
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -376,13 +375,22 @@ func (s *Server) serveTunnel(nc ssh.NewChannel, connDone <-chan struct{}) {
 
 // ClosedPort returns a loopback port with nothing listening on it, for
 // "connection refused" tests.
-func ClosedPort(tb testing.TB) (host string, port int) {
+func ClosedPort(tb TB) (host string, port int) {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("sshtest: listen on 127.0.0.1: %v", err)
 	}
-	port = ln.Addr().(*net.TCPAddr).Port
+	port = portOf(tb, ln)
 	ln.Close()
 	return "127.0.0.1", port
+}
+
+// portOf is the TCP port a loopback listener was given.
+func portOf(tb TB, ln net.Listener) int {
+	addr, ok := ln.Addr().(*net.TCPAddr)
+	if !ok {
+		tb.Fatalf("sshtest: listener address %v is not TCP", ln.Addr())
+	}
+	return addr.Port
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -70,7 +69,7 @@ const (
 
 // StartSSHD starts /usr/sbin/sshd on a free loopback port and stops it when
 // the test ends. Failing to start is fatal, with sshd's log in the message.
-func StartSSHD(tb testing.TB, opts ...SSHDOption) *SSHD {
+func StartSSHD(tb TB, opts ...SSHDOption) *SSHD {
 	tb.Helper()
 	cfg := sshdConfig{hostKeyTypes: []string{"ed25519"}}
 	for _, o := range opts {
@@ -143,7 +142,7 @@ func StartSSHD(tb testing.TB, opts ...SSHDOption) *SSHD {
 	}
 }
 
-func sshdBinary(tb testing.TB) string {
+func sshdBinary(tb TB) string {
 	tb.Helper()
 	bin := "/usr/sbin/sshd"
 	if _, err := os.Stat(bin); err != nil {
@@ -197,7 +196,7 @@ func quote(path string) string {
 	return `"` + path + `"`
 }
 
-func (s *SSHD) start(tb testing.TB, bin, configPath string) {
+func (s *SSHD) start(tb TB, bin, configPath string) {
 	tb.Helper()
 	logFile, err := os.OpenFile(s.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
