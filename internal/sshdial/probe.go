@@ -2,6 +2,7 @@ package sshdial
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -40,6 +41,7 @@ type Outcome struct {
 	Canceled      bool
 	Reason        Reason // ReasonNone on success
 	Message       string // sanitised; names host and port, and the bastion when the jump hop failed
+	Field         string // for a config failure, the attribute to fix
 	HostKey       HostKeyResult
 	Auth          AuthResult
 	ServerVersion string // the SSH banner of the target, on success
@@ -74,7 +76,7 @@ func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Out
 	}
 	// The caller's context is checked first: only the probe's own deadline is
 	// a timeout, and a cancellation must never be recorded as a failure.
-	if ctx.Err() != nil {
+	if callerEnded(ctx) {
 		return Outcome{Target: t.Endpoint, Canceled: true}
 	}
 	o := Outcome{Target: t.Endpoint, HostKey: HostKeyNotSeen, Auth: AuthNotAttempted, Latency: latency, BastionKeyAdded: tr.bastionAdded}
@@ -99,8 +101,23 @@ func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Out
 	}
 	o.Reason = Classify(err)
 	o.Message = Sanitize(err.Error())
+	var cfg *ConfigError
+	if errors.As(err, &cfg) {
+		o.Field = cfg.Field
+	}
 	if o.Reason == ReasonTimeout {
 		o.Message = fmt.Sprintf("%s (no answer within the %s probe timeout)", o.Message, timeout)
 	}
 	return o
+}
+
+// callerEnded reports whether the caller's context is over. Its deadline is
+// compared with the clock too: a connection deadline copied from it can fire
+// a moment before the context's own timer marks it done.
+func callerEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }

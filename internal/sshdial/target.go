@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // DefaultPort is the SSH port used when none is given.
@@ -145,7 +146,7 @@ func splitHostPort(s string) (string, int, error) {
 	port := DefaultPort
 	if portText != "" {
 		p, err := strconv.Atoi(portText)
-		if err != nil || p < 1 || p > 65535 {
+		if err != nil || p < 1 || p > 65535 || strings.TrimLeft(portText, "0123456789") != "" {
 			return "", 0, fmt.Errorf("%q: port %q is not a number from 1 to 65535", s, portText)
 		}
 		port = p
@@ -158,8 +159,8 @@ func CheckHost(host string) error {
 	if host == "" {
 		return fmt.Errorf("empty host name")
 	}
-	if strings.ContainsAny(host, " \t\r\n@/[]") {
-		return fmt.Errorf("host %q contains a space, '@', '/' or a bracket: give a bare name or address", host)
+	if strings.ContainsAny(host, "@/[]") || strings.IndexFunc(host, unprintable) >= 0 {
+		return fmt.Errorf("host %q contains a space, a control character, '@', '/' or a bracket: give a bare name or address", host)
 	}
 	if strings.HasPrefix(host, "-") {
 		return fmt.Errorf("host %q starts with '-'", host)
@@ -171,11 +172,15 @@ func checkUser(user string) error {
 	if user == "" {
 		return fmt.Errorf("empty user before '@'")
 	}
-	if strings.ContainsAny(user, " \t\r\n:/@") || strings.HasPrefix(user, "-") {
-		return fmt.Errorf("user %q contains a space, ':', '/' or '@', or starts with '-'", user)
+	if strings.ContainsAny(user, ":/@") || strings.IndexFunc(user, unprintable) >= 0 || strings.HasPrefix(user, "-") {
+		return fmt.Errorf("user %q contains a space, a control character, ':', '/' or '@', or starts with '-'", user)
 	}
 	return nil
 }
+
+// unprintable is any space, control or otherwise invisible character, none
+// of which belongs in a host or user name.
+func unprintable(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }
 
 // ExpandHome expands a leading "~/" (or a lone "~") to the home directory.
 func ExpandHome(path string) (string, error) {
