@@ -1,0 +1,93 @@
+package reachability
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
+)
+
+// Prober runs probes under one limit on simultaneous probes. The limit is
+// shared by every probe of the process, whoever asks: refreshes, the data
+// source, node health and plan-time deployment probes.
+type Prober struct {
+	Dialer  *sshdial.Dialer
+	Slots   *semaphore.Weighted
+	Timeout time.Duration // per probe; sshdial.ProbeTimeout when zero
+}
+
+// Named is a target with the name it is reported under.
+type Named struct {
+	Name   string
+	Target sshdial.Target
+}
+
+func (p *Prober) timeout() time.Duration {
+	if p.Timeout > 0 {
+		return p.Timeout
+	}
+	return sshdial.ProbeTimeout
+}
+
+// Probe probes one target once a slot is free. A cancellation while waiting
+// for the slot is a cancelled outcome, like one during the dial.
+func (p *Prober) Probe(ctx context.Context, t sshdial.Target) sshdial.Outcome {
+	if err := p.Slots.Acquire(ctx, 1); err != nil {
+		return sshdial.Outcome{Target: t.Endpoint, Canceled: true}
+	}
+	defer p.Slots.Release(1)
+	return p.Dialer.Probe(ctx, t, p.timeout())
+}
+
+// ProbeAll probes every target and returns the outcomes in input order.
+// Probes are dispatched in order of name (a total order: duplicate names are
+// refused), each when a slot frees, so a pass costs at most
+// ceil(n / slots) probe timeouts.
+func (p *Prober) ProbeAll(ctx context.Context, targets []Named) ([]sshdial.Outcome, error) {
+	order := make([]int, len(targets))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		switch {
+		case targets[a].Name < targets[b].Name:
+			return -1
+		case targets[a].Name > targets[b].Name:
+			return 1
+		}
+		return 0
+	})
+	for k := 1; k < len(order); k++ {
+		if targets[order[k]].Name == targets[order[k-1]].Name {
+			return nil, fmt.Errorf("target name %q is given twice: names must be unique", targets[order[k]].Name)
+		}
+	}
+	out := make([]sshdial.Outcome, len(targets))
+	var wg sync.WaitGroup
+	for _, i := range order {
+		// Acquiring here, not in the goroutine, keeps dispatch in name order.
+		if err := p.Slots.Acquire(ctx, 1); err != nil {
+			out[i] = sshdial.Outcome{Target: targets[i].Target.Endpoint, Canceled: true}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer p.Slots.Release(1)
+			out[i] = p.Dialer.Probe(ctx, targets[i].Target, p.timeout())
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// ObservationOf turns a probe outcome into the observation the transition
+// rule takes.
+func ObservationOf(o sshdial.Outcome, checkedAt time.Time) Observation {
+	return Observation{Reason: o.Reason, Message: o.Message, Host: o.Target.Host, CheckedAt: checkedAt}
+}

@@ -1,0 +1,143 @@
+package reachability_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/reachability"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+func named(name string, s *sshtest.Server) reachability.Named {
+	key := s.ClientKey
+	pin := sshdial.Pin{}
+	if s.HostKey != nil {
+		pin = sshdial.PinKey(s.HostKey.Public)
+	}
+	return reachability.Named{Name: name, Target: sshdial.Target{
+		Endpoint:    sshdial.Endpoint{Host: s.Host, Port: s.Port, User: "root"},
+		Pin:         pin,
+		Credentials: sshdial.Credentials{PrivateKey: key.PEM()},
+	}}
+}
+
+func blackHoled(t *testing.T, name string, client *sshtest.Key) reachability.Named {
+	s := sshtest.NewServer(t, sshtest.BlackHole)
+	n := named(name, &sshtest.Server{Host: s.Host, Port: s.Port, ClientKey: client})
+	n.Target.Pin = sshdial.PinKey(sshtest.NewKey(t).Public)
+	return n
+}
+
+// Outcomes come back in input order whatever the dispatch order, and each
+// names its own target.
+func TestProbeAllKeepsInputOrder(t *testing.T) {
+	client := sshtest.NewKey(t)
+	var targets []reachability.Named
+	for _, name := range []string{"delta", "alpha", "charlie", "bravo"} {
+		targets = append(targets, named(name, sshtest.NewServerWithKeys(t, sshtest.Healthy, nil, client)))
+	}
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(2), Timeout: 2 * time.Second}
+	out, err := p.ProbeAll(context.Background(), targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range out {
+		if !o.Reachable() || o.Target.Port != targets[i].Target.Port {
+			t.Errorf("outcome %d = %+v, want reachable %s", i, o, targets[i].Target.Addr())
+		}
+	}
+}
+
+func TestProbeAllRefusesDuplicateNames(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.Healthy)
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(2)}
+	_, err := p.ProbeAll(context.Background(), []reachability.Named{named("a", s), named("b", s), named("a", s)})
+	if err == nil || err.Error() != `target name "a" is given twice: names must be unique` {
+		t.Fatalf("err = %v, want the duplicate named", err)
+	}
+	if s.Accepted() != 0 {
+		t.Errorf("a refused pass dialled %d times", s.Accepted())
+	}
+}
+
+// A pass over n black-holed hosts with c slots costs ceil(n/c) probe
+// timeouts: the slots bound it from above and below.
+func TestProbeAllCostIsBoundedBySlots(t *testing.T) {
+	client := sshtest.NewKey(t)
+	const timeout = 400 * time.Millisecond
+	var targets []reachability.Named
+	for i := range 5 {
+		targets = append(targets, blackHoled(t, fmt.Sprintf("h%d", i), client))
+	}
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(2), Timeout: timeout}
+	begin := time.Now()
+	out, err := p.ProbeAll(context.Background(), targets)
+	took := time.Since(begin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		if o.Reason != sshdial.ReasonTimeout {
+			t.Fatalf("outcome %+v, want timeout", o)
+		}
+	}
+	// ceil(5/2) = 3 rounds; fewer would mean the limit was not held, many
+	// more that probes were serialised.
+	if took < 3*timeout || took > 3*timeout+time.Second {
+		t.Errorf("pass took %s, want about 3 probe timeouts (%s)", took, 3*timeout)
+	}
+}
+
+// A pass cancelled while probes wait for a slot reports them cancelled
+// (not observed), and returns promptly.
+func TestProbeAllCancelledWhileWaiting(t *testing.T) {
+	client := sshtest.NewKey(t)
+	var targets []reachability.Named
+	for i := range 3 {
+		targets = append(targets, blackHoled(t, fmt.Sprintf("h%d", i), client))
+	}
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(1), Timeout: 5 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	out, err := p.ProbeAll(ctx, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("cancelled pass took %s", took)
+	}
+	for i, o := range out {
+		if !o.Canceled || o.Reason != sshdial.ReasonNone {
+			t.Errorf("outcome %d = %+v, want cancelled with no reason", i, o)
+		}
+	}
+}
+
+// Probe takes a slot: with the only slot held elsewhere it waits, and gives
+// up as cancelled when its context ends first.
+func TestProbeWaitsForASlot(t *testing.T) {
+	s := sshtest.NewServer(t, sshtest.Healthy)
+	slots := semaphore.NewWeighted(1)
+	if err := slots.Acquire(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: slots}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if o := p.Probe(ctx, named("a", s).Target); !o.Canceled {
+		t.Fatalf("probe without a free slot = %+v, want cancelled", o)
+	}
+	if s.Accepted() != 0 {
+		t.Errorf("probe dialled without a slot")
+	}
+	slots.Release(1)
+	if o := p.Probe(context.Background(), named("a", s).Target); !o.Reachable() {
+		t.Fatalf("probe with a free slot = %+v, want reachable", o)
+	}
+}

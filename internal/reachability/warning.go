@@ -1,0 +1,60 @@
+package reachability
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Warning is the plan warning for a record that needs a reviewer's eye:
+// unreachable, failing below the threshold, or stale. It names the executor,
+// host, reason, message and the age of the last success. ok is false when the
+// record needs no warning.
+func Warning(name string, r Record, now time.Time, interval time.Duration) (summary, detail string, ok bool) {
+	var lines []string
+	switch {
+	case r.State == StateUnreachable:
+		summary = fmt.Sprintf("Executor %q is unreachable (%s)", name, r.Reason)
+		lines = append(lines, fmt.Sprintf("%s is unreachable after %d failed probe(s): %s", r.Host, r.ConsecutiveFailures, r.Message))
+	case r.Failing():
+		summary = fmt.Sprintf("Executor %q failed its last probe (%s)", name, r.Reason)
+		lines = append(lines, fmt.Sprintf("%s failed %d of the %d probes in a row that make it unreachable: %s",
+			r.Host, r.ConsecutiveFailures, FailureThreshold, r.Message))
+	case r.Stale(now, interval):
+		summary = fmt.Sprintf("Executor %q has a stale record", name)
+	default:
+		return "", "", false
+	}
+	if r.Stale(now, interval) {
+		lines = append(lines, fmt.Sprintf("The record of %s is stale: last checked %s ago, more than three probe intervals (%s).",
+			r.Host, Age(now.Sub(r.CheckedAt)), interval))
+	}
+	lines = append(lines, "Last successful probe: "+LastSuccess(r, now)+".")
+	return summary, strings.Join(lines, "\n"), true
+}
+
+// LastSuccess is the age of the last success, "3h12m ago", or "never".
+func LastSuccess(r Record, now time.Time) string {
+	if r.LastSuccessAt.IsZero() {
+		return "never"
+	}
+	return Age(now.Sub(r.LastSuccessAt)) + " ago"
+}
+
+// Age renders a duration the way a person reads it at a glance: "45s",
+// "3h12m", "2d4h".
+func Age(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	d = d.Truncate(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
