@@ -1,0 +1,179 @@
+package acctest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6/tf6server"
+)
+
+// Session runs CLI commands in one working directory against this provider,
+// for what terraform-plugin-testing cannot observe: warning diagnostics
+// (from `plan -json`), raw state files and TF_LOG output. The provider is
+// either served in-process (reattach) or a built binary (dev_overrides).
+type Session struct {
+	t   *testing.T
+	CLI CLI
+	Dir string
+	env []string
+}
+
+// NewSession starts a session whose provider is served from this process by
+// factory for the session's lifetime.
+func NewSession(t *testing.T, cli CLI, factory func() (tfprotov6.ProviderServer, error)) *Session {
+	t.Helper()
+	s := newSession(t, cli)
+	server, err := factory()
+	if err != nil {
+		t.Fatalf("provider factory: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	configCh := make(chan *plugin.ReattachConfig)
+	closeCh := make(chan struct{})
+	served := make(chan error, 1)
+	go func() {
+		served <- tf6server.Serve(cli.ProviderAddress(), func() tfprotov6.ProviderServer { return server },
+			tf6server.WithDebug(ctx, configCh, closeCh),
+			tf6server.WithoutLogStderrOverride(),
+			// Provider logs follow TF_LOG / TF_ACC_LOG_PATH, silent by default.
+			tf6server.WithLoggingSink(t),
+			tf6server.WithGoPluginLogger(hclog.NewNullLogger()),
+		)
+	}()
+	var cfg *plugin.ReattachConfig
+	select {
+	case cfg = <-configCh:
+	case err := <-served:
+		cancel()
+		t.Fatalf("serving the provider: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatalf("the provider did not start serving within 30s")
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-closeCh
+		if err := <-served; err != nil {
+			t.Errorf("serving the provider: %v", err)
+		}
+	})
+	reattach, err := json.Marshal(map[string]any{cli.ProviderAddress(): map[string]any{
+		"Protocol": cfg.Protocol, "ProtocolVersion": cfg.ProtocolVersion, "Pid": cfg.Pid, "Test": cfg.Test,
+		"Addr": map[string]string{"Network": cfg.Addr.Network(), "String": cfg.Addr.String()},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.env = append(s.env, "TF_REATTACH_PROVIDERS="+string(reattach))
+	return s
+}
+
+// NewBinarySession starts a session that runs the provider binary at path
+// through a CLI configuration with dev_overrides, as an operator's machine
+// would run a release.
+func NewBinarySession(t *testing.T, cli CLI, binary string) *Session {
+	t.Helper()
+	s := newSession(t, cli)
+	rc := filepath.Join(t.TempDir(), "cli.tfrc")
+	// Both the address of a configuration without required_providers and
+	// the published one (fleetops/fleet) resolve to the binary.
+	dir := filepath.Dir(binary)
+	conf := fmt.Sprintf("provider_installation {\n  dev_overrides {\n    %q = %q\n    %q = %q\n  }\n  direct {}\n}\n",
+		cli.ProviderAddress(), dir, cli.Host+"/fleetops/fleet", dir)
+	if err := os.WriteFile(rc, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.env = append(s.env, "TF_CLI_CONFIG_FILE="+rc)
+	return s
+}
+
+func newSession(t *testing.T, cli CLI) *Session {
+	return &Session{t: t, CLI: cli, Dir: t.TempDir(), env: []string{
+		"CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1", "TF_INPUT=0",
+		"TF_PLUGIN_CACHE_DIR=", "TF_CLI_CONFIG_FILE=" + emptyCLIConfig(t),
+	}}
+}
+
+// Setenv adds an environment variable to every later command.
+func (s *Session) Setenv(key, value string) { s.env = append(s.env, key+"="+value) }
+
+// WriteConfig replaces the session's configuration.
+func (s *Session) WriteConfig(hcl string) {
+	s.t.Helper()
+	if err := os.WriteFile(filepath.Join(s.Dir, "main.tf"), []byte(hcl), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// Run runs the CLI with args and returns its stdout and stderr, failing the
+// test when the command fails.
+func (s *Session) Run(args ...string) (stdout, stderr string) {
+	s.t.Helper()
+	stdout, stderr, err := s.Try(args...)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", s.CLI.Name, strings.Join(args, " "), err, stdout, stderr)
+	}
+	return stdout, stderr
+}
+
+// Try runs the CLI with args and returns what it printed and how it ended.
+func (s *Session) Try(args ...string) (stdout, stderr string, err error) {
+	cmd := exec.Command(s.CLI.Path, args...)
+	cmd.Dir = s.Dir
+	cmd.Env = append(os.Environ(), s.env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// Diagnostic is one diagnostic of a machine-readable (-json) CLI run.
+type Diagnostic struct {
+	Severity string `json:"severity"`
+	Summary  string `json:"summary"`
+	Detail   string `json:"detail"`
+	Address  string `json:"address"`
+}
+
+// Diagnostics extracts the diagnostics from the output of a -json command.
+func Diagnostics(t testing.TB, jsonLines string) []Diagnostic {
+	t.Helper()
+	var out []Diagnostic
+	sc := bufio.NewScanner(strings.NewReader(jsonLines))
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var line struct {
+			Type       string     `json:"type"`
+			Diagnostic Diagnostic `json:"diagnostic"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("not a JSON UI line: %q: %v", sc.Text(), err)
+		}
+		if line.Type == "diagnostic" {
+			out = append(out, line.Diagnostic)
+		}
+	}
+	return out
+}
+
+// State returns the raw local state file.
+func (s *Session) State() []byte {
+	s.t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Dir, "terraform.tfstate"))
+	if err != nil {
+		s.t.Fatalf("reading state: %v", err)
+	}
+	return b
+}

@@ -1,0 +1,204 @@
+// Package provider translates between Terraform and the domain packages:
+// schemas, CRUD, plan modifiers and the mapping of values. Behaviour lives in
+// the domain packages; nothing here dials, classifies or decides a state.
+package provider
+
+import (
+	"context"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/provider"
+	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/clock"
+	"github.com/fleetops/terraform-provider-fleet/internal/reachability"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
+)
+
+// Environment variables read by the provider configuration.
+const (
+	EnvProbeInterval    = "FLEET_PROBE_INTERVAL"
+	EnvProbeConcurrency = "FLEET_PROBE_CONCURRENCY"
+	EnvKnownHostsFile   = "FLEET_KNOWN_HOSTS_FILE"
+	EnvSSHUser          = "FLEET_SSH_USER"
+)
+
+const (
+	defaultKnownHostsFile = "~/.ssh/known_hosts"
+	defaultUser           = "root"
+)
+
+var _ provider.Provider = (*fleetProvider)(nil)
+
+type fleetProvider struct {
+	version      string
+	clock        clock.Clock
+	probeTimeout time.Duration
+
+	// slots is the probe semaphore: one per provider process, made by the
+	// first Configure and shared by every probe whoever asks.
+	slotsOnce sync.Once
+	slots     *semaphore.Weighted
+}
+
+// Option changes how the provider is built; tests use them to inject time.
+type Option func(*fleetProvider)
+
+// WithClock makes the provider read time from c.
+func WithClock(c clock.Clock) Option { return func(p *fleetProvider) { p.clock = c } }
+
+// WithProbeTimeout shortens the probe timeout, for tests of black-holed hosts.
+func WithProbeTimeout(d time.Duration) Option { return func(p *fleetProvider) { p.probeTimeout = d } }
+
+// New returns the provider factory that providerserver serves.
+func New(version string, opts ...Option) func() provider.Provider {
+	return func() provider.Provider {
+		p := &fleetProvider{version: version, clock: clock.Real{}, probeTimeout: sshdial.ProbeTimeout}
+		for _, o := range opts {
+			o(p)
+		}
+		return p
+	}
+}
+
+// providerData is what Configure hands to every resource and data source.
+type providerData struct {
+	clock       clock.Clock
+	interval    reachability.Interval
+	prober      *reachability.Prober
+	defaultUser string
+}
+
+type providerModel struct {
+	ProbeInterval    types.Int64  `tfsdk:"probe_interval"`
+	ProbeConcurrency types.Int64  `tfsdk:"probe_concurrency"`
+	KnownHostsFile   types.String `tfsdk:"known_hosts_file"`
+	DefaultUser      types.String `tfsdk:"default_user"`
+}
+
+func (p *fleetProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
+	resp.TypeName = "fleet"
+	resp.Version = p.version
+}
+
+func (p *fleetProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Manages a fleet of SSH-reachable hosts: their reachability, the health of what each node depends on, and NixOS deployments. " +
+			"Every argument can also come from an environment variable; the configuration wins.",
+		Attributes: map[string]schema.Attribute{
+			"probe_interval": schema.Int64Attribute{
+				Optional: true,
+				MarkdownDescription: "Seconds between reachability probes of an executor during refresh (env `FLEET_PROBE_INTERVAL`). " +
+					"Default 60; supported 15 to 3600; `0` turns refresh probing off (the `fleet_reachability` data source still probes). " +
+					"Values out of range are normalised with one warning: below 0 gives 60, 1 to 14 gives 15, above 3600 gives 3600. " +
+					"The effective value also sets staleness: a record older than three intervals is stale.",
+			},
+			"probe_concurrency": schema.Int64Attribute{
+				Optional: true,
+				MarkdownDescription: "Most probes in flight at once, across every resource and data source of this provider process (env `FLEET_PROBE_CONCURRENCY`). " +
+					"Default 4; a value below 1 gives 4 with a warning.",
+			},
+			"known_hosts_file": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "known_hosts file that verifies jump hosts (`proxy_jump`), with OpenSSH's accept-new rule: an unknown bastion's key is added, " +
+					"a changed one is refused (env `FLEET_KNOWN_HOSTS_FILE`, default `~/.ssh/known_hosts`). Targets are verified against their own `host_key_fingerprint`, never against this file.",
+			},
+			"default_user": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "User for connections that set none (env `FLEET_SSH_USER`, default `root`).",
+			},
+		},
+	}
+}
+
+func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
+	var cfg providerModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	for name, unknown := range map[string]bool{
+		"probe_interval": cfg.ProbeInterval.IsUnknown(), "probe_concurrency": cfg.ProbeConcurrency.IsUnknown(),
+		"known_hosts_file": cfg.KnownHostsFile.IsUnknown(), "default_user": cfg.DefaultUser.IsUnknown(),
+	} {
+		if unknown {
+			resp.Diagnostics.AddAttributeError(path.Root(name), "Provider argument not known at plan time",
+				"fleet provider: "+name+" depends on a value known only after apply. Give it a literal, a variable, or an environment variable instead.")
+		}
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	interval := resolveInterval(cfg.ProbeInterval)
+	if interval.Warning != "" {
+		resp.Diagnostics.AddAttributeWarning(path.Root("probe_interval"), "Probe interval normalised", interval.Warning)
+	}
+	concurrency := resolveConcurrency(cfg.ProbeConcurrency)
+	if concurrency.Warning != "" {
+		resp.Diagnostics.AddAttributeWarning(path.Root("probe_concurrency"), "Probe concurrency normalised", concurrency.Warning)
+	}
+	knownHosts, err := sshdial.ExpandHome(stringOr(cfg.KnownHostsFile, EnvKnownHostsFile, defaultKnownHostsFile))
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("known_hosts_file"), "Invalid known_hosts_file", err.Error())
+		return
+	}
+
+	p.slotsOnce.Do(func() { p.slots = semaphore.NewWeighted(concurrency.Slots) })
+	data := &providerData{
+		clock:       p.clock,
+		interval:    interval,
+		defaultUser: stringOr(cfg.DefaultUser, EnvSSHUser, defaultUser),
+		prober: &reachability.Prober{
+			Dialer:  &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts}},
+			Slots:   p.slots,
+			Timeout: p.probeTimeout,
+		},
+	}
+	resp.ResourceData = data
+	resp.DataSourceData = data
+}
+
+// resolveInterval: the configuration wins; otherwise the environment, with
+// its own fallback rules. Either way the value is clamped the same way.
+func resolveInterval(v types.Int64) reachability.Interval {
+	if !v.IsNull() {
+		return reachability.ClampInterval(v.ValueInt64(), "probe_interval")
+	}
+	value, present := os.LookupEnv(EnvProbeInterval)
+	return reachability.IntervalFromEnv(EnvProbeInterval, value, present)
+}
+
+func resolveConcurrency(v types.Int64) reachability.Concurrency {
+	if !v.IsNull() {
+		return reachability.ClampConcurrency(v.ValueInt64(), "probe_concurrency")
+	}
+	value, present := os.LookupEnv(EnvProbeConcurrency)
+	return reachability.ConcurrencyFromEnv(EnvProbeConcurrency, value, present)
+}
+
+// stringOr is the configured value, else the environment's, else def.
+func stringOr(v types.String, env, def string) string {
+	if !v.IsNull() && v.ValueString() != "" {
+		return v.ValueString()
+	}
+	if e := os.Getenv(env); e != "" {
+		return e
+	}
+	return def
+}
+
+func (p *fleetProvider) Resources(context.Context) []func() resource.Resource {
+	return []func() resource.Resource{newExecutorResource}
+}
+
+func (p *fleetProvider) DataSources(context.Context) []func() datasource.DataSource {
+	return []func() datasource.DataSource{newReachabilityDataSource}
+}

@@ -1,0 +1,178 @@
+package provider
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	rschema "github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
+	"github.com/fleetops/terraform-provider-fleet/internal/reachability"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
+)
+
+// timestampLayout is RFC 3339 in UTC with millisecond precision.
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+func timestamp(t time.Time) timetypes.RFC3339 {
+	if t.IsZero() {
+		return timetypes.NewRFC3339Null()
+	}
+	return timetypes.NewRFC3339ValueMust(t.UTC().Format(timestampLayout))
+}
+
+func parseTimestamp(v timetypes.RFC3339) time.Time {
+	if v.IsNull() || v.IsUnknown() {
+		return time.Time{}
+	}
+	t, diags := v.ValueRFC3339Time()
+	if diags.HasError() {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// conditionAttrTypes is the shape of one entry of a `conditions` list.
+var conditionAttrTypes = map[string]attr.Type{
+	"type":                 types.StringType,
+	"status":               types.StringType,
+	"reason":               types.StringType,
+	"message":              types.StringType,
+	"last_transition_time": timetypes.RFC3339Type{},
+	"observed_generation":  types.Int64Type,
+}
+
+var conditionObjectType = types.ObjectType{AttrTypes: conditionAttrTypes}
+
+func conditionsAttribute(kinds string) rschema.ListNestedAttribute {
+	return rschema.ListNestedAttribute{
+		Computed: true,
+		MarkdownDescription: "Kubernetes-style conditions (metav1.Condition), always in the fixed order " + kinds +
+			". `last_transition_time` changes only when `status` changes.",
+		NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"type":                 rschema.StringAttribute{Computed: true, MarkdownDescription: "Condition type, CamelCase."},
+			"status":               rschema.StringAttribute{Computed: true, MarkdownDescription: "`True`, `False` or `Unknown`."},
+			"reason":               rschema.StringAttribute{Computed: true, MarkdownDescription: "Machine-readable CamelCase reason, e.g. `HostKeyMismatch`."},
+			"message":              rschema.StringAttribute{Computed: true, MarkdownDescription: "Human-readable message naming the host."},
+			"last_transition_time": rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When `status` last changed (RFC 3339, UTC)."},
+			"observed_generation":  rschema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` this condition was observed at."},
+		}},
+	}
+}
+
+func conditionsValue(cs []conditions.Condition) (types.List, diag.Diagnostics) {
+	elems := make([]attr.Value, 0, len(cs))
+	for _, c := range cs {
+		elems = append(elems, types.ObjectValueMust(conditionAttrTypes, map[string]attr.Value{
+			"type":                 types.StringValue(c.Type),
+			"status":               types.StringValue(string(c.Status)),
+			"reason":               types.StringValue(c.Reason),
+			"message":              types.StringValue(c.Message),
+			"last_transition_time": timestamp(c.LastTransitionTime),
+			"observed_generation":  types.Int64Value(c.ObservedGeneration),
+		}))
+	}
+	return types.ListValue(conditionObjectType, elems)
+}
+
+type conditionModel struct {
+	Type               types.String      `tfsdk:"type"`
+	Status             types.String      `tfsdk:"status"`
+	Reason             types.String      `tfsdk:"reason"`
+	Message            types.String      `tfsdk:"message"`
+	LastTransitionTime timetypes.RFC3339 `tfsdk:"last_transition_time"`
+	ObservedGeneration types.Int64       `tfsdk:"observed_generation"`
+}
+
+func conditionsFrom(ctx context.Context, l types.List) ([]conditions.Condition, diag.Diagnostics) {
+	if l.IsNull() || l.IsUnknown() {
+		return nil, nil
+	}
+	var ms []conditionModel
+	diags := l.ElementsAs(ctx, &ms, false)
+	out := make([]conditions.Condition, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, conditions.Condition{
+			Type: m.Type.ValueString(), Status: conditions.Status(m.Status.ValueString()),
+			Reason: m.Reason.ValueString(), Message: m.Message.ValueString(),
+			LastTransitionTime: parseTimestamp(m.LastTransitionTime), ObservedGeneration: m.ObservedGeneration.ValueInt64(),
+		})
+	}
+	return out, diags
+}
+
+// recordAttrTypes is the shape of an executor's `reachability` attribute.
+var recordAttrTypes = map[string]attr.Type{
+	"state":                types.StringType,
+	"reason":               types.StringType,
+	"message":              types.StringType,
+	"consecutive_failures": types.Int64Type,
+	"host":                 types.StringType,
+	"checked_at":           timetypes.RFC3339Type{},
+	"last_success_at":      timetypes.RFC3339Type{},
+	"stale":                types.BoolType,
+}
+
+func recordAttribute() rschema.SingleNestedAttribute {
+	return rschema.SingleNestedAttribute{
+		Computed:            true,
+		MarkdownDescription: "The reachability record: what the last probes found, kept in state between runs.",
+		Attributes: map[string]rschema.Attribute{
+			"state": rschema.StringAttribute{Computed: true, MarkdownDescription: "`unknown` (not probed since created or since its connection changed), `reachable` or `unreachable`. " +
+				"A sticky failure (`config`, `host_key`) makes the host unreachable at once; a transient one only on the second failure in a row. One success makes it reachable."},
+			"reason": rschema.StringAttribute{Computed: true, MarkdownDescription: "Why the last probe failed: `config`, `network`, `timeout`, `auth`, `host_key` or `unknown`; empty after a success. " +
+				"A reason under `reachable` or `unknown` is a failure below the threshold."},
+			"message":              rschema.StringAttribute{Computed: true, MarkdownDescription: "The last failure, naming host and port (and the bastion when the jump hop failed); empty after a success."},
+			"consecutive_failures": rschema.Int64Attribute{Computed: true, MarkdownDescription: "Failed probes in a row."},
+			"host":                 rschema.StringAttribute{Computed: true, MarkdownDescription: "The target host the record is about (never the bastion)."},
+			"checked_at":           rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When the last probe ran (RFC 3339, UTC); null until the first."},
+			"last_success_at":      rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When a probe last succeeded; null until the first success, and cleared only when the connection changes."},
+			"stale":                rschema.BoolAttribute{Computed: true, MarkdownDescription: "True when `checked_at` is older than three probe intervals."},
+		},
+	}
+}
+
+type recordModel struct {
+	State               types.String      `tfsdk:"state"`
+	Reason              types.String      `tfsdk:"reason"`
+	Message             types.String      `tfsdk:"message"`
+	ConsecutiveFailures types.Int64       `tfsdk:"consecutive_failures"`
+	Host                types.String      `tfsdk:"host"`
+	CheckedAt           timetypes.RFC3339 `tfsdk:"checked_at"`
+	LastSuccessAt       timetypes.RFC3339 `tfsdk:"last_success_at"`
+	Stale               types.Bool        `tfsdk:"stale"`
+}
+
+func recordValue(r reachability.Record, stale bool) types.Object {
+	return types.ObjectValueMust(recordAttrTypes, map[string]attr.Value{
+		"state":                types.StringValue(string(r.State)),
+		"reason":               types.StringValue(string(r.Reason)),
+		"message":              types.StringValue(r.Message),
+		"consecutive_failures": types.Int64Value(int64(r.ConsecutiveFailures)),
+		"host":                 types.StringValue(r.Host),
+		"checked_at":           timestamp(r.CheckedAt),
+		"last_success_at":      timestamp(r.LastSuccessAt),
+		"stale":                types.BoolValue(stale),
+	})
+}
+
+func recordFrom(ctx context.Context, o types.Object) (reachability.Record, bool, diag.Diagnostics) {
+	if o.IsNull() || o.IsUnknown() {
+		return reachability.Record{}, false, nil
+	}
+	var m recordModel
+	diags := o.As(ctx, &m, objectAsOptions)
+	return reachability.Record{
+		State:               reachability.State(m.State.ValueString()),
+		Reason:              sshdial.Reason(m.Reason.ValueString()),
+		Message:             m.Message.ValueString(),
+		ConsecutiveFailures: int(m.ConsecutiveFailures.ValueInt64()),
+		Host:                m.Host.ValueString(),
+		CheckedAt:           parseTimestamp(m.CheckedAt),
+		LastSuccessAt:       parseTimestamp(m.LastSuccessAt),
+	}, true, diags
+}
