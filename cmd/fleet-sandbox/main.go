@@ -1,0 +1,129 @@
+// Command fleet-sandbox starts a local sandbox of real SSH hosts for the demo:
+// one healthy, one whose host key changed, one black-holed, one down and one
+// behind a bastion, all on 127.0.0.1. It writes a Terraform variables file
+// describing them, prints "ready", and stops every host on SIGINT, SIGTERM or
+// when its standard input closes.
+//
+// It uses the project's one test-host harness, internal/sshtest.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+type host struct {
+	Host               string  `json:"host"`
+	Port               int     `json:"port"`
+	HostKeyFingerprint string  `json:"host_key_fingerprint"`
+	ProxyJump          *string `json:"proxy_jump"`
+}
+
+type vars struct {
+	User           string          `json:"user"`
+	ClientKeyFile  string          `json:"client_key_file"`
+	KnownHostsFile string          `json:"known_hosts_file"`
+	Hosts          map[string]host `json:"hosts"`
+}
+
+func main() {
+	out := flag.String("out", "sandbox.auto.tfvars.json", "where to write the variables file")
+	flag.Parse()
+
+	sb := newSandbox()
+	defer sb.stop()
+
+	client := sshtest.NewKey(sb)
+	keyFile := client.WriteFile(sb, sb.TempDir())
+
+	healthy := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
+	// The host was reinstalled: it serves a new key, the pin is the old one.
+	rekeyed := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
+	oldKey := sshtest.NewKey(sb)
+	blackholed := sshtest.NewServer(sb, sshtest.BlackHole)
+	downHost, downPort := sshtest.ClosedPort(sb)
+	behind := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
+	bastion := sshtest.NewServerWithKeys(sb, sshtest.Bastion, nil, client)
+	jump := fmt.Sprintf("%s@%s", healthy.User, bastion.Addr)
+
+	v := vars{
+		User:           healthy.User,
+		ClientKeyFile:  keyFile,
+		KnownHostsFile: filepath.Join(sb.TempDir(), "known_hosts"),
+		Hosts: map[string]host{
+			"healthy":    {Host: healthy.Host, Port: healthy.Port, HostKeyFingerprint: healthy.HostKeys[0].Fingerprint()},
+			"rekeyed":    {Host: rekeyed.Host, Port: rekeyed.Port, HostKeyFingerprint: oldKey.Fingerprint()},
+			"blackholed": {Host: blackholed.Host, Port: blackholed.Port, HostKeyFingerprint: sshtest.NewKey(sb).Fingerprint()},
+			"down":       {Host: downHost, Port: downPort, HostKeyFingerprint: sshtest.NewKey(sb).Fingerprint()},
+			"jumped":     {Host: behind.Host, Port: behind.Port, HostKeyFingerprint: behind.HostKeys[0].Fingerprint(), ProxyJump: &jump},
+		},
+	}
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		sb.Fatalf("encoding variables: %v", err)
+	}
+	if err := os.WriteFile(*out, data, 0o600); err != nil {
+		sb.Fatalf("writing %s: %v", *out, err)
+	}
+	fmt.Println("ready")
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	stdinClosed := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stdinClosed)
+	}()
+	select {
+	case <-stop:
+	case <-stdinClosed:
+	}
+}
+
+// sandbox gives the harness what a test would: a scratch directory, cleanup
+// on exit, and a fatal error that stops every host before exiting.
+type sandbox struct {
+	dir      string
+	cleanups []func()
+}
+
+func newSandbox() *sandbox {
+	dir, err := os.MkdirTemp("", "fleet-sandbox-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-sandbox:", err)
+		os.Exit(1)
+	}
+	return &sandbox{dir: dir}
+}
+
+func (s *sandbox) Helper()          {}
+func (s *sandbox) Cleanup(f func()) { s.cleanups = append(s.cleanups, f) }
+func (s *sandbox) Fatalf(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "fleet-sandbox: "+f+"\n", a...)
+	s.stop()
+	os.Exit(1)
+}
+
+func (s *sandbox) TempDir() string {
+	d, err := os.MkdirTemp(s.dir, "")
+	if err != nil {
+		s.Fatalf("temp dir: %v", err)
+	}
+	return d
+}
+
+func (s *sandbox) stop() {
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+	s.cleanups = nil
+	_ = os.RemoveAll(s.dir)
+}

@@ -1,0 +1,89 @@
+# The demo fleet: five hosts of a local sandbox (make demo starts them and
+# writes sandbox.auto.tfvars.json). It is a whole, runnable setup: point the
+# variables at real hosts and it works the same way.
+terraform {
+  required_providers {
+    fleet = {
+      source = "fleetops/fleet"
+    }
+  }
+}
+
+variable "user" {
+  description = "User to log in as on every host."
+  type        = string
+}
+
+variable "client_key_file" {
+  description = "Private key file authorised on every host and on the bastion."
+  type        = string
+}
+
+variable "known_hosts_file" {
+  description = "known_hosts file for the bastion (accept-new)."
+  type        = string
+}
+
+variable "hosts" {
+  description = "The fleet, by name."
+  type = map(object({
+    host                 = string
+    port                 = number
+    host_key_fingerprint = string
+    proxy_jump           = optional(string)
+  }))
+}
+
+provider "fleet" {
+  known_hosts_file = var.known_hosts_file
+  probe_interval   = 15
+}
+
+# One executor per host: each keeps its reachability record in state.
+resource "fleet_executor" "host" {
+  for_each = var.hosts
+
+  name                 = each.key
+  host                 = each.value.host
+  port                 = each.value.port
+  user                 = var.user
+  private_key_file     = var.client_key_file
+  host_key_fingerprint = each.value.host_key_fingerprint
+  proxy_jump           = each.value.proxy_jump
+}
+
+# The same hosts probed now, during plan, without memory.
+data "fleet_reachability" "now" {
+  targets = [for name, h in var.hosts : {
+    name                 = name
+    host                 = h.host
+    port                 = h.port
+    user                 = var.user
+    private_key_file     = var.client_key_file
+    host_key_fingerprint = h.host_key_fingerprint
+    proxy_jump           = h.proxy_jump
+  }]
+}
+
+check "fleet_reachable" {
+  assert {
+    condition     = data.fleet_reachability.now.all_reachable
+    error_message = "Unreachable now: ${join(", ", data.fleet_reachability.now.unreachable_names)}"
+  }
+}
+
+output "executors" {
+  description = "Each executor's record: state, reason, streak and message."
+  value = {
+    for name, e in fleet_executor.host : name => format("%-11s %-8s failures=%d %s",
+    e.reachability.state, e.reachability.reason, e.reachability.consecutive_failures, e.reachability.message)
+  }
+}
+
+output "reachable_now" {
+  value = data.fleet_reachability.now.reachable_names
+}
+
+output "unreachable_now" {
+  value = data.fleet_reachability.now.unreachable_names
+}

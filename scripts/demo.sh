@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# make demo: build the provider, start a sandbox of real SSH hosts on
+# 127.0.0.1, apply examples/demo through dev_overrides, show the records and
+# the plan warnings, and clean up. Uses OpenTofu when it has been built
+# (scripts/build-tofu.sh), else Terraform; FLEET_DEMO_CLI chooses.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+cli="${FLEET_DEMO_CLI:-}"
+if [ -z "$cli" ]; then
+  tofu="${FLEET_CACHE_DIR:-$HOME/.cache/terraform-provider-fleet}/tofu-1.12.6/tofu"
+  if [ -x "$tofu" ]; then cli="$tofu"; else cli=$(command -v terraform || true); fi
+fi
+[ -n "$cli" ] && [ -x "$cli" ] || { echo "demo: neither OpenTofu nor Terraform found: run scripts/setup.sh" >&2; exit 1; }
+command -v /usr/sbin/sshd >/dev/null || [ -x /usr/sbin/sshd ] || { echo "demo: sshd not found: run scripts/setup.sh (Debian package openssh-server)" >&2; exit 1; }
+
+work=$(mktemp -d)
+sandbox_pid=""
+cleanup() {
+  [ -n "$sandbox_pid" ] && kill "$sandbox_pid" 2>/dev/null && wait "$sandbox_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "==> building the provider"
+go build -o "$work/bin/terraform-provider-fleet" .
+go build -o "$work/bin/fleet-sandbox" ./cmd/fleet-sandbox
+
+echo "==> starting the sandbox (healthy, rekeyed, blackholed, down, jumped)"
+mkdir -p "$work/tf"
+cp examples/demo/main.tf "$work/tf/"
+# The sandbox runs until its stdin closes; a FIFO kept open by this shell
+# holds it up, and the trap ends it.
+mkfifo "$work/hold"
+"$work/bin/fleet-sandbox" -out "$work/tf/sandbox.auto.tfvars.json" < "$work/hold" > "$work/sandbox.out" &
+sandbox_pid=$!
+exec 3>"$work/hold"
+for _ in $(seq 1 100); do
+  grep -q ready "$work/sandbox.out" 2>/dev/null && break
+  kill -0 "$sandbox_pid" 2>/dev/null || { echo "demo: the sandbox failed to start" >&2; exit 1; }
+  sleep 0.1
+done
+grep -q ready "$work/sandbox.out" || { echo "demo: the sandbox did not become ready" >&2; exit 1; }
+
+cat > "$work/cli.tfrc" <<RC
+provider_installation {
+  dev_overrides {
+    "registry.terraform.io/fleetops/fleet" = "$work/bin"
+    "registry.opentofu.org/fleetops/fleet" = "$work/bin"
+  }
+  direct {}
+}
+RC
+export TF_CLI_CONFIG_FILE="$work/cli.tfrc" CHECKPOINT_DISABLE=1 TF_IN_AUTOMATION=1 TF_INPUT=0
+
+cd "$work/tf"
+echo "==> $(basename "$cli") apply (the black-holed host costs one 10 s probe timeout)"
+"$cli" apply -auto-approve -compact-warnings
+echo
+echo "==> $(basename "$cli") plan: the refreshed records, and a warning for every host that needs a look"
+"$cli" plan
+echo
+echo "==> done; the sandbox is stopped and $work removed"
+cd "$root"
