@@ -269,3 +269,79 @@ EOT
 		}
 	})
 }
+
+// Invalid values are refused at validate time with the attribute named and
+// the expected form spelled out.
+func TestAccExecutorRejectsInvalidValues(t *testing.T) {
+	cases := []struct {
+		name  string
+		attrs map[string]string
+		want  string
+	}{
+		{"pin", map[string]string{"host_key_fingerprint": q("MD5:16:27:ac:a5:76:28:2d:36:63:1b:56:4d:eb:df:a6:48")},
+			`host_key_fingerprint.*MD5 fingerprint: give the SHA256 fingerprint`},
+		{"jump", map[string]string{"proxy_jump": q("a@b,c@d")}, `proxy_jump.*only one hop is supported`},
+		{"port", map[string]string{"port": "0"}, `port.*between 1 and 65535`},
+		{"host", map[string]string{"host": q("web 1")}, `host.*contains a space`},
+		{"key conflict", map[string]string{"private_key": q("x"), "private_key_file": q("/k")}, `private_key_file" cannot be specified when "private_key" is specified`},
+	}
+	// The CLIs wrap long messages: any run of spaces may be a line break.
+	pattern := func(p string) *regexp.Regexp {
+		return regexp.MustCompile("(?s)" + strings.ReplaceAll(p, " ", `\s+`))
+	}
+	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
+		var steps []resource.TestStep
+		for _, c := range cases {
+			attrs := map[string]string{"host": q("127.0.0.1"), "host_key_fingerprint": q("SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU")}
+			for k, v := range c.attrs {
+				attrs[k] = v
+			}
+			steps = append(steps, resource.TestStep{
+				Config:      executor("bad", attrs),
+				PlanOnly:    true,
+				ExpectError: pattern(c.want),
+			})
+		}
+		return resource.TestCase{ProtoV6ProviderFactories: factories(), Steps: steps}
+	})
+}
+
+// An update that changes no connection field resets nothing and probes
+// nothing: the generation and the record stay.
+func TestAccExecutorRenameKeepsRecord(t *testing.T) {
+	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
+		srv := sshtest.NewServer(t, sshtest.Healthy)
+		fake := clock.NewFake(start)
+		keyFile := srv.ClientKey.WriteFile(t, t.TempDir())
+		config := func(name string) string {
+			return fmt.Sprintf(`resource "fleet_executor" "web" {
+  name                 = %q
+  host                 = "127.0.0.1"
+  port                 = %d
+  private_key_file     = %q
+  host_key_fingerprint = %q
+}
+`, name, srv.Port, keyFile, srv.HostKey.Fingerprint())
+		}
+		addr := "fleet_executor.web"
+		return resource.TestCase{
+			ProtoV6ProviderFactories: factories(provider.WithClock(fake)),
+			Steps: []resource.TestStep{
+				{Config: config("web"), ConfigStateChecks: append(generations(addr, 1, 1), record(addr, "reachable", "", 0, start, start))},
+				{
+					PreConfig: func() { fake.Advance(time.Second) },
+					Config:    config("web-renamed"),
+					ConfigStateChecks: append(generations(addr, 1, 1),
+						record(addr, "reachable", "", 0, start, start),
+						statecheck.ExpectKnownValue(addr, tfjsonpath.New("name"), knownvalue.StringExact("web-renamed"))),
+					Check: func(*terraform.State) error {
+						if n := srv.Accepted(); n != 1 {
+							return fmt.Errorf("the host was dialled %d times, want once (at create)", n)
+						}
+						return nil
+					},
+				},
+			},
+		}
+	})
+}
