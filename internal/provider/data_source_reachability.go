@@ -90,15 +90,7 @@ func (d *reachabilityDataSource) Schema(_ context.Context, _ datasource.SchemaRe
 }
 
 func (d *reachabilityDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
-		return
-	}
-	d.data = data
+	d.data = configuredData(req.ProviderData, &resp.Diagnostics)
 }
 
 func (d *reachabilityDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {

@@ -5,11 +5,13 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -164,6 +166,19 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 	}
 	resp.ResourceData = data
 	resp.DataSourceData = data
+}
+
+// configuredData is the providerData a resource or data source receives; nil
+// before the provider is configured (validation calls Configure early).
+func configuredData(v any, diags *diag.Diagnostics) *providerData {
+	if v == nil {
+		return nil
+	}
+	data, ok := v.(*providerData)
+	if !ok {
+		diags.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", v))
+	}
+	return data
 }
 
 // resolveInterval: the configuration wins; otherwise the environment, with

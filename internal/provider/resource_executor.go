@@ -86,15 +86,7 @@ func (r *executorResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 }
 
 func (r *executorResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *providerData, got %T; this is a bug in the provider", req.ProviderData))
-		return
-	}
-	r.data = data
+	r.data = configuredData(req.ProviderData, &resp.Diagnostics)
 }
 
 // credentialsKey is the private state entry that remembers, without the
@@ -170,8 +162,7 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	changed := !state.sameEndpoint(plan.connectionModel) || config.PrivateKey.IsUnknown() ||
-		inlineKeyID(config.PrivateKey.ValueString(), config.PrivateKeyPassphrase.ValueString()) != prev.InlineKey
+	changed := connectionChanged(state, plan, config, prev)
 	plan.ID = state.ID
 	plan.Generation = state.Generation
 	if changed {
@@ -197,6 +188,14 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 			r.warn(&resp.Diagnostics, state, rec)
 		}
 	}
+}
+
+// connectionChanged says whether plan reaches the host differently from
+// state: any connection field, or the inline key (known only by the public
+// fingerprint kept in private state; an unknown key counts as changed).
+func connectionChanged(state, plan, config executorModel, prev privateCredentials) bool {
+	return !state.sameEndpoint(plan.connectionModel) || config.PrivateKey.IsUnknown() ||
+		inlineKeyID(config.PrivateKey.ValueString(), config.PrivateKeyPassphrase.ValueString()) != prev.InlineKey
 }
 
 // willProbeOnUpdate says whether applying plan over state probes: an enabled
@@ -279,8 +278,7 @@ func (r *executorResource) Update(ctx context.Context, req resource.UpdateReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	changed := !state.sameEndpoint(plan.connectionModel) ||
-		inlineKeyID(config.PrivateKey.ValueString(), config.PrivateKeyPassphrase.ValueString()) != prev.InlineKey
+	changed := connectionChanged(state, plan, config, prev)
 	plan.ID = state.ID
 	plan.Connection = plan.exported()
 
