@@ -2,7 +2,7 @@ module github.com/fleetops/terraform-provider-fleet/tools
 
 go 1.26.8
 
-require github.com/hashicorp/terraform-plugin-docs v0.25.0
+require github.com/hashicorp/terraform-plugin-docs v0.25.0 // indirect
 
 require (
 	github.com/BurntSushi/toml v1.2.1 // indirect
@@ -51,3 +51,5 @@ require (
 	gopkg.in/yaml.v2 v2.3.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
+
+tool github.com/hashicorp/terraform-plugin-docs/cmd/tfplugindocs
