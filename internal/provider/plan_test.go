@@ -204,3 +204,42 @@ data "fleet_reachability" "one" {
 		}
 	}
 }
+
+// One probe semaphore serves every probe of the provider process: with one
+// slot, the refresh probes of two executors and the two probes of a data
+// source, which Terraform runs at the same time, take one probe timeout
+// each, one after the other. Separate limits would let them overlap.
+func TestProbeSlotsAreSharedByEveryProbe(t *testing.T) {
+	const timeout = 700 * time.Millisecond
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			fake := clock.NewFake(start)
+			s := acctest.NewSession(t, cli, server(provider.WithClock(fake), provider.WithProbeTimeout(timeout)))
+			var body strings.Builder
+			fmt.Fprintf(&body, "provider \"fleet\" {\n  probe_concurrency = 1\n  probe_interval = 60\n}\n")
+			var targets []string
+			keyFile := sshtest.NewKey(t).WriteFile(t, t.TempDir())
+			for i := range 4 {
+				hole := sshtest.NewServer(t, sshtest.BlackHole)
+				pin := sshtest.NewKey(t).Fingerprint()
+				if i < 2 {
+					fmt.Fprintf(&body, "resource \"fleet_executor\" \"e%d\" {\n  name = \"e%d\"\n  host = \"127.0.0.1\"\n  port = %d\n  private_key_file = %q\n  host_key_fingerprint = %q\n}\n", i, i, hole.Port, keyFile, pin)
+					continue
+				}
+				targets = append(targets, fmt.Sprintf(`{ name = "d%d", host = "127.0.0.1", port = %d, private_key = %q, host_key_fingerprint = %q }`,
+					i, hole.Port, sshtest.NewKey(t).PEM(), pin))
+			}
+			fmt.Fprintf(&body, "data \"fleet_reachability\" \"d\" {\n  targets = [%s]\n}\n", strings.Join(targets, ", "))
+			s.WriteConfig(body.String())
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+
+			fake.Advance(2 * interval) // the executors' records are due
+			begin := time.Now()
+			s.Run("plan", "-input=false")
+			if took := time.Since(begin); took < 4*timeout {
+				t.Fatalf("plan took %s: four probes sharing one slot take at least %s", took, 4*timeout)
+			}
+		})
+	}
+}
