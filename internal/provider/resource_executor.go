@@ -273,12 +273,11 @@ func (r *executorResource) Update(ctx context.Context, req resource.UpdateReques
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
-	prev, diags := readPrivateCredentials(ctx, req.Private)
-	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	changed := connectionChanged(state, plan, config, prev)
+	// The plan decided whether the connection changed: it raised the generation.
+	changed := plan.Generation.ValueInt64() > state.Generation.ValueInt64()
 	plan.ID = state.ID
 	plan.Connection = plan.exported()
 
