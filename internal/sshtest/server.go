@@ -36,6 +36,15 @@ const (
 	// loopback destinations only; any other destination is refused with
 	// ssh.Prohibited before anything is dialled.
 	Bastion
+	// StallingBastion is Healthy until it accepts a "direct-tcpip"
+	// channel; then it stops reading its SSH connection, as a bastion that
+	// hangs would: it forwards nothing and never answers the client's
+	// channel close, so a read pending on the channel stays blocked until
+	// the client closes the SSH connection itself.
+	StallingBastion
+	// ForbiddingBastion is Healthy and refuses every "direct-tcpip"
+	// channel as administratively prohibited (AllowTcpForwarding no).
+	ForbiddingBastion
 )
 
 func (b Behaviour) String() string {
@@ -50,6 +59,10 @@ func (b Behaviour) String() string {
 		return "RefuseAuth"
 	case Bastion:
 		return "Bastion"
+	case StallingBastion:
+		return "StallingBastion"
+	case ForbiddingBastion:
+		return "ForbiddingBastion"
 	}
 	return "Behaviour(" + strconv.Itoa(int(b)) + ")"
 }
@@ -57,7 +70,7 @@ func (b Behaviour) String() string {
 // exchangesKeys reports whether the behaviour gets as far as key exchange,
 // and so needs a host key.
 func (b Behaviour) exchangesKeys() bool {
-	return b == Healthy || b == RefuseAuth || b == Bastion
+	return b == Healthy || b == RefuseAuth || b >= Bastion
 }
 
 // Server is an in-process SSH server on 127.0.0.1 with a chosen Behaviour.
@@ -99,7 +112,7 @@ func NewServer(tb TB, b Behaviour) *Server {
 // generates one. Sharing one host key across many servers keeps them cheap.
 func NewServerWithKeys(tb TB, b Behaviour, hostKey, clientKey *Key) *Server {
 	tb.Helper()
-	if b < Healthy || b > Bastion {
+	if b < Healthy || b > ForbiddingBastion {
 		tb.Fatalf("sshtest: unknown behaviour %v", b)
 	}
 	s := &Server{behaviour: b, conns: map[net.Conn]struct{}{}}
@@ -203,6 +216,9 @@ func (s *Server) acceptLoop() {
 			continue
 		}
 		s.accepted.Add(1)
+		if s.behaviour == StallingBastion {
+			conn = &freezingConn{Conn: conn, done: make(chan struct{})}
+		}
 		if !s.track(conn) {
 			conn.Close()
 			return
@@ -247,6 +263,12 @@ func (s *Server) serveConn(conn net.Conn) {
 		case nc.ChannelType() == "direct-tcpip" && s.behaviour == Bastion:
 			s.wg.Add(1)
 			go s.serveTunnel(nc, connDone)
+		case nc.ChannelType() == "direct-tcpip" && s.behaviour == StallingBastion:
+			if _, _, err := nc.Accept(); err == nil {
+				conn.(*freezingConn).freeze()
+			}
+		case nc.ChannelType() == "direct-tcpip" && s.behaviour == ForbiddingBastion:
+			_ = nc.Reject(ssh.Prohibited, "open failed")
 		default:
 			_ = nc.Reject(ssh.UnknownChannelType, "sshtest: channel type not served")
 		}
@@ -371,6 +393,31 @@ func (s *Server) serveTunnel(nc ssh.NewChannel, connDone <-chan struct{}) {
 	case <-upDone:
 	case <-connDone:
 	}
+}
+
+// freezingConn is a connection that, once frozen, delivers nothing more to
+// its reader until it is closed.
+type freezingConn struct {
+	net.Conn
+	frozen    atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *freezingConn) freeze() { c.frozen.Store(true) }
+
+func (c *freezingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.frozen.Load() {
+		<-c.done
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+func (c *freezingConn) Close() error {
+	c.closeOnce.Do(func() { close(c.done) })
+	return c.Conn.Close()
 }
 
 // ClosedPort returns a loopback port with nothing listening on it, for

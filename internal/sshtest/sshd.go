@@ -106,14 +106,8 @@ func StartSSHD(tb TB, opts ...SSHDOption) *SSHD {
 		hostKeyFiles = append(hostKeyFiles, path)
 	}
 
-	var authorized strings.Builder
-	for _, k := range append([]*Key{s.ClientKey}, cfg.authorized...) {
-		authorized.WriteString(k.AuthorizedLine() + "\n")
-	}
 	authorizedPath := filepath.Join(s.Dir, "authorized_keys")
-	if err := os.WriteFile(authorizedPath, []byte(authorized.String()), 0o600); err != nil {
-		tb.Fatalf("sshtest: write authorized_keys: %v", err)
-	}
+	s.SetAuthorizedKeys(tb, append([]*Key{s.ClientKey}, cfg.authorized...)...)
 
 	// The port is free when we pick it but another process may take it
 	// before sshd binds, so a bind failure is retried on a new port.
@@ -139,6 +133,20 @@ func StartSSHD(tb TB, opts ...SSHDOption) *SSHD {
 			continue
 		}
 		tb.Fatalf("sshtest: sshd on %s not ready: %v\nsshd log:\n%s", s.Addr, err, log)
+	}
+}
+
+// SetAuthorizedKeys replaces the keys authorised for User; sshd reads the
+// file at every login, so the change applies to the next connection. No key
+// at all refuses every login: a key removed from a host, say.
+func (s *SSHD) SetAuthorizedKeys(tb TB, keys ...*Key) {
+	tb.Helper()
+	var authorized strings.Builder
+	for _, k := range keys {
+		authorized.WriteString(k.AuthorizedLine() + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "authorized_keys"), []byte(authorized.String()), 0o600); err != nil {
+		tb.Fatalf("sshtest: write authorized_keys: %v", err)
 	}
 }
 
