@@ -2,6 +2,7 @@ package sshdial
 
 import (
 	"crypto/ed25519"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,11 +17,20 @@ func FuzzParsePin(f *testing.F) {
 	}
 	line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
 	fp := ssh.FingerprintSHA256(pub)
+	comment := "# 127.0.0.1:2222 SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u10"
 	for _, s := range []string{
 		fp, fp + "=", " " + fp + "\n", line, line + " root@web1",
 		"", "SHA256:", "SHA256:abc", "MD5:16:27:ac:a5:76:28:2d:36:63:1b:56:4d:eb:df:a6:48",
 		"16:27:ac:a5:76:28:2d:36:63:1b:56:4d:eb:df:a6:48", "no-pty " + line, line + "\n" + line,
 		"ssh-ed25519", "ssh-rsa AAAA", "garbage",
+		// ssh-keygen -lf lines, known_hosts and ssh-keyscan lines, and pasted output.
+		"256 " + fp + " [127.0.0.1]:2222 (ED25519)", "256 " + fp + " no comment (ED25519)", "256 " + fp + " (ED25519)",
+		"384 " + fp + " root@web 1 (ECDSA)", "3072 " + fp + " web1 (RSA)", "256 " + fp, "255 " + fp + " x (ECDSA)",
+		"256 " + fp + " x (ED25519-CERT)", "1024 " + fp + " x (DSA)", "256 MD5:16:27:ac:a5:76:28:2d:36:63:1b:56:4d:eb:df:a6:48 no comment (ED25519)",
+		"[127.0.0.1]:2222 " + line, "host " + line, "web1,10.0.0.1 " + line + " c", "|1|5tjFsYoc0ILxBIjqinX6x0bv3+A=|WL/YLds+DdfQChSLfIa1dFz5PhE= " + line,
+		"@cert-authority *.example.com " + line, "@revoked web1 " + line, `from="10.0.0.1" ` + line,
+		comment + "\n[127.0.0.1]:2222 " + line + "\n", comment + "\r\n256 " + fp + " [127.0.0.1]:2222 (ED25519)\r\n",
+		comment + "\n", "\n  # c\n\n  " + line + "\n", "256 " + fp + " a (ED25519)\n256 " + fp + " b (ED25519)",
 	} {
 		f.Add(s)
 	}
@@ -29,6 +39,10 @@ func FuzzParsePin(f *testing.F) {
 		if err != nil {
 			if !p.IsZero() {
 				t.Fatalf("ParsePin(%q) returned pin %q with error %v", s, p, err)
+			}
+			// A refusal says what is accepted and quotes at most an abbreviated line.
+			if msg := err.Error(); !strings.HasSuffix(msg, pinForms) || len(msg) > 400 {
+				t.Fatalf("ParsePin(%q) error %q: want at most 400 bytes ending with the accepted forms", s, msg)
 			}
 			return
 		}
@@ -45,6 +59,20 @@ func FuzzParsePin(f *testing.F) {
 		}
 		if p.key != nil && !p.Matches(p.key) {
 			t.Fatalf("key-line pin from %q does not match its own key", s)
+		}
+		// A pin offers at least one host key algorithm, and a typed one offers
+		// only the algorithms of its type.
+		algs := p.hostKeyAlgorithms()
+		if len(algs) == 0 {
+			t.Fatalf("pin from %q offers no host key algorithm", s)
+		}
+		if p.keyType != "" && !slices.Equal(algs, algorithmsFor(p.keyType)) {
+			t.Fatalf("pin from %q of type %s offers %v", s, p.keyType, algs)
+		}
+		// ssh-keyscan's comments may come before the line: they change nothing.
+		withComment, err := ParsePin("# comment\n" + s)
+		if err != nil || withComment.String() != fp || withComment.keyType != p.keyType || (withComment.key != nil) != (p.key != nil) {
+			t.Fatalf("ParsePin(%q) = %q, but after a comment line it is %q, %v", s, fp, withComment, err)
 		}
 	})
 }
