@@ -3,12 +3,14 @@ package provider
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	dschema "github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	rschema "github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
@@ -77,18 +79,16 @@ func (c connectionModel) exported() types.Object {
 	})
 }
 
-// sameEndpoint reports whether two connections reach the same host the same
-// way; a difference in any field resets an executor's record.
-func (c connectionModel) sameEndpoint(o connectionModel) bool {
-	return c.Host.Equal(o.Host) && c.Port.Equal(o.Port) && c.User.Equal(o.User) &&
-		c.PrivateKeyFile.Equal(o.PrivateKeyFile) && c.Agent.Equal(o.Agent) &&
-		c.HostKeyFingerprint.Equal(o.HostKeyFingerprint) && c.ProxyJump.Equal(o.ProxyJump)
-}
-
-// target resolves the connection into a dial target. Values have passed the
-// schema validators, so a parse error here means state was edited by hand.
-func (c connectionModel) target(defaultUser string) (sshdial.Target, error) {
-	t := sshdial.Target{Endpoint: sshdial.Endpoint{Host: c.Host.ValueString(), Port: sshdial.DefaultPort, User: defaultUser}}
+// target resolves the connection into a dial target, with the provider's
+// defaults where the connection sets nothing: the user, and the credentials
+// when it gives no key of its own. withheld, when set, says why a credential
+// of the connection is not available to this dial (a write-only key during
+// a refresh): the dial then checks what it can without it, and the
+// provider's credentials do not stand in for the connection's own.
+// Values have passed the schema validators, so a parse error here means
+// state was edited by hand.
+func (c connectionModel) target(d connectionDefaults, withheld string) (sshdial.Target, error) {
+	t := sshdial.Target{Endpoint: sshdial.Endpoint{Host: c.Host.ValueString(), Port: sshdial.DefaultPort, User: d.user}}
 	if !c.Port.IsNull() && !c.Port.IsUnknown() {
 		t.Port = int(c.Port.ValueInt64())
 	}
@@ -113,18 +113,58 @@ func (c connectionModel) target(defaultUser string) (sshdial.Target, error) {
 		PrivateKey:     []byte(c.PrivateKey.ValueString()),
 		Passphrase:     []byte(c.PrivateKeyPassphrase.ValueString()),
 		PrivateKeyFile: c.PrivateKeyFile.ValueString(),
-		Agent:          c.agentEffective(),
+		Withheld:       withheld,
 	}
+	if !c.hasKey() && withheld == "" && d.hasKey() {
+		t.Credentials = d.credentials
+	}
+	t.Credentials.Agent = c.agentEffective(d)
 	return t, nil
 }
 
-// agentEffective is the agent flag with its default applied: on when no key
-// is given.
-func (c connectionModel) agentEffective() bool {
+// hasKey reports whether the connection gives a key of its own.
+func (c connectionModel) hasKey() bool {
+	return c.PrivateKey.ValueString() != "" || c.PrivateKeyFile.ValueString() != ""
+}
+
+// agentEffective is the agent flag with its default applied: on when
+// neither the connection nor the provider gives a key.
+func (c connectionModel) agentEffective(d connectionDefaults) bool {
 	if !c.Agent.IsNull() && !c.Agent.IsUnknown() {
 		return c.Agent.ValueBool()
 	}
-	return c.PrivateKey.ValueString() == "" && c.PrivateKeyFile.ValueString() == ""
+	return !c.hasKey() && !d.hasKey()
+}
+
+// fullyKnown reports whether every connection field is known, write-only
+// secrets included (config values; a plan never carries those).
+func (c connectionModel) fullyKnown() bool {
+	for _, v := range c.values() {
+		if v.IsUnknown() {
+			return false
+		}
+	}
+	return !c.PrivateKey.IsUnknown() && !c.PrivateKeyPassphrase.IsUnknown()
+}
+
+// values are the connection fields kept in state, in a fixed order.
+func (c connectionModel) values() []attr.Value {
+	return []attr.Value{c.Host, c.Port, c.User, c.PrivateKeyFile, c.Agent, c.HostKeyFingerprint, c.ProxyJump}
+}
+
+// addConfigFault reports a static configuration fault found before any dial
+// (sshdial.Dialer.Check) as an error on the attribute to fix, under at (the
+// resource root, or a data source's target). who names what is affected.
+func addConfigFault(diags *diag.Diagnostics, err error, at path.Path, who string) {
+	var cfg *sshdial.ConfigError
+	switch {
+	case !errors.As(err, &cfg):
+		diags.AddAttributeError(at, "Invalid connection", who+": "+err.Error())
+	case cfg.Provider:
+		diags.AddError("Invalid provider "+cfg.Field, who+": the provider's "+cfg.Field+": "+cfg.Msg)
+	default:
+		diags.AddAttributeError(at.AtName(cfg.Field), "Invalid "+cfg.Field, who+": "+cfg.Msg)
+	}
 }
 
 // inlineKeyID identifies an inline private key without revealing it: the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
-	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
@@ -16,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/reachability"
+	"github.com/fleetops/terraform-provider-fleet/internal/validators"
 )
 
 var _ datasource.DataSourceWithConfigure = (*reachabilityDataSource)(nil)
@@ -54,7 +54,7 @@ func (d *reachabilityDataSource) Metadata(_ context.Context, req datasource.Meta
 
 func (d *reachabilityDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	target := dataSourceConnectionAttributes()
-	target["name"] = schema.StringAttribute{Required: true, MarkdownDescription: "Name the result is reported under; unique within `targets`.",
+	target["name"] = schema.StringAttribute{Optional: true, MarkdownDescription: "Name the result is reported under; required, and unique within `targets`.",
 		Validators: []validator.String{stringvalidator.LengthAtLeast(1)}}
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Probes a set of SSH hosts now, during plan, and returns the outcome of each. " +
@@ -63,10 +63,11 @@ func (d *reachabilityDataSource) Schema(_ context.Context, _ datasource.SchemaRe
 		Attributes: map[string]schema.Attribute{
 			"targets": schema.ListNestedAttribute{
 				Required: true,
-				MarkdownDescription: "Hosts to probe: a `name` plus the connection fields. An executor's exported connection fits: " +
-					"`merge(fleet_executor.web.ssh_connection, { name = \"web\" })`.",
-				NestedObject: schema.NestedAttributeObject{Attributes: target},
-				Validators:   []validator.List{listvalidator.SizeAtLeast(1)},
+				MarkdownDescription: "Hosts to probe: a `name` plus the connection fields; `name` and `host` are required in each. " +
+					"May be empty: no results, and `all_reachable` is true. " +
+					"Feed it from the same values as your executors (a variable or a local), not from the executors themselves: " +
+					"a data source that depends on a resource with pending changes is read only at apply, so what it feeds is unknown at plan.",
+				NestedObject: schema.NestedAttributeObject{Attributes: target, Validators: []validator.Object{validators.RequiredWhenKnown("name", "host")}},
 			},
 			"results": schema.ListNestedAttribute{
 				Computed:            true,
@@ -99,11 +100,25 @@ func (d *reachabilityDataSource) Read(ctx context.Context, req datasource.ReadRe
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	names := make([]string, len(m.Targets))
+	for i, t := range m.Targets {
+		names[i] = t.Name.ValueString()
+	}
+	if err := reachability.CheckNames(names); err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("targets"), "Invalid targets", err.Error())
+	}
 	named := make([]reachability.Named, len(m.Targets))
 	for i, t := range m.Targets {
-		target, err := t.target(d.data.defaultUser)
+		at := path.Root("targets").AtListIndex(i)
+		who := fmt.Sprintf("target %q (%s)", t.Name.ValueString(), t.Host.ValueString())
+		target, err := t.target(d.data.defaults, "")
+		if err == nil {
+			// A fault no connection is needed to see fails the read, naming
+			// the target and attribute, rather than being reported as a probe.
+			err = d.data.prober.Dialer.Check(target)
+		}
 		if err != nil {
-			resp.Diagnostics.AddAttributeError(path.Root("targets").AtListIndex(i), "Invalid target", fmt.Sprintf("target %q: %s", t.Name.ValueString(), err))
+			addConfigFault(&resp.Diagnostics, err, at, who)
 			continue
 		}
 		named[i] = reachability.Named{Name: t.Name.ValueString(), Target: target}
@@ -134,7 +149,7 @@ func (d *reachabilityDataSource) Read(ctx context.Context, req datasource.ReadRe
 			"message":        types.StringValue(o.Message),
 			"latency_ms":     types.Int64Value(o.Latency.Milliseconds()),
 			"server_version": types.StringValue(o.ServerVersion),
-			"checked_at":     timestamp(d.data.clock.Now()),
+			"checked_at":     timestamp(o.CheckedAt),
 		})
 		if o.Reachable() {
 			reachable = append(reachable, types.StringValue(name))

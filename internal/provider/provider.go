@@ -10,12 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"golang.org/x/sync/semaphore"
 
@@ -26,10 +29,13 @@ import (
 
 // Environment variables read by the provider configuration.
 const (
-	EnvProbeInterval    = "FLEET_PROBE_INTERVAL"
-	EnvProbeConcurrency = "FLEET_PROBE_CONCURRENCY"
-	EnvKnownHostsFile   = "FLEET_KNOWN_HOSTS_FILE"
-	EnvSSHUser          = "FLEET_SSH_USER"
+	EnvProbeInterval        = "FLEET_PROBE_INTERVAL"
+	EnvProbeConcurrency     = "FLEET_PROBE_CONCURRENCY"
+	EnvKnownHostsFile       = "FLEET_KNOWN_HOSTS_FILE"
+	EnvSSHUser              = "FLEET_SSH_USER"
+	EnvPrivateKey           = "FLEET_PRIVATE_KEY"
+	EnvPrivateKeyFile       = "FLEET_PRIVATE_KEY_FILE"
+	EnvPrivateKeyPassphrase = "FLEET_PRIVATE_KEY_PASSPHRASE"
 )
 
 const (
@@ -72,17 +78,38 @@ func New(version string, opts ...Option) func() provider.Provider {
 
 // providerData is what Configure hands to every resource and data source.
 type providerData struct {
-	clock       clock.Clock
-	interval    reachability.Interval
-	prober      *reachability.Prober
-	defaultUser string
+	clock    clock.Clock
+	interval reachability.Interval
+	prober   *reachability.Prober
+	defaults connectionDefaults
+	// walk identifies this configuration of the provider: Terraform
+	// configures a provider once per graph walk (plan, apply), so it tells
+	// whether a refresh and a plan belong to the same walk.
+	walk string
+}
+
+// connectionDefaults are what the provider block gives every connection that
+// does not set its own: the user, and credentials. Provider configuration is
+// evaluated at every run and never written to state, so these credentials
+// are there at every refresh.
+type connectionDefaults struct {
+	user        string
+	credentials sshdial.Credentials // no Agent; FromProvider set when any key is given
+}
+
+// hasKey reports whether the provider block gives a key.
+func (d connectionDefaults) hasKey() bool {
+	return len(d.credentials.PrivateKey) > 0 || d.credentials.PrivateKeyFile != ""
 }
 
 type providerModel struct {
-	ProbeInterval    types.Int64  `tfsdk:"probe_interval"`
-	ProbeConcurrency types.Int64  `tfsdk:"probe_concurrency"`
-	KnownHostsFile   types.String `tfsdk:"known_hosts_file"`
-	DefaultUser      types.String `tfsdk:"default_user"`
+	ProbeInterval        types.Int64  `tfsdk:"probe_interval"`
+	ProbeConcurrency     types.Int64  `tfsdk:"probe_concurrency"`
+	KnownHostsFile       types.String `tfsdk:"known_hosts_file"`
+	DefaultUser          types.String `tfsdk:"default_user"`
+	PrivateKey           types.String `tfsdk:"private_key"`
+	PrivateKeyFile       types.String `tfsdk:"private_key_file"`
+	PrivateKeyPassphrase types.String `tfsdk:"private_key_passphrase"`
 }
 
 func (p *fleetProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -92,7 +119,8 @@ func (p *fleetProvider) Metadata(_ context.Context, _ provider.MetadataRequest, 
 
 func (p *fleetProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		MarkdownDescription: "Manages a fleet of SSH-reachable hosts: their reachability, the health of what each node depends on, and NixOS deployments. " +
+		MarkdownDescription: "Tells whether the SSH hosts of a fleet are reachable, why not, and since when, with host keys always verified, " +
+			"and keeps what it observed as Kubernetes-style conditions in state. " +
 			"Every argument can also come from an environment variable; the configuration wins.",
 		Attributes: map[string]schema.Attribute{
 			"probe_interval": schema.Int64Attribute{
@@ -116,6 +144,21 @@ func (p *fleetProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 				Optional:            true,
 				MarkdownDescription: "User for connections that set none (env `FLEET_SSH_USER`, default `root`).",
 			},
+			"private_key": schema.StringAttribute{
+				Optional: true, Sensitive: true,
+				MarkdownDescription: "Default private key (PEM) for every connection that gives no key of its own (env `FLEET_PRIVATE_KEY`). " +
+					"Provider configuration is never written to state, so unlike a resource's write-only `private_key` it is available at every refresh: " +
+					"this is how to keep authentication checked at refresh without a secret in state.",
+				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("private_key_file"))},
+			},
+			"private_key_file": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Default private key file for every connection that gives no key of its own (env `FLEET_PRIVATE_KEY_FILE`); `~` is expanded.",
+			},
+			"private_key_passphrase": schema.StringAttribute{
+				Optional: true, Sensitive: true,
+				MarkdownDescription: "Passphrase of an encrypted default `private_key` or `private_key_file` (env `FLEET_PRIVATE_KEY_PASSPHRASE`).",
+			},
 		},
 	}
 }
@@ -129,6 +172,8 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 	for name, unknown := range map[string]bool{
 		"probe_interval": cfg.ProbeInterval.IsUnknown(), "probe_concurrency": cfg.ProbeConcurrency.IsUnknown(),
 		"known_hosts_file": cfg.KnownHostsFile.IsUnknown(), "default_user": cfg.DefaultUser.IsUnknown(),
+		"private_key": cfg.PrivateKey.IsUnknown(), "private_key_file": cfg.PrivateKeyFile.IsUnknown(),
+		"private_key_passphrase": cfg.PrivateKeyPassphrase.IsUnknown(),
 	} {
 		if unknown {
 			resp.Diagnostics.AddAttributeError(path.Root(name), "Provider argument not known at plan time",
@@ -147,21 +192,46 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 	if concurrency.Warning != "" {
 		resp.Diagnostics.AddAttributeWarning(path.Root("probe_concurrency"), "Probe concurrency normalised", concurrency.Warning)
 	}
-	knownHosts, err := sshdial.ExpandHome(stringOr(cfg.KnownHostsFile, EnvKnownHostsFile, defaultKnownHostsFile))
+	knownHostsPath := stringOr(cfg.KnownHostsFile, EnvKnownHostsFile, "")
+	knownHosts, err := sshdial.ExpandHome(knownHostsPath)
+	if knownHostsPath == "" {
+		knownHosts, err = sshdial.ExpandHome(defaultKnownHostsFile)
+	}
 	if err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("known_hosts_file"), "Invalid known_hosts_file", err.Error())
 		return
 	}
+	defaults := connectionDefaults{user: stringOr(cfg.DefaultUser, EnvSSHUser, defaultUser)}
+	defaults.credentials = sshdial.Credentials{
+		PrivateKey:     []byte(stringOr(cfg.PrivateKey, EnvPrivateKey, "")),
+		PrivateKeyFile: stringOr(cfg.PrivateKeyFile, EnvPrivateKeyFile, ""),
+		Passphrase:     []byte(stringOr(cfg.PrivateKeyPassphrase, EnvPrivateKeyPassphrase, "")),
+		FromProvider:   true,
+	}
+	if len(defaults.credentials.PrivateKey) > 0 && defaults.credentials.PrivateKeyFile != "" {
+		resp.Diagnostics.AddError("Conflicting default credentials",
+			"fleet provider: both a default private_key and a default private_key_file are given (in the provider block or through FLEET_PRIVATE_KEY and FLEET_PRIVATE_KEY_FILE): give one.")
+		return
+	}
 
+	walk, err := uuid.NewRandom()
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot configure the provider", err.Error())
+		return
+	}
 	p.slotsOnce.Do(func() { p.slots = semaphore.NewWeighted(concurrency.Slots) })
 	data := &providerData{
-		clock:       p.clock,
-		interval:    interval,
-		defaultUser: stringOr(cfg.DefaultUser, EnvSSHUser, defaultUser),
+		clock:    p.clock,
+		interval: interval,
+		defaults: defaults,
+		walk:     walk.String(),
 		prober: &reachability.Prober{
-			Dialer:  &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts}},
+			// The default path is OpenSSH's, whose ~/.ssh is created on first
+			// use; a path the operator chose must exist already.
+			Dialer:  &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: knownHostsPath == ""}},
 			Slots:   p.slots,
 			Timeout: p.probeTimeout,
+			Clock:   p.clock,
 		},
 	}
 	resp.ResourceData = data

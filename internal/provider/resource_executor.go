@@ -96,6 +96,23 @@ const credentialsKey = "credentials"
 type privateCredentials struct {
 	InlineKey  string `json:"inline_key,omitempty"` // public-key fingerprint of the inline key
 	Passphrase bool   `json:"passphrase,omitempty"`
+	// Imported says the executor was imported and has not been applied
+	// since: its credentials are not known.
+	Imported bool `json:"imported,omitempty"`
+}
+
+// withheld says why a refresh cannot use every credential of the executor:
+// write-only values are never in state, and an import does not know them.
+func (pc privateCredentials) withheld() string {
+	switch {
+	case pc.InlineKey != "":
+		return "the inline private_key is write-only, so a refresh cannot use it"
+	case pc.Passphrase:
+		return "private_key_passphrase is write-only, so a refresh cannot decrypt the key"
+	case pc.Imported:
+		return "the credentials of an imported executor are not known until it is applied with its configuration"
+	}
+	return ""
 }
 
 type privateGetter interface {
@@ -117,11 +134,7 @@ func readPrivateCredentials(ctx context.Context, p privateGetter) (privateCreden
 	return pc, diags
 }
 
-func writePrivateCredentials(ctx context.Context, p privateSetter, config executorModel) diag.Diagnostics {
-	pc := privateCredentials{
-		InlineKey:  inlineKeyID(config.PrivateKey.ValueString(), config.PrivateKeyPassphrase.ValueString()),
-		Passphrase: config.PrivateKeyPassphrase.ValueString() != "",
-	}
+func writePrivateCredentials(ctx context.Context, p privateSetter, pc privateCredentials) diag.Diagnostics {
 	raw, err := json.Marshal(pc)
 	if err != nil {
 		var d diag.Diagnostics
@@ -129,6 +142,13 @@ func writePrivateCredentials(ctx context.Context, p privateSetter, config execut
 		return d
 	}
 	return p.SetKey(ctx, credentialsKey, raw)
+}
+
+func credentialsOf(config executorModel) privateCredentials {
+	return privateCredentials{
+		InlineKey:  inlineKeyID(config.PrivateKey.ValueString(), config.PrivateKeyPassphrase.ValueString()),
+		Passphrase: config.PrivateKeyPassphrase.ValueString() != "",
+	}
 }
 
 func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
@@ -141,13 +161,35 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	// The defaults the provider fills in are inputs too.
 	if config.User.IsNull() {
-		plan.User = types.StringValue(r.data.defaultUser)
+		plan.User = types.StringValue(r.data.defaults.user)
 	}
-	if config.Agent.IsNull() && !config.PrivateKey.IsUnknown() && !config.PrivateKeyFile.IsUnknown() {
-		plan.Agent = types.BoolValue(config.PrivateKey.IsNull() && config.PrivateKeyFile.IsNull())
+	if config.Agent.IsNull() {
+		plan.Agent = types.BoolUnknown()
+		if !config.PrivateKey.IsUnknown() && !config.PrivateKeyFile.IsUnknown() {
+			plan.Agent = types.BoolValue(withSecrets(plan, config).agentEffective(r.data.defaults))
+		}
 	}
 	plan.Connection = plan.exported()
+
+	// A fault no connection is needed to see is refused now, naming the
+	// attribute, rather than saved as an unreachable record.
+	creds := withSecrets(plan, config)
+	if !plan.Enabled.IsUnknown() && plan.Enabled.ValueBool() && creds.fullyKnown() {
+		target, err := creds.target(r.data.defaults, "")
+		if err == nil {
+			err = r.data.prober.Dialer.Check(target)
+		}
+		if err != nil {
+			addConfigFault(&resp.Diagnostics, err, path.Empty(), fmt.Sprintf("fleet_executor %q (%s)", plan.Name.ValueString(), plan.Host.ValueString()))
+			return
+		}
+	}
+	// The mark read before this plan replaces it (request and response
+	// share the private state).
+	mark := readWalkMark(ctx, req.Private)
+	resp.Diagnostics.Append(setWalkMark(ctx, resp.Private, r.data.walk, markedByPlan)...)
 
 	if req.State.Raw.IsNull() {
 		plan.Generation = types.Int64Value(1)
@@ -162,26 +204,19 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	changed := connectionChanged(state, plan, config, prev)
+	change := connectionChange(state, plan, config, prev)
 	plan.ID = state.ID
-	plan.Generation = state.Generation
-	if changed {
-		plan.Generation = types.Int64Value(state.Generation.ValueInt64() + 1)
-	}
-	if willProbeOnUpdate(state, plan, changed) {
-		plan.Reachability = types.ObjectUnknown(recordAttrTypes)
-		plan.Conditions = types.ListUnknown(conditionObjectType)
-		plan.ObservedGeneration = types.Int64Unknown()
-	} else {
-		plan.Reachability = state.Reachability
-		plan.Conditions = state.Conditions
-		plan.ObservedGeneration = state.ObservedGeneration
-	}
+	plan.Generation = nextGeneration(state.Generation, change)
+	observe := observesOnUpdate(state, plan, change)
+	plan.Reachability = planObserved(observe, state.Reachability, types.ObjectUnknown(recordAttrTypes))
+	plan.Conditions = planObserved(observe, state.Conditions, types.ListUnknown(conditionObjectType))
+	plan.ObservedGeneration = planObserved(observe, state.ObservedGeneration, types.Int64Unknown())
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 
-	// Warn about the record as refreshed, unless the change about to be
-	// applied makes it describe a target that is no longer configured.
-	if !changed && state.Enabled.ValueBool() {
+	// Warn about the record this plan keeps, unless a refresh of this walk
+	// did, or the change about to be applied makes it describe a target that
+	// is no longer configured.
+	if observe == no && change == no && state.Enabled.ValueBool() && planWarns(mark, r.data.walk) {
 		rec, ok, diags := recordFrom(ctx, state.Reachability)
 		resp.Diagnostics.Append(diags...)
 		if ok {
@@ -190,22 +225,31 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	}
 }
 
-// connectionChanged says whether plan reaches the host differently from
+// connectionChange says whether plan reaches the host differently from
 // state: any connection field, or the inline key (known only by the public
-// fingerprint kept in private state; an unknown key counts as changed).
-func connectionChanged(state, plan, config executorModel, prev privateCredentials) bool {
-	return !state.sameEndpoint(plan.connectionModel) || config.PrivateKey.IsUnknown() ||
-		inlineKeyID(config.PrivateKey.ValueString(), config.PrivateKeyPassphrase.ValueString()) != prev.InlineKey
+// fingerprint kept in private state). It is unknownYet while a field or the
+// key is known only after apply.
+func connectionChange(state, plan, config executorModel, prev privateCredentials) maybe {
+	key := no
+	switch {
+	case config.PrivateKey.IsUnknown() || config.PrivateKeyPassphrase.IsUnknown():
+		key = unknownYet
+	case credentialsOf(config).InlineKey != prev.InlineKey:
+		key = yes
+	}
+	return or(changeOf(plan.values(), state.values()), key)
 }
 
-// willProbeOnUpdate says whether applying plan over state probes: an enabled
-// executor is probed when its connection changed, when it has just been
-// enabled, or when its record describes an older generation.
-func willProbeOnUpdate(state, plan executorModel, changed bool) bool {
-	if !plan.Enabled.ValueBool() {
-		return false
+// observesOnUpdate says whether applying plan over state probes: an enabled
+// executor is probed when its record describes an older generation (its
+// connection changed, now or while it was disabled) or when it has just
+// been enabled.
+func observesOnUpdate(state, plan executorModel, change maybe) maybe {
+	outdated := unknownYet
+	if change != unknownYet {
+		outdated = maybeOf(state.ObservedGeneration.ValueInt64() < plan.Generation.ValueInt64())
 	}
-	return changed || !state.Enabled.ValueBool() || state.ObservedGeneration.ValueInt64() < plan.Generation.ValueInt64()
+	return and(maybeBool(plan.Enabled), or(maybeOf(!state.Enabled.ValueBool()), outdated))
 }
 
 func (r *executorResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -225,19 +269,20 @@ func (r *executorResource) Create(ctx context.Context, req resource.CreateReques
 	plan.ObservedGeneration = types.Int64Value(1)
 	plan.Connection = plan.exported()
 
-	now := r.data.clock.Now()
 	rec := reachability.Reset(plan.Host.ValueString())
-	conds, err := reachability.ResetConditions(1, plan.Host.ValueString(), now)
+	conds, err := reachability.ResetConditions(1, plan.Host.ValueString(), r.data.clock.Now())
 	if err != nil {
 		resp.Diagnostics.AddError("Internal error building conditions", err.Error())
 		return
 	}
 	if plan.Enabled.ValueBool() {
-		rec, conds = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), rec, conds, false)
+		rec, conds, _ = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), "", rec, conds)
+		r.warn(&resp.Diagnostics, plan, rec)
 	}
-	r.store(ctx, &resp.Diagnostics, &plan, rec, conds)
+	r.store(&resp.Diagnostics, &plan, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, config)...)
+	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, credentialsOf(config))...)
+	resp.Diagnostics.Append(setWalkMark(ctx, resp.Private, r.data.walk, "")...)
 }
 
 func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -245,12 +290,6 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	pc, diags := readPrivateCredentials(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	if !state.Enabled.ValueBool() {
-		return // a disabled executor's record stays exactly as it was
-	}
 	rec, _, diags := recordFrom(ctx, state.Reachability)
 	resp.Diagnostics.Append(diags...)
 	conds, diags := conditionsFrom(ctx, state.Conditions)
@@ -258,14 +297,21 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	interval := r.data.interval.Duration()
-	if rec.Due(r.data.clock.Now(), interval) {
-		withheld := pc.InlineKey != "" || pc.Passphrase
-		rec, conds = r.probe(ctx, &resp.Diagnostics, state, state, rec, conds, withheld)
-		state.ObservedGeneration = state.Generation
+	// A disabled executor's record stays exactly as it was; only its
+	// staleness, which is about the record's age, is brought up to date.
+	if state.Enabled.ValueBool() {
+		if rec.Due(r.data.clock.Now(), r.data.interval.Duration()) {
+			var observed bool
+			rec, conds, observed = r.probe(ctx, &resp.Diagnostics, state, state, pc.withheld(), rec, conds)
+			if observed {
+				state.ObservedGeneration = state.Generation
+			}
+		}
+		r.warn(&resp.Diagnostics, state, rec)
 	}
-	r.store(ctx, &resp.Diagnostics, &state, rec, conds)
+	r.store(&resp.Diagnostics, &state, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	resp.Diagnostics.Append(setWalkMark(ctx, resp.Private, r.data.walk, markedByRead)...)
 }
 
 func (r *executorResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -276,38 +322,40 @@ func (r *executorResource) Update(ctx context.Context, req resource.UpdateReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	// The plan decided whether the connection changed: it raised the generation.
-	changed := plan.Generation.ValueInt64() > state.Generation.ValueInt64()
+	// The final plan decided, with every input known, whether the
+	// connection changed (it raised the generation) and whether to probe.
+	change := maybeOf(plan.Generation.ValueInt64() > state.Generation.ValueInt64())
 	plan.ID = state.ID
 	plan.Connection = plan.exported()
-
-	rec, _, diags := recordFrom(ctx, state.Reachability)
-	resp.Diagnostics.Append(diags...)
-	conds, diags := conditionsFrom(ctx, state.Conditions)
-	resp.Diagnostics.Append(diags...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	plan.ObservedGeneration = state.ObservedGeneration
-	if willProbeOnUpdate(state, plan, changed) {
+	if observesOnUpdate(state, plan, change) == yes {
 		gen := plan.Generation.ValueInt64()
-		if changed || state.ObservedGeneration.ValueInt64() < gen {
+		rec, _, diags := recordFrom(ctx, state.Reachability)
+		resp.Diagnostics.Append(diags...)
+		conds, diags := conditionsFrom(ctx, state.Conditions)
+		resp.Diagnostics.Append(diags...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+		if state.ObservedGeneration.ValueInt64() < gen {
 			// The old streak and success describe a different target.
-			now := r.data.clock.Now()
 			rec = reachability.Reset(plan.Host.ValueString())
 			var err error
-			if conds, err = reachability.ResetConditions(gen, plan.Host.ValueString(), now); err != nil {
+			if conds, err = reachability.ResetConditions(gen, plan.Host.ValueString(), r.data.clock.Now()); err != nil {
 				resp.Diagnostics.AddError("Internal error building conditions", err.Error())
 				return
 			}
 			tflog.Info(ctx, "executor connection changed: reachability record reset", map[string]any{"host": plan.Host.ValueString(), "generation": gen})
 		}
-		rec, conds = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), rec, conds, false)
+		rec, conds, _ = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), "", rec, conds)
 		plan.ObservedGeneration = types.Int64Value(gen)
+		r.store(&resp.Diagnostics, &plan, rec, conds)
+		r.warn(&resp.Diagnostics, plan, rec)
 	}
-	r.store(ctx, &resp.Diagnostics, &plan, rec, conds)
+	// Otherwise the plan carries the record, conditions and observed
+	// generation exactly as they were, and so does the new state.
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, config)...)
+	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, credentialsOf(config))...)
+	resp.Diagnostics.Append(setWalkMark(ctx, resp.Private, r.data.walk, "")...)
 }
 
 func (r *executorResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {
@@ -335,7 +383,7 @@ func (r *executorResource) ImportState(ctx context.Context, req resource.ImportS
 			PrivateKey:           types.StringNull(),
 			PrivateKeyPassphrase: types.StringNull(),
 			PrivateKeyFile:       nullable(imp.privateKeyFile),
-			Agent:                types.BoolValue(imp.privateKeyFile == ""),
+			Agent:                types.BoolValue(imp.privateKeyFile == "" && !r.data.defaults.hasKey()),
 			HostKeyFingerprint:   nullable(imp.hostKeyFingerprint),
 			ProxyJump:            nullable(imp.proxyJump),
 		},
@@ -344,7 +392,7 @@ func (r *executorResource) ImportState(ctx context.Context, req resource.ImportS
 		ObservedGeneration: types.Int64Value(1),
 	}
 	if m.User.ValueString() == "" {
-		m.User = types.StringValue(r.data.defaultUser)
+		m.User = types.StringValue(r.data.defaults.user)
 	}
 	m.Connection = m.exported()
 	now := r.data.clock.Now()
@@ -353,8 +401,12 @@ func (r *executorResource) ImportState(ctx context.Context, req resource.ImportS
 		resp.Diagnostics.AddError("Internal error building conditions", err.Error())
 		return
 	}
-	r.store(ctx, &resp.Diagnostics, &m, reachability.Reset(imp.host), conds)
+	r.store(&resp.Diagnostics, &m, reachability.Reset(imp.host), conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	// The refresh that follows probes the imported executor without knowing
+	// its credentials (an inline key, a passphrase): what it cannot check
+	// it reports as not checked, never as a failure.
+	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, privateCredentials{Imported: true})...)
 }
 
 func nullable(s string) types.String {
@@ -373,25 +425,31 @@ func withSecrets(plan, config executorModel) executorModel {
 }
 
 // probe probes the executor and applies the outcome to its record and
-// conditions. A cancelled probe changes nothing.
-func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m, creds executorModel, rec reachability.Record, conds []conditions.Condition, withheld bool) (reachability.Record, []conditions.Condition) {
-	target, err := creds.target(r.data.defaultUser)
+// conditions. withheld says why some credential is not available (see
+// connectionModel.target). observed is false when the probe was cancelled:
+// an interrupted probe changes nothing.
+func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m, creds executorModel, withheld string, rec reachability.Record, conds []conditions.Condition) (reachability.Record, []conditions.Condition, bool) {
+	target, err := creds.target(r.data.defaults, withheld)
 	if err != nil {
 		diags.AddAttributeError(path.Root("host_key_fingerprint"), "Invalid connection in state", fmt.Sprintf("fleet_executor %q: %s", m.Name.ValueString(), err))
-		return rec, conds
+		return rec, conds, false
 	}
-	target.Credentials.Withheld = withheld
 	fields := map[string]any{"executor": m.Name.ValueString(), "host": target.Host, "port": target.Port}
 	tflog.Debug(ctx, "probing executor", fields)
 	o := r.data.prober.Probe(ctx, target)
 	if o.Canceled {
 		tflog.Info(ctx, "probe cancelled: nothing recorded", fields)
-		return rec, conds
+		return rec, conds, false
 	}
-	now := r.data.clock.Now()
-	next := reachability.Observe(rec, reachability.ObservationOf(o, now))
+	next := rec
+	if obs, ok := reachability.ObservationOf(o); ok {
+		next = reachability.Observe(rec, obs)
+	}
 	fields["reason"], fields["state"], fields["latency_ms"] = string(o.Reason), string(next.State), o.Latency.Milliseconds()
 	switch {
+	case o.Auth == sshdial.AuthWithheld:
+		fields["not_checked"] = o.Withheld
+		tflog.Info(ctx, "executor probed without its write-only credentials: authentication not re-checked", fields)
 	case next.State != rec.State && next.State == reachability.StateUnreachable:
 		tflog.Warn(ctx, "executor became unreachable", fields)
 	case next.State != rec.State:
@@ -404,27 +462,29 @@ func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m
 			fmt.Sprintf("fleet_executor %q: the jump host key %s was not in known_hosts_file and has been added to it (accept-new). Later dials refuse a different key.",
 				m.Name.ValueString(), o.BastionKeyAdded))
 	}
-	out, err := reachability.ObservedConditions(conds, next, o, m.Generation.ValueInt64(), now)
+	out, err := reachability.ObservedConditions(conds, next, o, m.Generation.ValueInt64(), o.CheckedAt)
 	if err != nil {
 		diags.AddError("Internal error building conditions", err.Error())
-		return rec, conds
+		return rec, conds, false
 	}
-	return next, out
+	return next, out, true
 }
 
-// store writes a record and its conditions into the model.
-func (r *executorResource) store(_ context.Context, diags *diag.Diagnostics, m *executorModel, rec reachability.Record, conds []conditions.Condition) {
+// store writes a record and its conditions into the model. Staleness is
+// computed here, at the moment the record is written (a refresh, a create,
+// an update that probes), and kept as written: a plan never recomputes it,
+// so plan and apply always agree. Warnings compute it afresh when shown.
+func (r *executorResource) store(diags *diag.Diagnostics, m *executorModel, rec reachability.Record, conds []conditions.Condition) {
 	m.Reachability = recordValue(rec, rec.Stale(r.data.clock.Now(), r.data.interval.Duration()))
 	cv, d := conditionsValue(conds)
 	diags.Append(d...)
 	m.Conditions = cv
 }
 
-// warn adds the plan warning for a record that is unreachable, failing
-// below the threshold, or stale.
+// warn adds the warning for a record that is unreachable, failing below the
+// threshold, or stale.
 func (r *executorResource) warn(diags *diag.Diagnostics, m executorModel, rec reachability.Record) {
-	now := r.data.clock.Now()
-	summary, detail, ok := reachability.Warning(m.Name.ValueString(), rec, now, r.data.interval.Duration())
+	summary, detail, ok := reachability.Warning(m.Name.ValueString(), rec, r.data.clock.Now(), r.data.interval.Duration())
 	if ok {
 		diags.AddAttributeWarning(path.Root("reachability"), summary, detail)
 	}

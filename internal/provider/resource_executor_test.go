@@ -194,38 +194,11 @@ func TestAccExecutorLifecycle(t *testing.T) {
 	})
 }
 
-// An executor without a pin is never dialled: its record says config and
-// it is unreachable at once (a sticky reason).
-func TestAccExecutorWithoutPin(t *testing.T) {
-	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
-		srv := sshtest.NewServer(t, sshtest.Healthy)
-		addr := "fleet_executor.nopin"
-		return resource.TestCase{
-			ProtoV6ProviderFactories: factories(provider.WithClock(clock.NewFake(start))),
-			Steps: []resource.TestStep{{
-				Config: providerBlock(filepath.Join(t.TempDir(), "kh")) + executor("nopin", map[string]string{
-					"host": q("127.0.0.1"), "port": fmt.Sprint(srv.Port), "private_key_file": q(srv.ClientKey.WriteFile(t, t.TempDir())),
-				}),
-				ConfigStateChecks: []statecheck.StateCheck{
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("reachability").AtMapKey("state"), knownvalue.StringExact("unreachable")),
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("reachability").AtMapKey("reason"), knownvalue.StringExact("config")),
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("reachability").AtMapKey("message"), knownvalue.StringRegexp(regexp.MustCompile(`host_key_fingerprint`))),
-					conditionStatuses(addr, "False", "Unknown", "False"),
-				},
-				Check: func(*terraform.State) error {
-					if n := srv.Accepted(); n != 0 {
-						return fmt.Errorf("an unpinned executor was dialled %d times", n)
-					}
-					return nil
-				},
-			}},
-		}
-	})
-}
-
 // An inline private_key is write-only: it is used at create, never stored,
-// and a refresh (which cannot read it back) still proves transport and host
-// key without marking authentication failed.
+// and a refresh, which cannot read it back, proves transport and host key
+// and says it did not re-check authentication. It claims nothing more: the
+// key was removed from the host meanwhile, and the record neither moves its
+// last success nor keeps saying the credentials are accepted.
 func TestAccExecutorInlineKey(t *testing.T) {
 	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
 		sshd := sshtest.StartSSHD(t)
@@ -256,13 +229,21 @@ EOT
 					},
 				},
 				{
-					PreConfig: func() { fake.Advance(interval) },
-					Config:    config,
+					PreConfig: func() {
+						sshd.SetAuthorizedKeys(t) // the key no longer logs in
+						fake.Advance(interval)
+					},
+					// The refresh of an apply that changes nothing.
+					Config: config,
 					ConfigStateChecks: []statecheck.StateCheck{
-						record(addr, "reachable", "", 0, start.Add(interval), start.Add(interval)),
-						conditionStatuses(addr, "True", "True", "True"),
-						statecheck.ExpectKnownValue(addr, tfjsonpath.New("conditions").AtSliceIndex(1).AtMapKey("message"),
-							knownvalue.StringRegexp(regexp.MustCompile(`accepted the credentials`))),
+						record(addr, "reachable", "", 0, start.Add(interval), start),
+						conditionStatuses(addr, "True", "Unknown", "True"),
+						statecheck.ExpectKnownValue(addr, tfjsonpath.New("conditions").AtSliceIndex(1), knownvalue.ObjectPartial(map[string]knownvalue.Check{
+							"reason":  knownvalue.StringExact("CredentialWithheld"),
+							"message": knownvalue.StringRegexp(regexp.MustCompile(`not re-checked: the inline private_key is write-only.*provider block`)),
+						})),
+						statecheck.ExpectKnownValue(addr, tfjsonpath.New("conditions").AtSliceIndex(2).AtMapKey("message"),
+							knownvalue.StringRegexp(regexp.MustCompile(`authentication was not re-checked`))),
 					},
 				},
 			},
@@ -279,7 +260,7 @@ func TestAccExecutorRejectsInvalidValues(t *testing.T) {
 		want  string
 	}{
 		{"pin", map[string]string{"host_key_fingerprint": q("MD5:16:27:ac:a5:76:28:2d:36:63:1b:56:4d:eb:df:a6:48")},
-			`host_key_fingerprint.*MD5 fingerprint: give the SHA256 fingerprint`},
+			`host_key_fingerprint.*MD5 fingerprint: use the SHA256 form; accepted: SHA256:<base64>, ssh-keygen -lf output`},
 		{"jump", map[string]string{"proxy_jump": q("a@b,c@d")}, `proxy_jump.*only one hop is supported`},
 		{"port", map[string]string{"port": "0"}, `port.*between 1 and 65535`},
 		{"host", map[string]string{"host": q("web 1")}, `host.*contains a space`},

@@ -62,9 +62,13 @@ func ResetConditions(generation int64, host string, now time.Time) ([]conditions
 }
 
 // ObservedConditions applies one probe to an executor's conditions. rec is
-// the record after the probe (Observe); o is the probe. A condition the probe
-// could not observe (the host key when the TCP connect failed, say) keeps its
-// last value: it still describes the last time it was observed.
+// the record after the probe (Observe; the record as it was when the probe
+// observed nothing of the target); o is the probe. A condition the probe
+// could not observe (the host key when the TCP connect failed, say) keeps
+// its last value: it still describes the last time it was observed. One the
+// probe should have re-checked and could not (authentication without the
+// write-only credentials) becomes Unknown and says why: a condition never
+// claims what was not checked.
 func ObservedConditions(prev []conditions.Condition, rec Record, o sshdial.Outcome, generation int64, now time.Time) ([]conditions.Condition, error) {
 	addr := o.Target.Addr()
 	var set []conditions.Condition
@@ -91,14 +95,22 @@ func ObservedConditions(prev []conditions.Condition, rec Record, o sshdial.Outco
 		set = append(set, conditions.Condition{Type: ConditionAuthenticated, Status: conditions.False,
 			Reason: ReasonAuthenticationFailed, Message: o.Message})
 	case sshdial.AuthWithheld:
-		if _, ok := conditions.Find(prev, ConditionAuthenticated); !ok {
-			set = append(set, conditions.Condition{Type: ConditionAuthenticated, Status: conditions.Unknown,
-				Reason: ReasonCredentialWithheld, Message: "the inline private_key is write-only, so a refresh cannot authenticate; it is checked when the executor is created or its connection changes"})
-		}
+		set = append(set, conditions.Condition{Type: ConditionAuthenticated, Status: conditions.Unknown,
+			Reason: ReasonCredentialWithheld, Message: fmt.Sprintf("authentication at %s was not re-checked: %s. %s", addr, o.Withheld, recheckAdvice)})
 	case sshdial.AuthNotAttempted:
 	}
 
-	set = append(set, reachableCondition(rec, addr))
+	if o.Unchecked() {
+		when := "never"
+		if !rec.CheckedAt.IsZero() {
+			when = rec.CheckedAt.UTC().Format(time.RFC3339)
+		}
+		set = append(set, conditions.Condition{Type: ConditionReachable, Status: conditions.Unknown, Reason: ReasonCredentialWithheld,
+			Message: fmt.Sprintf("%s was not re-checked: its bastion needs credentials this probe did not have (%s); the record was last checked %s",
+				addr, o.Withheld, when)})
+	} else {
+		set = append(set, reachableCondition(rec, addr, o.Auth == sshdial.AuthWithheld))
+	}
 
 	out := prev
 	for _, c := range set {
@@ -122,12 +134,19 @@ func ObservedConditions(prev []conditions.Condition, rec Record, o sshdial.Outco
 	return out, nil
 }
 
-func reachableCondition(rec Record, addr string) conditions.Condition {
+// recheckAdvice says how to keep authentication checked at every refresh.
+const recheckAdvice = "It is checked when the executor is created or its connection changes; " +
+	"credentials given in the provider block instead are checked at every refresh"
+
+func reachableCondition(rec Record, addr string, partial bool) conditions.Condition {
 	c := conditions.Condition{Type: ConditionReachable, Reason: ConditionReason(rec.Reason)}
 	switch rec.State {
 	case StateReachable:
 		c.Status = conditions.True
 		c.Message = fmt.Sprintf("%s answered the SSH handshake", addr)
+		if partial {
+			c.Message = fmt.Sprintf("%s answered the SSH handshake with the pinned host key; authentication was not re-checked", addr)
+		}
 		if rec.Failing() {
 			c.Message = fmt.Sprintf("still counted reachable after %d of %d failed probes: %s",
 				rec.ConsecutiveFailures, FailureThreshold, rec.Message)

@@ -30,7 +30,10 @@ func networkOutcome() sshdial.Outcome {
 // observe runs one probe through Observe and ObservedConditions, as the resource does.
 func observe(t *testing.T, prev []conditions.Condition, rec Record, o sshdial.Outcome, gen int64, now time.Time) (Record, []conditions.Condition) {
 	t.Helper()
-	rec = Observe(rec, Observation{Reason: o.Reason, Message: o.Message, Host: o.Target.Host, CheckedAt: now})
+	o.CheckedAt = now
+	if obs, ok := ObservationOf(o); ok {
+		rec = Observe(rec, obs)
+	}
 	conds, err := ObservedConditions(prev, rec, o, gen, now)
 	if err != nil {
 		t.Fatalf("ObservedConditions: %v", err)
@@ -125,23 +128,45 @@ func TestObservedConditionsSequences(t *testing.T) {
 				t.Fatalf("conditions =\n%+v\nwant\n%+v", conds, want)
 			}
 		}},
-		{"withheld credential keeps a previous Authenticated True untouched", func(t *testing.T) {
+		{"withheld credential turns a previous Authenticated True into Unknown: not re-checked", func(t *testing.T) {
 			rec, prev := allTrue(t)
-			o := sshdial.Outcome{Target: web1, HostKey: sshdial.HostKeyVerified, Auth: sshdial.AuthWithheld}
-			_, conds := observe(t, prev, rec, o, 1, condT1)
-			if got := mustFind(t, conds, ConditionAuthenticated); got != prev[1] {
-				t.Fatalf("Authenticated = %+v, want unchanged %+v", got, prev[1])
+			o := sshdial.Outcome{Target: web1, HostKey: sshdial.HostKeyVerified, Auth: sshdial.AuthWithheld, Withheld: "the inline private_key is write-only"}
+			rec, conds := observe(t, prev, rec, o, 1, condT1)
+			got := mustFind(t, conds, ConditionAuthenticated)
+			if got.Status != conditions.Unknown || got.Reason != ReasonCredentialWithheld || got.LastTransitionTime != condT1 ||
+				!strings.Contains(got.Message, "not re-checked: the inline private_key is write-only") || !strings.Contains(got.Message, "provider block") {
+				t.Fatalf("Authenticated = %+v, want Unknown CredentialWithheld since %v, saying why and what to do", got, condT1)
 			}
-			if got := mustFind(t, conds, ConditionReachable); got.Status != conditions.True || got.LastTransitionTime != condT0 {
-				t.Fatalf("Reachable = %+v, want True since %v", got, condT0)
+			r := mustFind(t, conds, ConditionReachable)
+			if r.Status != conditions.True || r.LastTransitionTime != condT0 || !strings.Contains(r.Message, "authentication was not re-checked") {
+				t.Fatalf("Reachable = %+v, want True since %v, saying authentication was not re-checked", r, condT0)
+			}
+			if !rec.LastSuccessAt.Equal(condT0) || !rec.CheckedAt.Equal(condT1) {
+				t.Fatalf("record %+v: an unauthenticated probe must move checked_at, not last_success_at", rec)
 			}
 		}},
 		{"withheld credential with no previous Authenticated is Unknown CredentialWithheld", func(t *testing.T) {
-			o := sshdial.Outcome{Target: web1, HostKey: sshdial.HostKeyVerified, Auth: sshdial.AuthWithheld}
+			o := sshdial.Outcome{Target: web1, HostKey: sshdial.HostKeyVerified, Auth: sshdial.AuthWithheld, Withheld: "the passphrase is write-only"}
 			_, conds := observe(t, nil, Reset("web1"), o, 1, condT0)
 			got := mustFind(t, conds, ConditionAuthenticated)
 			if got.Status != conditions.Unknown || got.Reason != ReasonCredentialWithheld || got.LastTransitionTime != condT0 {
 				t.Fatalf("Authenticated = %+v, want Unknown CredentialWithheld at %v", got, condT0)
+			}
+		}},
+		{"a bastion needing withheld credentials leaves the record and says Reachable was not re-checked", func(t *testing.T) {
+			rec, prev := allTrue(t)
+			o := sshdial.Outcome{Target: web1, HostKey: sshdial.HostKeyNotSeen, Auth: sshdial.AuthWithheld, Withheld: "the inline private_key is write-only"}
+			after, conds := observe(t, prev, rec, o, 1, condT2)
+			if after != rec {
+				t.Fatalf("record changed to %+v; nothing of the target was observed", after)
+			}
+			if got := mustFind(t, conds, ConditionHostKeyVerified); got != prev[0] {
+				t.Fatalf("HostKeyVerified = %+v, want it kept: the target's key was not seen", got)
+			}
+			r := mustFind(t, conds, ConditionReachable)
+			if r.Status != conditions.Unknown || r.Reason != ReasonCredentialWithheld ||
+				!strings.Contains(r.Message, "not re-checked") || !strings.Contains(r.Message, "2026-09-07T09:00:00Z") {
+				t.Fatalf("Reachable = %+v, want Unknown CredentialWithheld naming when it was last checked", r)
 			}
 		}},
 		{"host key mismatch makes HostKeyVerified False with HostKeyMismatch", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/clock"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
 
@@ -19,6 +20,9 @@ type Prober struct {
 	Dialer  *sshdial.Dialer
 	Slots   *semaphore.Weighted
 	Timeout time.Duration // per probe; sshdial.ProbeTimeout when zero
+	// Clock stamps each outcome's CheckedAt when its probe ends; the wall
+	// clock when nil.
+	Clock clock.Clock
 }
 
 // Named is a target with the name it is reported under.
@@ -41,7 +45,18 @@ func (p *Prober) Probe(ctx context.Context, t sshdial.Target) sshdial.Outcome {
 		return sshdial.Outcome{Target: t.Endpoint, Canceled: true}
 	}
 	defer p.Slots.Release(1)
-	return p.Dialer.Probe(ctx, t, p.timeout())
+	return p.probe(ctx, t)
+}
+
+// probe runs one probe in a slot the caller holds and stamps when it ended.
+func (p *Prober) probe(ctx context.Context, t sshdial.Target) sshdial.Outcome {
+	o := p.Dialer.Probe(ctx, t, p.timeout())
+	if p.Clock != nil {
+		o.CheckedAt = p.Clock.Now()
+	} else {
+		o.CheckedAt = time.Now().UTC()
+	}
+	return o
 }
 
 // ProbeAll probes every target and returns the outcomes in input order.
@@ -64,7 +79,7 @@ func (p *Prober) ProbeAll(ctx context.Context, targets []Named) ([]sshdial.Outco
 	})
 	for k := 1; k < len(order); k++ {
 		if targets[order[k]].Name == targets[order[k-1]].Name {
-			return nil, fmt.Errorf("target name %q is given twice: names must be unique", targets[order[k]].Name)
+			return nil, duplicateName(targets[order[k]].Name)
 		}
 	}
 	out := make([]sshdial.Outcome, len(targets))
@@ -79,15 +94,38 @@ func (p *Prober) ProbeAll(ctx context.Context, targets []Named) ([]sshdial.Outco
 		go func() {
 			defer wg.Done()
 			defer p.Slots.Release(1)
-			out[i] = p.Dialer.Probe(ctx, targets[i].Target, p.timeout())
+			out[i] = p.probe(ctx, targets[i].Target)
 		}()
 	}
 	wg.Wait()
 	return out, nil
 }
 
+// CheckNames refuses a list of target names with a duplicate: a pass
+// dispatches in name order, which must be a total order.
+func CheckNames(names []string) error {
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if seen[n] {
+			return duplicateName(n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+func duplicateName(name string) error {
+	return fmt.Errorf("target name %q is given twice: names must be unique", name)
+}
+
 // ObservationOf turns a probe outcome into the observation the transition
-// rule takes.
-func ObservationOf(o sshdial.Outcome, checkedAt time.Time) Observation {
-	return Observation{Reason: o.Reason, Message: o.Message, Host: o.Target.Host, CheckedAt: checkedAt}
+// rule takes. ok is false when the outcome observed nothing of the target
+// (cancelled, or stopped at a bastion that needs withheld credentials):
+// such an outcome must not touch a record.
+func ObservationOf(o sshdial.Outcome) (obs Observation, ok bool) {
+	if o.Canceled || o.Unchecked() {
+		return Observation{}, false
+	}
+	return Observation{Reason: o.Reason, Message: o.Message, Host: o.Target.Host, CheckedAt: o.CheckedAt,
+		Partial: o.Auth == sshdial.AuthWithheld}, true
 }

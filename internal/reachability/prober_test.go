@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/clock"
 	"github.com/fleetops/terraform-provider-fleet/internal/reachability"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
@@ -66,15 +67,17 @@ func TestProbeAllRefusesDuplicateNames(t *testing.T) {
 }
 
 // A pass over n black-holed hosts with c slots costs ceil(n/c) probe
-// timeouts: the slots bound it from above and below.
+// timeouts: the slots bound it from below, and it is far from the n
+// timeouts of probes run one after the other.
 func TestProbeAllCostIsBoundedBySlots(t *testing.T) {
 	client := sshtest.NewKey(t)
-	const timeout = 400 * time.Millisecond
+	const timeout = 500 * time.Millisecond
+	const n, slots = 8, 4
 	var targets []reachability.Named
-	for i := range 5 {
+	for i := range n {
 		targets = append(targets, blackHoled(t, fmt.Sprintf("h%d", i), client))
 	}
-	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(2), Timeout: timeout}
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(slots), Timeout: timeout}
 	begin := time.Now()
 	out, err := p.ProbeAll(context.Background(), targets)
 	took := time.Since(begin)
@@ -86,10 +89,11 @@ func TestProbeAllCostIsBoundedBySlots(t *testing.T) {
 			t.Fatalf("outcome %+v, want timeout", o)
 		}
 	}
-	// ceil(5/2) = 3 rounds; fewer would mean the limit was not held, many
-	// more that probes were serialised.
-	if took < 3*timeout || took > 3*timeout+time.Second {
-		t.Errorf("pass took %s, want about 3 probe timeouts (%s)", took, 3*timeout)
+	// ceil(8/4) = 2 rounds; fewer would mean the limit was not held. The
+	// upper bound is generous (late timers under -race) yet below the 8
+	// rounds of probes serialised.
+	if took < 2*timeout || took > 6*timeout {
+		t.Errorf("pass took %s, want about 2 probe timeouts (%s), far from %d", took, 2*timeout, n)
 	}
 }
 
@@ -139,5 +143,35 @@ func TestProbeWaitsForASlot(t *testing.T) {
 	slots.Release(1)
 	if o := p.Probe(context.Background(), named("a", s).Target); !o.Reachable() {
 		t.Fatalf("probe with a free slot = %+v, want reachable", o)
+	}
+}
+
+// Each outcome is stamped when its own probe ends, not when the pass does:
+// a quick host's result is not dated by a slow one's timeout.
+func TestProbeAllStampsEachProbe(t *testing.T) {
+	client := sshtest.NewKey(t)
+	const timeout = 800 * time.Millisecond
+	targets := []reachability.Named{
+		named("quick", sshtest.NewServerWithKeys(t, sshtest.Healthy, nil, client)),
+		blackHoled(t, "slow", client),
+	}
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(2), Timeout: timeout, Clock: clock.Real{}}
+	begin := time.Now()
+	out, err := p.ProbeAll(context.Background(), targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quick, slow := out[0].CheckedAt, out[1].CheckedAt
+	if quick.Before(begin) || slow.Sub(quick) < timeout*9/10 {
+		t.Fatalf("quick probe stamped %s, slow one %s: want the quick one a timeout (%s) earlier", quick, slow, timeout)
+	}
+}
+
+// An empty pass is no error: a module with no hosts gets no outcomes.
+func TestProbeAllEmpty(t *testing.T) {
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(1)}
+	out, err := p.ProbeAll(context.Background(), nil)
+	if err != nil || len(out) != 0 {
+		t.Fatalf("ProbeAll(nil) = %v, %v; want no outcomes, no error", out, err)
 	}
 }

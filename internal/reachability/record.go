@@ -42,6 +42,10 @@ type Observation struct {
 	Message   string
 	Host      string
 	CheckedAt time.Time
+	// Partial says authentication was not checked (the credentials were
+	// withheld from the probe): a partial success proves transport and host
+	// key, nothing more.
+	Partial bool
 }
 
 // Reset is the record of a host whose connection changed: unknown, with the
@@ -57,15 +61,24 @@ func Reset(host string) Record {
 //   - a transient failure (network, timeout, auth, unknown) makes it
 //     unreachable on the probe where the streak reaches FailureThreshold, and
 //     until then leaves the state exactly as it was: a failure never promotes
-//     unknown to reachable, while reason and message already show it.
+//     unknown to reachable, while reason and message already show it;
+//   - a partial success (authentication not checked) is a success for what
+//     it checked, but never moves LastSuccessAt, which means a success in
+//     full; and it leaves a record whose last failure was authentication
+//     exactly as it was, since it learnt nothing about that failure.
 func Observe(r Record, o Observation) Record {
+	if o.Partial && o.Reason == sshdial.ReasonNone && r.Reason == sshdial.ReasonAuth {
+		return r
+	}
 	r.Host = o.Host
 	r.CheckedAt = o.CheckedAt.UTC()
 	if o.Reason == sshdial.ReasonNone {
 		r.State = StateReachable
 		r.Reason, r.Message = sshdial.ReasonNone, ""
 		r.ConsecutiveFailures = 0
-		r.LastSuccessAt = r.CheckedAt
+		if !o.Partial {
+			r.LastSuccessAt = r.CheckedAt
+		}
 		return r
 	}
 	r.Reason, r.Message = o.Reason, o.Message

@@ -319,3 +319,73 @@ func TestFailureThresholdIsTwo(t *testing.T) {
 		t.Fatalf("FailureThreshold = %d, want 2", FailureThreshold)
 	}
 }
+
+// A partial success (authentication not checked: the credentials were
+// withheld) is a success for what it checked, never a success in full.
+func TestObservePartial(t *testing.T) {
+	var never time.Time
+	authFailing := Record{State: StateReachable, Reason: sshdial.ReasonAuth, Message: msgFor(sshdial.ReasonAuth),
+		ConsecutiveFailures: 1, Host: "web1", CheckedAt: at(0), LastSuccessAt: at(0)}
+	authUnreachable := authFailing
+	authUnreachable.State, authUnreachable.ConsecutiveFailures = StateUnreachable, 2
+	partial := Observation{Host: "web1", CheckedAt: at(1), Partial: true}
+	tests := []struct {
+		name  string
+		start Record
+		want  Record
+	}{
+		{"reachable stays reachable, checked now, last success kept", reachableSince(),
+			Record{State: StateReachable, Host: "web1", CheckedAt: at(1), LastSuccessAt: at(0)}},
+		{"unknown becomes reachable with no success time", Reset("web1"),
+			Record{State: StateReachable, Host: "web1", CheckedAt: at(1), LastSuccessAt: never}},
+		{"a network failure recovers, last success kept", unreachableAfter(),
+			Record{State: StateReachable, Host: "web1", CheckedAt: at(1), LastSuccessAt: at(0)}},
+		{"an authentication failure below the threshold is left as it was", authFailing, authFailing},
+		{"an authentication failure that made it unreachable is left as it was", authUnreachable, authUnreachable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Observe(tc.start, partial); got != tc.want {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+	t.Run("a later full success moves the success time again", func(t *testing.T) {
+		r := Observe(Observe(reachableSince(), partial), Observation{Host: "web1", CheckedAt: at(2)})
+		if !r.LastSuccessAt.Equal(at(2)) {
+			t.Fatalf("last success %v, want %v", r.LastSuccessAt, at(2))
+		}
+	})
+	t.Run("a failure seen without credentials counts as usual", func(t *testing.T) {
+		o := Observation{Reason: sshdial.ReasonNetwork, Message: msgFor(sshdial.ReasonNetwork), Host: "web1", CheckedAt: at(1), Partial: true}
+		if r := Observe(reachableSince(), o); r.ConsecutiveFailures != 1 || r.Reason != sshdial.ReasonNetwork {
+			t.Fatalf("record %+v, want one network failure", r)
+		}
+	})
+}
+
+// An outcome that observed nothing of the target is no observation.
+func TestObservationOf(t *testing.T) {
+	web := sshdial.Endpoint{Host: "web1", Port: 22}
+	for name, c := range map[string]struct {
+		o       sshdial.Outcome
+		ok      bool
+		partial bool
+	}{
+		"success":   {sshdial.Outcome{Target: web, HostKey: sshdial.HostKeyVerified, Auth: sshdial.AuthAccepted}, true, false},
+		"failure":   {sshdial.Outcome{Target: web, Reason: sshdial.ReasonNetwork}, true, false},
+		"cancelled": {sshdial.Outcome{Target: web, Canceled: true}, false, false},
+		"transport only": {sshdial.Outcome{Target: web, HostKey: sshdial.HostKeyVerified, Auth: sshdial.AuthWithheld,
+			Withheld: "write-only"}, true, true},
+		"stopped at the bastion": {sshdial.Outcome{Target: web, HostKey: sshdial.HostKeyNotSeen, Auth: sshdial.AuthWithheld,
+			Withheld: "write-only"}, false, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c.o.CheckedAt = at(3)
+			obs, ok := ObservationOf(c.o)
+			if ok != c.ok || obs.Partial != c.partial || (ok && (!obs.CheckedAt.Equal(at(3)) || obs.Host != "web1")) {
+				t.Fatalf("ObservationOf = %+v, %v; want ok %v, partial %v, stamped %v", obs, ok, c.ok, c.partial, at(3))
+			}
+		})
+	}
+}

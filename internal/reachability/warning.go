@@ -8,8 +8,9 @@ import (
 
 // Warning is the plan warning for a record that needs a reviewer's eye:
 // unreachable, failing below the threshold, or stale. It names the executor,
-// host, reason, message and the age of the last success. ok is false when the
-// record needs no warning.
+// host, reason, message, when the record was last checked (so a reviewer
+// tells a cached record from a fresh probe) and the age of the last success.
+// ok is false when the record needs no warning.
 func Warning(name string, r Record, now time.Time, interval time.Duration) (summary, detail string, ok bool) {
 	var lines []string
 	switch {
@@ -29,8 +30,17 @@ func Warning(name string, r Record, now time.Time, interval time.Duration) (summ
 		lines = append(lines, fmt.Sprintf("The record of %s is stale: last checked %s ago, more than three probe intervals (%s).",
 			r.Host, Age(now.Sub(r.CheckedAt)), interval))
 	}
-	lines = append(lines, "Last successful probe: "+LastSuccess(r, now)+".")
+	lines = append(lines, "Last checked: "+LastChecked(r, now)+". Last successful probe: "+LastSuccess(r, now)+".")
 	return summary, strings.Join(lines, "\n"), true
+}
+
+// LastChecked is when the record was last observed, "2m0s ago
+// (2026-11-29T12:00:00Z)", or "never".
+func LastChecked(r Record, now time.Time) string {
+	if r.CheckedAt.IsZero() {
+		return "never"
+	}
+	return Age(now.Sub(r.CheckedAt)) + " ago (" + r.CheckedAt.UTC().Format(time.RFC3339) + ")"
 }
 
 // LastSuccess is the age of the last success, "3h12m ago", or "never".

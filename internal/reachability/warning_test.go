@@ -27,7 +27,7 @@ func TestWarning(t *testing.T) {
 			interval: time.Minute, wantOK: true,
 			summary: `Executor "web1" is unreachable (network)`,
 			detailParts: []string{"web1.example.org is unreachable after 2 failed probe(s): " + refused,
-				"Last successful probe: 3h12m ago."},
+				"Last checked: 1m0s ago (2026-09-07T15:11:00Z). Last successful probe: 3h12m ago."},
 		},
 		{
 			name: "unreachable never succeeded says never",
@@ -35,7 +35,7 @@ func TestWarning(t *testing.T) {
 				Host: "web1.example.org", CheckedAt: now},
 			interval: time.Minute, wantOK: true,
 			summary:     `Executor "web1" is unreachable (host_key)`,
-			detailParts: []string{"web1.example.org", "host key mismatch", "Last successful probe: never."},
+			detailParts: []string{"web1.example.org", "host key mismatch", "Last checked: 0s ago (2026-09-07T15:12:00Z). Last successful probe: never."},
 		},
 		{
 			name: "reachable failing below threshold warns",

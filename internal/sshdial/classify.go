@@ -20,7 +20,7 @@ type Reason string
 // The reasons, in the order Classify tests them.
 const (
 	ReasonNone    Reason = ""         // reached
-	ReasonConfig  Reason = "config"   // resolution failed, or no pin; no dial happened
+	ReasonConfig  Reason = "config"   // the configuration cannot work as given: no pin, unusable keys or known_hosts, a bastion that refuses to forward
 	ReasonTimeout Reason = "timeout"  // the deadline expired
 	ReasonHostKey Reason = "host_key" // target key differs from its pin, or bastion key from known_hosts
 	ReasonAuth    Reason = "auth"     // transport negotiated, authentication refused
@@ -54,7 +54,8 @@ func Classify(err error) Reason {
 		return ReasonNone
 	}
 	var cfg *ConfigError
-	if errors.As(err, &cfg) {
+	var refused *ForwardingRefusedError
+	if errors.As(err, &cfg) || errors.As(err, &refused) {
 		return ReasonConfig
 	}
 	// timeout precedes network: a deadline surfaces as a dial error too.

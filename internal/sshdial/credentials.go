@@ -1,77 +1,151 @@
 package sshdial
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 )
 
-// signers loads every signer the credentials name. The returned close
-// function releases the agent connection. Every failure is a ConfigError:
-// nothing has touched the network yet.
-func (c Credentials) signers() ([]ssh.Signer, func(), error) {
+// keys loads the private keys the credentials name, inline or from a file.
+// It touches neither the network nor the agent, so a plan can run it to
+// refuse a configuration that can never authenticate. Every failure is a
+// ConfigError naming the attribute to fix.
+func (c Credentials) keys() ([]ssh.Signer, error) {
 	var out []ssh.Signer
-	closeAgent := func() {}
 	if len(c.PrivateKey) > 0 {
 		s, err := parseKey(c.PrivateKey, c.Passphrase)
-		if err != nil {
-			return nil, nil, &ConfigError{Field: "private_key", Msg: err.Error()}
-		}
-		out = append(out, s)
-	}
-	if c.PrivateKeyFile != "" {
-		path, err := ExpandHome(c.PrivateKeyFile)
-		if err != nil {
-			return nil, nil, &ConfigError{Field: "private_key_file", Msg: err.Error()}
-		}
-		pem, err := os.ReadFile(path)
-		if err != nil {
-			return nil, nil, &ConfigError{Field: "private_key_file", Msg: fmt.Sprintf("cannot read %s: %v", path, errors.Unwrap(err))}
-		}
-		s, err := parseKey(pem, c.Passphrase)
 		switch {
-		case errors.Is(err, errEncrypted) && c.Withheld:
+		case errors.Is(err, errEncrypted) && c.Withheld != "":
 			// Its write-only passphrase is not available to this dial.
 		case err != nil:
-			return nil, nil, &ConfigError{Field: "private_key_file", Msg: fmt.Sprintf("%s: %v", path, err)}
+			return nil, c.configError(fieldOf(err, "private_key"), err.Error())
 		default:
 			out = append(out, s)
 		}
 	}
-	if c.Agent {
-		socket := os.Getenv("SSH_AUTH_SOCK")
+	if c.PrivateKeyFile != "" {
+		path, err := ExpandHome(c.PrivateKeyFile)
+		if err != nil {
+			return nil, c.configError("private_key_file", err.Error())
+		}
+		if info, err := os.Stat(path); err == nil && info.IsDir() {
+			return nil, c.configError("private_key_file", fmt.Sprintf("%s is a directory, not a private key file", path))
+		}
+		pem, err := os.ReadFile(path)
+		if err != nil {
+			return nil, c.configError("private_key_file", fmt.Sprintf("cannot read %s: %v", path, errors.Unwrap(err)))
+		}
+		s, err := parseKey(pem, c.Passphrase)
 		switch {
-		case socket == "" && len(out) == 0 && !c.Withheld:
-			return nil, nil, &ConfigError{Field: "agent", Msg: "agent authentication is requested but SSH_AUTH_SOCK is not set: start an ssh-agent, or set private_key_file"}
-		case socket != "":
-			conn, err := net.Dial("unix", socket)
-			if err != nil {
-				if len(out) == 0 && !c.Withheld {
-					return nil, nil, &ConfigError{Field: "agent", Msg: fmt.Sprintf("cannot reach the agent at SSH_AUTH_SOCK: %v", errors.Unwrap(err))}
-				}
-				break
-			}
-			closeAgent = func() { _ = conn.Close() }
-			fromAgent, err := agent.NewClient(conn).Signers()
-			if err != nil {
-				closeAgent()
-				return nil, nil, &ConfigError{Field: "agent", Msg: fmt.Sprintf("listing the agent's keys: %v", err)}
-			}
-			out = append(out, fromAgent...)
+		case errors.Is(err, errEncrypted) && c.Withheld != "":
+		case err != nil:
+			return nil, c.configError(fieldOf(err, "private_key_file"), fmt.Sprintf("%s: %v", path, err))
+		default:
+			out = append(out, s)
 		}
 	}
-	if len(out) == 0 && !c.Withheld {
-		return nil, nil, &ConfigError{Field: "private_key_file", Msg: "no credentials: set private_key, private_key_file or agent"}
-	}
-	return out, closeAgent, nil
+	return out, nil
 }
 
-var errEncrypted = errors.New("the key is encrypted: set private_key_passphrase")
+// fieldOf names the attribute a key parse error asks to fix: a passphrase
+// problem is fixed in private_key_passphrase, anything else in the key.
+func fieldOf(err error, keyField string) string {
+	if errors.Is(err, errEncrypted) || errors.Is(err, errWrongPassphrase) {
+		return "private_key_passphrase"
+	}
+	return keyField
+}
+
+func (c Credentials) configError(field, msg string) *ConfigError {
+	return &ConfigError{Field: field, Provider: c.FromProvider, Msg: msg}
+}
+
+// check is what can be known of the credentials without using them: the
+// keys load, and some credential exists. It does not talk to the agent.
+func (c Credentials) check() error {
+	keys, err := c.keys()
+	switch {
+	case err != nil:
+		return err
+	case len(keys) > 0 || c.Withheld != "":
+		return nil
+	case !c.Agent:
+		return c.configError("private_key_file", errNoCredentials.Error())
+	case os.Getenv("SSH_AUTH_SOCK") == "":
+		return c.configError("agent", errNoAgent.Error())
+	}
+	return nil
+}
+
+// withAgent adds the agent's keys to keys when the credentials ask for the
+// agent. The agent is dialled and listed under ctx, and its connection is
+// closed when ctx ends, so a hung agent cannot hold a dial past its bound.
+// The returned function releases the agent connection.
+func (c Credentials) withAgent(ctx context.Context, keys []ssh.Signer) ([]ssh.Signer, func(), error) {
+	release := func() {}
+	if c.Agent {
+		fromAgent, closeAgent, err := agentSigners(ctx)
+		switch {
+		case err == nil:
+			keys = append(keys, fromAgent...)
+			release = closeAgent
+		case ctx.Err() != nil:
+			return nil, nil, ctxError(ctx)
+		case len(keys) == 0 && c.Withheld == "":
+			return nil, nil, c.configError("agent", err.Error())
+		}
+	}
+	if len(keys) == 0 && c.Withheld == "" {
+		release()
+		return nil, nil, c.configError("private_key_file", errNoCredentials.Error())
+	}
+	return keys, release, nil
+}
+
+// agentSigners lists the keys of the agent at SSH_AUTH_SOCK under ctx.
+func agentSigners(ctx context.Context) ([]ssh.Signer, func(), error) {
+	socket := os.Getenv("SSH_AUTH_SOCK")
+	if socket == "" {
+		return nil, nil, errNoAgent
+	}
+	var nd net.Dialer
+	conn, err := nd.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach the agent at SSH_AUTH_SOCK: %v", describe(err))
+	}
+	// The connection serves the signatures of the handshake too: it lives
+	// until the dial is over, and no longer than ctx.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	release := func() { stop(); _ = conn.Close() }
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	} else {
+		_ = conn.SetDeadline(time.Time{})
+	}
+	signers, err := agent.NewClient(conn).Signers()
+	if err != nil {
+		release()
+		if ctx.Err() != nil {
+			return nil, nil, ctxError(ctx)
+		}
+		return nil, nil, fmt.Errorf("listing the agent's keys: %v", err)
+	}
+	return signers, release, nil
+}
+
+var (
+	errNoCredentials   = errors.New("no credentials: set private_key, private_key_file or agent, on the connection or in the provider block")
+	errNoAgent         = errors.New("agent authentication is requested but SSH_AUTH_SOCK is not set: start an ssh-agent, or set private_key_file")
+	errEncrypted       = errors.New("the key is encrypted: set private_key_passphrase")
+	errWrongPassphrase = errors.New("private_key_passphrase does not decrypt the key")
+)
 
 // parseKey parses a PEM private key. Its errors never quote the key.
 func parseKey(pem, passphrase []byte) (ssh.Signer, error) {
@@ -93,7 +167,7 @@ func parseKey(pem, passphrase []byte) (ssh.Signer, error) {
 	case errors.As(err, &missing):
 		return nil, errEncrypted
 	case errors.Is(err, x509.IncorrectPasswordError):
-		return nil, errors.New("private_key_passphrase does not decrypt the key")
+		return nil, errWrongPassphrase
 	case err != nil:
 		return nil, errors.New("not a PEM private key that SSH can use (expected an OpenSSH, PKCS#1, PKCS#8 or EC private key)")
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -41,11 +40,46 @@ func (c *Client) Close() error {
 
 // trace records what a dial saw, whether or not it succeeded.
 type trace struct {
-	hostKeyVerified bool            // the target's key matched the pin
-	offered         []ssh.PublicKey // keys the target offered that did not match
-	authRefused     bool            // the target refused authentication after a verified key exchange
-	serverVersion   string
-	bastionAdded    string // "host type fingerprint" of a bastion key accept-new trusted
+	hostKeyVerified    bool            // the target's key matched the pin
+	offered            []ssh.PublicKey // keys the target offered that did not match
+	authRefused        bool            // the target refused authentication after a verified key exchange
+	bastionAuthRefused bool            // the bastion refused authentication after a verified key exchange
+	serverVersion      string
+	bastionAdded       string // "host type fingerprint" of a bastion key accept-new trusted
+}
+
+// Check reports, with no network access and without asking the agent,
+// whether t can be dialled as configured: a pin, keys that load (with their
+// passphrase), some credential to offer, and a usable known_hosts file when
+// a bastion is used. A fault is a *ConfigError naming the attribute to fix;
+// the same fault would fail every probe with reason config, so callers
+// refuse it before anything is applied.
+func (d *Dialer) Check(t Target) error {
+	if err := checkPin(t); err != nil {
+		return err
+	}
+	if t.Jump != nil {
+		if _, err := d.knownHosts(); err != nil {
+			return err
+		}
+	}
+	return t.Credentials.check()
+}
+
+func checkPin(t Target) error {
+	if !t.Pin.IsZero() {
+		return nil
+	}
+	return &ConfigError{Field: "host_key_fingerprint",
+		Msg: "no host key pin is set, and the provider never dials an unpinned host. Set it to the host's key, for example the output of `" +
+			PinCommand(t.Host, t.Port) + "`, checked out of band (against the host's console, or its provisioning record)"}
+}
+
+func (d *Dialer) knownHosts() (*knownHostsView, error) {
+	if d.KnownHosts == nil || d.KnownHosts.Path == "" {
+		return nil, &ConfigError{Field: "known_hosts_file", Provider: true, Msg: "a bastion (proxy_jump) needs the provider's known_hosts_file to verify its key"}
+	}
+	return d.KnownHosts.open()
 }
 
 // Dial connects, verifies and authenticates, with the TCP connects and SSH
@@ -53,56 +87,75 @@ type trace struct {
 // so the connection gets ctx's deadline where it supports one and is closed
 // when ctx ends, which also covers a connection tunnelled through a bastion.
 func (d *Dialer) Dial(ctx context.Context, t Target) (*Client, error) {
-	tr := &trace{}
-	creds, err := d.resolve(t)
+	r, err := d.resolve(t)
 	if err != nil {
 		return nil, err
 	}
-	defer creds.close()
-	return d.dial(ctx, t, creds, tr)
+	if err := r.addAgent(ctx, t); err != nil {
+		return nil, err
+	}
+	defer r.release()
+	return d.dial(ctx, t, r, &trace{})
 }
 
-// resolved is a target's credentials, loaded before any network access.
+// resolved is what a dial needs before it touches the network.
 type resolved struct {
-	auth  []ssh.AuthMethod
-	close func()
+	keys       []ssh.Signer
+	auth       []ssh.AuthMethod
+	knownHosts *knownHostsView // the bastion's trust store, read once; nil without a bastion
+	release    func()          // releases the agent connection
 }
 
-// resolve checks the pin and loads the credentials. It touches no network,
-// and its cost (a key's passphrase derivation, say) is not charged to the
-// dial's deadline.
-func (d *Dialer) resolve(t Target) (resolved, error) {
-	fail := func(hop Hop, err error) (resolved, error) {
-		return resolved{}, &DialError{Hop: hop, Stage: StageResolve, Target: t.Endpoint, Jump: t.Jump, Err: err}
+// resolve checks the pin, reads known_hosts for a bastion and loads the
+// keys. It touches no network, and its cost (a key's passphrase derivation,
+// say) is not charged to the dial's deadline.
+func (d *Dialer) resolve(t Target) (*resolved, error) {
+	fail := func(hop Hop, err error) (*resolved, error) {
+		return nil, &DialError{Hop: hop, Stage: StageResolve, Target: t.Endpoint, Jump: t.Jump, Err: err}
 	}
-	if t.Pin.IsZero() {
-		return fail(HopTarget, &ConfigError{Field: "host_key_fingerprint",
-			Msg: "no host key pin is set; the provider never dials an unpinned host: set it to the host's key, e.g. the output of `ssh-keyscan -p " +
-				strconv.Itoa(t.Port) + " " + t.Host + " | ssh-keygen -lf -` checked out of band"})
+	if err := checkPin(t); err != nil {
+		return fail(HopTarget, err)
 	}
-	if t.Jump != nil && (d.KnownHosts == nil || d.KnownHosts.Path == "") {
-		return fail(HopBastion, &ConfigError{Field: "proxy_jump", Msg: "a bastion needs the provider's known_hosts_file to verify its key"})
+	r := &resolved{release: func() {}}
+	if t.Jump != nil {
+		kh, err := d.knownHosts()
+		if err != nil {
+			return fail(HopBastion, err)
+		}
+		r.knownHosts = kh
 	}
-	signers, closeAgent, err := t.Credentials.signers()
+	keys, err := t.Credentials.keys()
 	if err != nil {
 		return fail(HopTarget, err)
 	}
-	return resolved{auth: []ssh.AuthMethod{ssh.PublicKeys(signers...)}, close: closeAgent}, nil
+	r.keys = keys
+	return r, nil
 }
 
-func (d *Dialer) dial(ctx context.Context, t Target, creds resolved, tr *trace) (*Client, error) {
+// addAgent asks the agent for its keys under ctx, which bounds the dial too.
+func (r *resolved) addAgent(ctx context.Context, t Target) error {
+	signers, release, err := t.Credentials.withAgent(ctx, r.keys)
+	if err != nil {
+		return &DialError{Hop: HopTarget, Stage: StageResolve, Target: t.Endpoint, Jump: t.Jump, Err: err}
+	}
+	r.auth = []ssh.AuthMethod{ssh.PublicKeys(signers...)}
+	r.release = release
+	return nil
+}
+
+func (d *Dialer) dial(ctx context.Context, t Target, r *resolved, tr *trace) (*Client, error) {
 	fail := func(hop Hop, stage Stage, err error) (*Client, error) {
 		return nil, &DialError{Hop: hop, Stage: stage, Target: t.Endpoint, Jump: t.Jump, Err: err}
 	}
 	var bastion *ssh.Client
 	var err error
 	if t.Jump != nil {
-		bastion, err = d.dialBastion(ctx, *t.Jump, t.User, creds.auth, tr)
+		bastion, err = d.dialBastion(ctx, *t.Jump, t.User, r, tr)
 		if err != nil {
 			return fail(HopBastion, stageOf(err), cause(err))
 		}
 	}
-	client, err := d.dialTarget(ctx, t, bastion, creds.auth, tr)
+	client, err := d.dialTarget(ctx, t, bastion, r.auth, tr)
 	if err != nil {
 		if bastion != nil {
 			_ = bastion.Close()
@@ -142,7 +195,7 @@ func (d *Dialer) dialTarget(ctx context.Context, t Target, bastion *ssh.Client, 
 		if err != nil {
 			return nil, err
 		}
-		c, err := handshake(ctx, conn, t.Addr(), cfg)
+		c, err := handshake(ctx, conn, t.Addr(), cfg, bastion)
 		if err == nil {
 			tr.serverVersion = string(c.ServerVersion())
 			return &Client{Client: c, HostKey: presented}, nil
@@ -158,7 +211,7 @@ func (d *Dialer) dialTarget(ctx context.Context, t Target, bastion *ssh.Client, 
 			// Every remaining key type was refused by the host: report the keys it did offer.
 			return nil, &stageError{StageHandshake, &HostKeyError{Pin: t.Pin, Offered: tr.offered}}
 		}
-		if t.Pin.key != nil && isNoCommonHostKey(err) {
+		if t.Pin.typed() && isNoCommonHostKey(err) {
 			return nil, &stageError{StageHandshake, &HostKeyError{Pin: t.Pin}}
 		}
 		if tr.hostKeyVerified && isAuthFailure(err) {
@@ -169,7 +222,7 @@ func (d *Dialer) dialTarget(ctx context.Context, t Target, bastion *ssh.Client, 
 	}
 }
 
-func (d *Dialer) dialBastion(ctx context.Context, jump Endpoint, defaultUser string, auth []ssh.AuthMethod, tr *trace) (*ssh.Client, error) {
+func (d *Dialer) dialBastion(ctx context.Context, jump Endpoint, defaultUser string, r *resolved, tr *trace) (*ssh.Client, error) {
 	if jump.User == "" {
 		jump.User = defaultUser
 	}
@@ -177,22 +230,30 @@ func (d *Dialer) dialBastion(ctx context.Context, jump Endpoint, defaultUser str
 	if err != nil {
 		return nil, err
 	}
+	verified := false
+	check := r.knownHosts.callback(func(host string, key ssh.PublicKey) {
+		tr.bastionAdded = host + " " + key.Type() + " " + ssh.FingerprintSHA256(key)
+	})
 	cfg := &ssh.ClientConfig{
 		User: jump.User,
-		Auth: auth,
-		HostKeyCallback: d.KnownHosts.Callback(func(host string, key ssh.PublicKey) {
-			tr.bastionAdded = host + " " + key.Type() + " " + ssh.FingerprintSHA256(key)
-		}),
+		Auth: r.auth,
+		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
+			err := check(host, remote, key)
+			verified = err == nil
+			return err
+		},
 	}
 	// Ask for a key type the file knows, as OpenSSH does, so that a host
 	// offering several keys is not mistaken for a changed one.
-	if types := d.KnownHosts.KeyTypes(jump.Addr(), conn.RemoteAddr()); len(types) > 0 {
-		for _, typ := range types {
-			cfg.HostKeyAlgorithms = append(cfg.HostKeyAlgorithms, algorithmsFor(typ)...)
-		}
+	for _, typ := range r.knownHosts.keyTypes(jump.Addr(), conn.RemoteAddr()) {
+		cfg.HostKeyAlgorithms = append(cfg.HostKeyAlgorithms, algorithmsFor(typ)...)
 	}
-	c, err := handshake(ctx, conn, jump.Addr(), cfg)
+	c, err := handshake(ctx, conn, jump.Addr(), cfg, nil)
 	if err != nil {
+		if verified && isAuthFailure(err) {
+			tr.bastionAuthRefused = true
+			return nil, &stageError{StageHandshake, &AuthError{User: jump.User, Err: err}}
+		}
 		return nil, &stageError{StageHandshake, err}
 	}
 	return c, nil
@@ -211,6 +272,10 @@ func (d *Dialer) connect(ctx context.Context, e Endpoint, bastion *ssh.Client) (
 				_ = conn.Close()
 			}
 			return nil, &stageError{StageForward, ctxError(ctx)}
+		}
+		var refused *ssh.OpenChannelError
+		if errors.As(err, &refused) && (refused.Reason == ssh.Prohibited || refused.Reason == ssh.UnknownChannelType) {
+			err = &ForwardingRefusedError{Err: refused}
 		}
 		if err != nil {
 			return nil, &stageError{StageForward, err}
@@ -233,12 +298,19 @@ func (d *Dialer) connect(ctx context.Context, e Endpoint, bastion *ssh.Client) (
 
 // handshake runs ssh.NewClientConn under ctx: the deadline is set on the
 // connection where it is supported (TCP), and the connection is closed when
-// ctx ends (which is the only bound on a tunnelled connection).
-func handshake(ctx context.Context, conn net.Conn, addr string, cfg *ssh.ClientConfig) (*ssh.Client, error) {
+// ctx ends, which is the only bound on a tunnelled connection. For one, the
+// bastion is closed too: closing a channel does not end a read pending on
+// it until the bastion answers the close, and a stalled bastion never does.
+func handshake(ctx context.Context, conn net.Conn, addr string, cfg *ssh.ClientConfig, bastion *ssh.Client) (*ssh.Client, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl) // a bastion channel refuses deadlines; AfterFunc covers it
 	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	stop := context.AfterFunc(ctx, func() {
+		_ = conn.Close()
+		if bastion != nil {
+			_ = bastion.Close()
+		}
+	})
 	c, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
 	if !stop() {
 		// ctx ended during the handshake: its error is the cause, whatever
@@ -298,11 +370,14 @@ func ctxError(ctx context.Context) error {
 	return errTimedOut
 }
 
+// isAuthFailure: x/crypto exports no type for a client whose credentials
+// were all refused, so its message is the only sign.
 func isAuthFailure(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "unable to authenticate") || strings.Contains(msg, "authentication failures")
 }
 
 func isNoCommonHostKey(err error) bool {
-	return strings.Contains(err.Error(), "no common algorithm for host key")
+	var ne *ssh.AlgorithmNegotiationError
+	return errors.As(err, &ne) && ne.What == "host key"
 }

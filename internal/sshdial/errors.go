@@ -60,13 +60,35 @@ func (e *DialError) Error() string {
 func (e *DialError) Unwrap() error { return e.Err }
 
 // ConfigError is a target that cannot be dialled as configured: no pin, an
-// unreadable or invalid key, no credentials. Nothing touched the network.
+// unreadable or invalid key, no credentials, an unusable known_hosts file.
+// It is found before any network access, and the same configuration fails
+// the same way every time.
 type ConfigError struct {
-	Field string // the attribute to fix
-	Msg   string
+	Field    string // the attribute to fix
+	Provider bool   // the attribute is the provider's, not the connection's
+	Msg      string
 }
 
-func (e *ConfigError) Error() string { return e.Field + ": " + e.Msg }
+func (e *ConfigError) Error() string {
+	if e.Provider {
+		return "provider " + e.Field + ": " + e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// ForwardingRefusedError is a bastion that will not open a tunnel to the
+// target by policy (administratively prohibited, or no support for
+// forwarding): it answers the same way until its configuration changes.
+type ForwardingRefusedError struct {
+	Err *ssh.OpenChannelError
+}
+
+func (e *ForwardingRefusedError) Error() string {
+	return fmt.Sprintf("%s (%s): allow TCP forwarding to the target for this user on the bastion (sshd_config AllowTcpForwarding, PermitOpen)",
+		e.Err.Message, e.Err.Reason)
+}
+
+func (e *ForwardingRefusedError) Unwrap() error { return e.Err }
 
 // HostKeyError is a target whose host key is not the pinned one.
 type HostKeyError struct {
@@ -86,8 +108,8 @@ func (e *HostKeyError) Error() string {
 		e.Pin, strings.Join(offered, ", "))
 }
 
-// AuthError is a host that completed key exchange and then refused every
-// credential offered.
+// AuthError is a host (the target, or the bastion) that completed key
+// exchange and then refused every credential offered.
 type AuthError struct {
 	User string
 	Err  error

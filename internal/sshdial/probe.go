@@ -30,7 +30,7 @@ const (
 	AuthNotAttempted AuthResult = "not_attempted" // the dial failed before authentication
 	AuthAccepted     AuthResult = "accepted"
 	AuthRefused      AuthResult = "refused"
-	AuthWithheld     AuthResult = "withheld" // the credential was not available to this probe
+	AuthWithheld     AuthResult = "withheld" // not checked: the credential was not available to this probe
 )
 
 // Outcome is the result of one probe.
@@ -49,10 +49,23 @@ type Outcome struct {
 	// BastionKeyAdded is set when accept-new trusted a bastion's key during
 	// this probe and wrote it to known_hosts: "host type SHA256:...".
 	BastionKeyAdded string
+	// Withheld is why authentication was not checked (Auth is AuthWithheld):
+	// the credentials' Withheld.
+	Withheld string
+	// CheckedAt is when the probe finished, stamped by whoever ran it with
+	// the clock it keeps (the Prober does).
+	CheckedAt time.Time
 }
 
-// Reachable reports whether the probe succeeded.
-func (o Outcome) Reachable() bool { return !o.Canceled && o.Reason == ReasonNone }
+// Reachable reports whether the probe succeeded in full: host key and
+// authentication checked.
+func (o Outcome) Reachable() bool {
+	return !o.Canceled && o.Reason == ReasonNone && o.Auth == AuthAccepted
+}
+
+// Unchecked reports whether the probe could check nothing of the target:
+// the bastion needs the credentials that were withheld.
+func (o Outcome) Unchecked() bool { return o.Auth == AuthWithheld && o.HostKey == HostKeyNotSeen }
 
 // Probe dials t, closes the connection at once (no session, no command) and
 // classifies the result. The whole dial is bounded by timeout. When ctx is
@@ -60,19 +73,21 @@ func (o Outcome) Reachable() bool { return !o.Canceled && o.Reason == ReasonNone
 // observed nothing.
 func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Outcome {
 	tr := &trace{}
-	creds, err := d.resolve(t)
+	r, err := d.resolve(t)
 	var latency time.Duration
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
-		var client *Client
-		client, err = d.dial(pctx, t, creds, tr)
+		if err = r.addAgent(pctx, t); err == nil {
+			var client *Client
+			client, err = d.dial(pctx, t, r, tr)
+			if client != nil {
+				_ = client.Close()
+			}
+			r.release()
+		}
 		latency = time.Since(start)
 		cancel()
-		creds.close()
-		if client != nil {
-			_ = client.Close()
-		}
 	}
 	// The caller's context is checked first: only the probe's own deadline is
 	// a timeout, and a cancellation must never be recorded as a failure.
@@ -90,20 +105,23 @@ func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Out
 		o.Auth, o.ServerVersion = AuthAccepted, tr.serverVersion
 		return o
 	}
+	if (tr.authRefused || tr.bastionAuthRefused) && t.Credentials.Withheld != "" {
+		// The credential that would authenticate is not here: what was
+		// checked before authentication stands, authentication is not judged.
+		o.Auth, o.Withheld = AuthWithheld, t.Credentials.Withheld
+		return o
+	}
 	if tr.authRefused {
 		o.Auth = AuthRefused
-		if t.Credentials.Withheld {
-			// The key that would authenticate is write-only and not here:
-			// transport and host key are proven, authentication is not judged.
-			o.Auth = AuthWithheld
-			return o
-		}
 	}
 	o.Reason = Classify(err)
 	o.Message = Sanitize(err.Error())
 	var cfg *ConfigError
 	if errors.As(err, &cfg) {
 		o.Field = cfg.Field
+		if cfg.Provider {
+			o.Field = "provider." + cfg.Field
+		}
 	}
 	if o.Reason == ReasonTimeout {
 		o.Message = fmt.Sprintf("%s (no answer within the %s probe timeout)", o.Message, timeout)

@@ -45,16 +45,21 @@ type Target struct {
 }
 
 // Credentials say how to authenticate. Several may be given; they are tried
-// in the order inline key, key file, agent.
+// in the order inline key, key file, agent. The bastion and the target are
+// offered the same ones.
 type Credentials struct {
 	PrivateKey     []byte // PEM text of an inline key
 	PrivateKeyFile string // path, "~" expanded
 	Passphrase     []byte // for an encrypted PrivateKey or PrivateKeyFile
 	Agent          bool   // use the agent at SSH_AUTH_SOCK
-	// Withheld says a credential exists but is not available to this dial (a
-	// write-only inline key during a refresh). The dial then proves transport
-	// and host key, and a refused authentication is not held against it.
-	Withheld bool
+	// FromProvider says these are the provider's default credentials, so a
+	// fault names the provider's attribute rather than the connection's.
+	FromProvider bool
+	// Withheld, when set, says why a credential exists but is not available
+	// to this dial (a write-only key during a refresh, say). The dial then
+	// checks what it can without it, and a refused authentication is not
+	// held against the host: it was not checked.
+	Withheld string
 }
 
 // String never shows secrets; it says which kinds of credential are set.
@@ -69,7 +74,7 @@ func (c Credentials) String() string {
 	if c.Agent {
 		kinds = append(kinds, "agent")
 	}
-	if c.Withheld {
+	if c.Withheld != "" {
 		kinds = append(kinds, "withheld key")
 	}
 	if len(kinds) == 0 {

@@ -153,7 +153,7 @@ func TestCredentialsStringHidesSecrets(t *testing.T) {
 	}{
 		{"nothing", Credentials{}, "no credentials"},
 		{"inline key with passphrase", Credentials{PrivateKey: []byte(secret), Passphrase: []byte("hunter2")}, "inline key"},
-		{"every kind", Credentials{PrivateKey: []byte(secret), PrivateKeyFile: "/k", Agent: true, Withheld: true}, "inline key, key file /k, agent, withheld key"},
+		{"every kind", Credentials{PrivateKey: []byte(secret), PrivateKeyFile: "/k", Agent: true, Withheld: "write-only key"}, "inline key, key file /k, agent, withheld key"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

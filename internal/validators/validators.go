@@ -5,6 +5,8 @@ package validators
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
@@ -50,5 +52,33 @@ func Host() validator.String {
 	return stringCheck{
 		description: "value must be a bare host name or address",
 		check:       sshdial.CheckHost,
+	}
+}
+
+// RequiredWhenKnown requires attributes of a nested object once its value is
+// known. The framework's own Required check reads the attributes of a list
+// element that is unknown during validate (one built with merge() from a
+// resource's export, say) as missing, and refuses a configuration that is
+// fine; this check waits until the object is known.
+func RequiredWhenKnown(names ...string) validator.Object { return requiredAttrs(names) }
+
+type requiredAttrs []string
+
+func (r requiredAttrs) Description(context.Context) string {
+	return "attributes " + strings.Join(r, ", ") + " must be set"
+}
+
+func (r requiredAttrs) MarkdownDescription(ctx context.Context) string { return r.Description(ctx) }
+
+func (r requiredAttrs) ValidateObject(_ context.Context, req validator.ObjectRequest, resp *validator.ObjectResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	attrs := req.ConfigValue.Attributes()
+	for _, name := range r {
+		if v, ok := attrs[name]; !ok || v.IsNull() {
+			resp.Diagnostics.AddAttributeError(req.Path.AtName(name), "Missing "+name,
+				fmt.Sprintf("%s: every target needs a %s.", req.Path, name))
+		}
 	}
 }
