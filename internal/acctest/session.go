@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,8 +131,18 @@ func (s *Session) Run(args ...string) (stdout, stderr string) {
 	return stdout, stderr
 }
 
+// commands counts the CLI commands sessions have run, so that a provider
+// served in-process can tell one command from the next (CurrentCommand).
+var commands atomic.Int64
+
+// CurrentCommand identifies the CLI command a session is running now, for
+// a provider served in-process (provider.WithRunID): outside a test, the
+// process that starts the provider tells the command.
+func CurrentCommand() string { return "command:" + strconv.FormatInt(commands.Load(), 10) }
+
 // Try runs the CLI with args and returns what it printed and how it ended.
 func (s *Session) Try(args ...string) (stdout, stderr string, err error) {
+	commands.Add(1)
 	cmd := exec.Command(s.CLI.Path, args...)
 	cmd.Dir = s.Dir
 	cmd.Env = append(os.Environ(), s.env...)
@@ -137,6 +150,33 @@ func (s *Session) Try(args ...string) (stdout, stderr string, err error) {
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	return out.String(), errOut.String(), err
+}
+
+// ExitCode runs the CLI with args and returns its exit code, failing the
+// test when the command could not run at all. `plan -detailed-exitcode`
+// exits 0 for no changes, 2 for changes and 1 for an error.
+func (s *Session) ExitCode(args ...string) (stdout, stderr string, code int) {
+	s.t.Helper()
+	stdout, stderr, err := s.Try(args...)
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return stdout, stderr, 0
+	case errors.As(err, &exit):
+		return stdout, stderr, exit.ExitCode()
+	}
+	s.t.Fatalf("%s %s: %v", s.CLI.Name, strings.Join(args, " "), err)
+	return stdout, stderr, -1
+}
+
+// WantNoChanges fails the test unless a plan with args finds nothing to
+// change: after convergence a plan must be empty.
+func (s *Session) WantNoChanges(args ...string) {
+	s.t.Helper()
+	stdout, stderr, code := s.ExitCode(append([]string{"plan", "-detailed-exitcode", "-input=false", "-no-color"}, args...)...)
+	if code != 0 {
+		s.t.Fatalf("%s plan -detailed-exitcode %s exited %d, want 0 (no changes):\n%s\n%s", s.CLI.Name, strings.Join(args, " "), code, stdout, stderr)
+	}
 }
 
 // Diagnostic is one diagnostic of a machine-readable (-json) CLI run.
@@ -176,4 +216,31 @@ func (s *Session) State() []byte {
 		s.t.Fatalf("reading state: %v", err)
 	}
 	return b
+}
+
+// Values returns the attribute values of the resource at addr in the
+// current state, as `show -json` prints them, failing when it is absent.
+func (s *Session) Values(addr string) map[string]any {
+	s.t.Helper()
+	stdout, _ := s.Run("show", "-json")
+	var shown struct {
+		Values struct {
+			RootModule struct {
+				Resources []struct {
+					Address string         `json:"address"`
+					Values  map[string]any `json:"values"`
+				} `json:"resources"`
+			} `json:"root_module"`
+		} `json:"values"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &shown); err != nil {
+		s.t.Fatalf("show -json: %v\n%s", err, stdout)
+	}
+	for _, r := range shown.Values.RootModule.Resources {
+		if r.Address == addr {
+			return r.Values
+		}
+	}
+	s.t.Fatalf("%s is not in the state", addr)
+	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -49,6 +48,7 @@ type fleetProvider struct {
 	version      string
 	clock        clock.Clock
 	probeTimeout time.Duration
+	run          func() string
 
 	// slots is the probe semaphore: one per provider process, made by the
 	// first Configure and shared by every probe whoever asks.
@@ -65,10 +65,14 @@ func WithClock(c clock.Clock) Option { return func(p *fleetProvider) { p.clock =
 // WithProbeTimeout shortens the probe timeout, for tests of black-holed hosts.
 func WithProbeTimeout(d time.Duration) Option { return func(p *fleetProvider) { p.probeTimeout = d } }
 
+// WithRunID tells the provider which command it serves, for tests that
+// serve it in-process, where the process that started it is the test's.
+func WithRunID(run func() string) Option { return func(p *fleetProvider) { p.run = run } }
+
 // New returns the provider factory that providerserver serves.
 func New(version string, opts ...Option) func() provider.Provider {
 	return func() provider.Provider {
-		p := &fleetProvider{version: version, clock: clock.Real{}, probeTimeout: sshdial.ProbeTimeout}
+		p := &fleetProvider{version: version, clock: clock.Real{}, probeTimeout: sshdial.ProbeTimeout, run: parentRun}
 		for _, o := range opts {
 			o(p)
 		}
@@ -82,10 +86,9 @@ type providerData struct {
 	interval reachability.Interval
 	prober   *reachability.Prober
 	defaults connectionDefaults
-	// walk identifies this configuration of the provider: Terraform
-	// configures a provider once per graph walk (plan, apply), so it tells
-	// whether a refresh and a plan belong to the same walk.
-	walk string
+	// run identifies the Terraform or OpenTofu command this configuration
+	// serves (see warnings.go).
+	run string
 }
 
 // connectionDefaults are what the provider block gives every connection that
@@ -214,17 +217,12 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		return
 	}
 
-	walk, err := uuid.NewRandom()
-	if err != nil {
-		resp.Diagnostics.AddError("Cannot configure the provider", err.Error())
-		return
-	}
 	p.slotsOnce.Do(func() { p.slots = semaphore.NewWeighted(concurrency.Slots) })
 	data := &providerData{
 		clock:    p.clock,
 		interval: interval,
 		defaults: defaults,
-		walk:     walk.String(),
+		run:      p.run(),
 		prober: &reachability.Prober{
 			// The default path is OpenSSH's, whose ~/.ssh is created on first
 			// use; a path the operator chose must exist already.

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 	"go.uber.org/goleak"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
 	"github.com/fleetops/terraform-provider-fleet/internal/provider"
 )
 
@@ -24,7 +25,10 @@ func factories(opts ...provider.Option) map[string]func() (tfprotov6.ProviderSer
 	return map[string]func() (tfprotov6.ProviderServer, error){"fleet": server(opts...)}
 }
 
+// server serves the provider in-process; it tells CLI commands apart by
+// the session's count, as a real provider does by its parent process.
 func server(opts ...provider.Option) func() (tfprotov6.ProviderServer, error) {
+	opts = append([]provider.Option{provider.WithRunID(acctest.CurrentCommand)}, opts...)
 	return providerserver.NewProtocol6WithError(provider.New("test", opts...)())
 }
 

@@ -186,11 +186,6 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 			return
 		}
 	}
-	// The mark read before this plan replaces it (request and response
-	// share the private state).
-	mark := readWalkMark(ctx, req.Private)
-	resp.Diagnostics.Append(setWalkMark(ctx, resp.Private, r.data.walk, markedByPlan)...)
-
 	if req.State.Raw.IsNull() {
 		plan.Generation = types.Int64Value(1)
 		resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
@@ -213,10 +208,10 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	plan.ObservedGeneration = planObserved(observe, state.ObservedGeneration, types.Int64Unknown())
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 
-	// Warn about the record this plan keeps, unless a refresh of this walk
+	// Warn about the record this plan keeps, unless a refresh of this run
 	// did, or the change about to be applied makes it describe a target that
 	// is no longer configured.
-	if observe == no && change == no && state.Enabled.ValueBool() && planWarns(mark, r.data.walk) {
+	if observe == no && change == no && state.Enabled.ValueBool() && planWarns(readRefreshMark(ctx, req.Private), r.data.run) {
 		rec, ok, diags := recordFrom(ctx, state.Reachability)
 		resp.Diagnostics.Append(diags...)
 		if ok {
@@ -282,7 +277,7 @@ func (r *executorResource) Create(ctx context.Context, req resource.CreateReques
 	r.store(&resp.Diagnostics, &plan, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, credentialsOf(config))...)
-	resp.Diagnostics.Append(setWalkMark(ctx, resp.Private, r.data.walk, "")...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -311,7 +306,7 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 	}
 	r.store(&resp.Diagnostics, &state, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-	resp.Diagnostics.Append(setWalkMark(ctx, resp.Private, r.data.walk, markedByRead)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, r.data.run)...)
 }
 
 func (r *executorResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -355,7 +350,7 @@ func (r *executorResource) Update(ctx context.Context, req resource.UpdateReques
 	// generation exactly as they were, and so does the new state.
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, credentialsOf(config))...)
-	resp.Diagnostics.Append(setWalkMark(ctx, resp.Private, r.data.walk, "")...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 func (r *executorResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {

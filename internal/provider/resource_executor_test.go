@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -325,4 +326,184 @@ func TestAccExecutorRenameKeepsRecord(t *testing.T) {
 			},
 		}
 	})
+}
+
+// Through a bastion, write-only credentials leave a refresh nothing to log
+// in to the bastion with: the refresh checks nothing of the target and says
+// so, and it is never counted as a failure, however many refreshes run.
+func TestAccExecutorWriteOnlyCredentialsThroughBastion(t *testing.T) {
+	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
+		sshd := sshtest.StartSSHD(t)
+		bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, sshd.ClientKey)
+		fake := clock.NewFake(start)
+		encrypted := filepath.Join(t.TempDir(), "id_encrypted")
+		if err := os.WriteFile(encrypted, sshd.ClientKey.EncryptedPEM(t, "correct horse"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		jump := fmt.Sprintf("%s@127.0.0.1:%d", sshd.User, bastion.Port)
+		config := providerBlock(filepath.Join(t.TempDir(), "kh")) + fmt.Sprintf(`
+resource "fleet_executor" "inline" {
+  name                 = "inline"
+  host                 = "127.0.0.1"
+  port                 = %[1]d
+  user                 = %[2]q
+  private_key          = <<-EOT
+%[3]s
+EOT
+  host_key_fingerprint = %[4]q
+  proxy_jump           = %[5]q
+}
+
+resource "fleet_executor" "passphrase" {
+  name                   = "passphrase"
+  host                   = "127.0.0.1"
+  port                   = %[1]d
+  user                   = %[2]q
+  private_key_file       = %[6]q
+  private_key_passphrase = "correct horse"
+  host_key_fingerprint   = %[4]q
+  proxy_jump             = %[5]q
+}
+`, sshd.Port, sshd.User, strings.TrimSpace(string(sshd.ClientKey.PEM())), sshd.HostKeys[0].Fingerprint(), jump, encrypted)
+		notRechecked := func(addr string) []statecheck.StateCheck {
+			return []statecheck.StateCheck{
+				// The record is as the create left it: nothing was observed.
+				record(addr, "reachable", "", 0, start, start),
+				conditionStatuses(addr, "True", "Unknown", "Unknown"),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("conditions").AtSliceIndex(2), knownvalue.ObjectPartial(map[string]knownvalue.Check{
+					"reason":  knownvalue.StringExact("CredentialWithheld"),
+					"message": knownvalue.StringRegexp(regexp.MustCompile(`not re-checked: its bastion needs credentials`)),
+				})),
+			}
+		}
+		return resource.TestCase{
+			ProtoV6ProviderFactories: factories(provider.WithClock(fake)),
+			Steps: []resource.TestStep{
+				{
+					Config: config,
+					ConfigStateChecks: []statecheck.StateCheck{
+						record("fleet_executor.inline", "reachable", "", 0, start, start),
+						record("fleet_executor.passphrase", "reachable", "", 0, start, start),
+						conditionStatuses("fleet_executor.inline", "True", "True", "True"),
+					},
+				},
+				{
+					PreConfig:         func() { fake.Advance(interval) },
+					Config:            config,
+					ConfigStateChecks: append(notRechecked("fleet_executor.inline"), notRechecked("fleet_executor.passphrase")...),
+				},
+				{
+					PreConfig:         func() { fake.Advance(interval) },
+					Config:            config,
+					ConfigStateChecks: append(notRechecked("fleet_executor.inline"), notRechecked("fleet_executor.passphrase")...),
+				},
+			},
+		}
+	})
+}
+
+// Credentials in the provider block are never written to state and are
+// there at every refresh: authentication is checked each time, so a key
+// removed from the host is seen.
+func TestAccProviderCredentialsCheckedAtRefresh(t *testing.T) {
+	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
+		sshd := sshtest.StartSSHD(t)
+		fake := clock.NewFake(start)
+		addr := "fleet_executor.web"
+		config := fmt.Sprintf(`
+provider "fleet" {
+  probe_interval   = 60
+  known_hosts_file = %q
+  private_key      = <<-EOT
+%s
+EOT
+}
+
+resource "fleet_executor" "web" {
+  name                 = "web"
+  host                 = "127.0.0.1"
+  port                 = %d
+  user                 = %q
+  host_key_fingerprint = %q
+}
+`, filepath.Join(t.TempDir(), "kh"), strings.TrimSpace(string(sshd.ClientKey.PEM())), sshd.Port, sshd.User, sshd.HostKeys[0].Fingerprint())
+		t1, t2 := start.Add(interval), start.Add(2*interval)
+		return resource.TestCase{
+			ProtoV6ProviderFactories: factories(provider.WithClock(fake)),
+			Steps: []resource.TestStep{
+				{
+					Config: config,
+					ConfigStateChecks: []statecheck.StateCheck{
+						record(addr, "reachable", "", 0, start, start),
+						conditionStatuses(addr, "True", "True", "True"),
+						// The provider's key is not the executor's: no agent by default.
+						statecheck.ExpectKnownValue(addr, tfjsonpath.New("agent"), knownvalue.Bool(false)),
+					},
+				},
+				{
+					PreConfig:         func() { fake.Set(t1) },
+					Config:            config,
+					ConfigStateChecks: []statecheck.StateCheck{record(addr, "reachable", "", 0, t1, t1), conditionStatuses(addr, "True", "True", "True")},
+				},
+				{
+					PreConfig:         func() { sshd.SetAuthorizedKeys(t); fake.Set(t2) },
+					Config:            config,
+					ConfigStateChecks: []statecheck.StateCheck{record(addr, "reachable", "auth", 1, t2, t1), conditionStatuses(addr, "True", "False", "True")},
+				},
+			},
+		}
+	})
+}
+
+// An import knows the host but not the credentials the configuration gives
+// (an inline key is write-only): its refresh records what it could check
+// and says authentication was not, rather than a false config failure from
+// an agent nobody asked for. The apply that follows checks it in full.
+func TestExecutorImportWithInlineKey(t *testing.T) {
+	t.Setenv("SSH_AUTH_SOCK", "") // the provider runs in this process
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			sshd := sshtest.StartSSHD(t)
+			s := acctest.NewSession(t, cli, server(provider.WithClock(clock.NewFake(start))))
+			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + fmt.Sprintf(`
+variable "key" {
+  type      = string
+  sensitive = true
+}
+
+resource "fleet_executor" "web" {
+  name                 = "web"
+  host                 = "127.0.0.1"
+  port                 = %d
+  user                 = %q
+  private_key          = var.key
+  host_key_fingerprint = %q
+}
+`, sshd.Port, sshd.User, sshd.HostKeys[0].Fingerprint()))
+			s.Setenv("TF_VAR_key", string(sshd.ClientKey.PEM()))
+			s.Run("init", "-input=false")
+			s.Run("import", "-input=false", "fleet_executor.web",
+				fmt.Sprintf("%s@127.0.0.1:%d,name=web,host_key_fingerprint=%s", sshd.User, sshd.Port, sshd.HostKeys[0].Fingerprint()))
+			web := s.Values("fleet_executor.web")
+			rec := recordOf(t, web)
+			wantValue(t, "reason after import", rec["reason"], "")
+			wantValue(t, "state after import", rec["state"], "reachable")
+			wantValue(t, "last_success_at after import", rec["last_success_at"], nil)
+			conds, _ := web["conditions"].([]any)
+			if len(conds) != 3 {
+				t.Fatalf("conditions %v", web["conditions"])
+			}
+			auth, _ := conds[1].(map[string]any)
+			wantValue(t, "Authenticated after import", auth["status"], "Unknown")
+			if !strings.Contains(fmt.Sprint(auth["message"]), "imported") {
+				t.Errorf("Authenticated message %q does not say the import does not know the credentials", auth["message"])
+			}
+
+			s.Run("apply", "-auto-approve", "-input=false")
+			s.WantNoChanges()
+			rec = recordOf(t, s.Values("fleet_executor.web"))
+			wantValue(t, "state after apply", rec["state"], "reachable")
+			wantValue(t, "last_success_at after apply", rec["last_success_at"], ts(start))
+		})
+	}
 }

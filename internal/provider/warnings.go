@@ -3,43 +3,48 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"strconv"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 )
 
 // Warnings about observed problems appear in every run mode that reads the
 // record (plan, apply, -refresh-only, -refresh=false), once each. Terraform
-// calls different RPCs in each mode:
+// calls different RPCs in each mode, each walk in a provider process of its
+// own:
 //
-//	plan, apply        Read (refresh), then ModifyPlan, in one walk;
-//	                   apply re-plans and applies changed resources in a
-//	                   second walk
+//	plan, apply        Read (refresh), then ModifyPlan, in the plan walk;
+//	                   apply plans changed resources again and applies
+//	                   them in the apply walk
 //	-refresh-only      Read only
-//	-refresh=false     ModifyPlan only (then apply, for apply)
+//	-refresh=false     ModifyPlan only (then the apply walk, for apply)
 //
-// So Read warns about the record it refreshed, ModifyPlan warns only when
-// no refresh of its own walk did (it plans from a record read earlier), and
-// Create or Update warn about a record they observed anew. Terraform
-// configures a provider once per walk, so the walk is told by the
-// configuration (providerData.walk), and a mark in private state says which
-// walk last read or planned the resource.
+// So Read warns about the record it refreshed, Create and Update about a
+// record they observed anew, and ModifyPlan about the record it keeps only
+// when no refresh of this run read it. A mark in private state says which
+// run last refreshed the resource; a run is told by the Terraform or
+// OpenTofu process that started the provider, which is the same for every
+// walk of one command and differs from one command to the next.
+//
+// One case shows a warning twice: `apply -refresh=false` that changes a
+// failing executor, whose plan and final plan both see a record no refresh
+// of this run read. Terraform's own output folds the two into one.
 
-const walkKey = "walk"
+const refreshedKey = "refreshed"
 
-// What made a walk mark.
-const (
-	markedByRead = "read"
-	markedByPlan = "plan"
-)
-
-type walkMark struct {
-	Walk string `json:"walk,omitempty"`
-	By   string `json:"by,omitempty"`
+type refreshMark struct {
+	Run string `json:"run,omitempty"`
 }
 
-func readWalkMark(ctx context.Context, p privateGetter) walkMark {
-	var m walkMark
-	raw, _ := p.GetKey(ctx, walkKey)
+// parentRun identifies the run by the process that started the provider:
+// Terraform or OpenTofu starts a provider process per walk, all children
+// of the one command's process.
+func parentRun() string { return "pid:" + strconv.Itoa(os.Getppid()) }
+
+func readRefreshMark(ctx context.Context, p privateGetter) refreshMark {
+	var m refreshMark
+	raw, _ := p.GetKey(ctx, refreshedKey)
 	if len(raw) > 0 {
 		// An unreadable mark is no mark: the worst outcome is one warning
 		// shown twice.
@@ -48,25 +53,18 @@ func readWalkMark(ctx context.Context, p privateGetter) walkMark {
 	return m
 }
 
-// setWalkMark records that this walk read or planned the resource; an empty
-// by clears the mark (apply does, so a later -refresh=false plan warns).
-func setWalkMark(ctx context.Context, p privateSetter, walk, by string) diag.Diagnostics {
-	m := walkMark{}
-	if by != "" {
-		m = walkMark{Walk: walk, By: by}
-	}
-	raw, err := json.Marshal(m)
+// setRefreshMark records that run refreshed the resource; an empty run
+// clears the mark (apply does, so that a later -refresh=false plan warns).
+func setRefreshMark(ctx context.Context, p privateSetter, run string) diag.Diagnostics {
+	raw, err := json.Marshal(refreshMark{Run: run})
 	if err != nil {
 		var d diag.Diagnostics
 		d.AddError("Cannot save private state", err.Error())
 		return d
 	}
-	return p.SetKey(ctx, walkKey, raw)
+	return p.SetKey(ctx, refreshedKey, raw)
 }
 
 // planWarns reports whether a plan should warn about the record it keeps:
-// not when a refresh of this walk read it (Read warned), and not when apply
-// re-plans a plan made in an earlier walk (that plan warned).
-func planWarns(m walkMark, walk string) bool {
-	return m.Walk != walk && m.By != markedByPlan
-}
+// only when no refresh of this run read it (that refresh warned).
+func planWarns(m refreshMark, run string) bool { return m.Run != run }
