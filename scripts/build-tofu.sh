@@ -14,7 +14,7 @@ version="${TOFU_VERSION:-1.12.6}"
 cache="${FLEET_CACHE_DIR:-$HOME/.cache/terraform-provider-fleet}"
 bin="$cache/tofu-$version/tofu"
 
-if [ -x "$bin" ] && "$bin" version >/dev/null 2>&1; then
+if [ -x "$bin" ] && TF_CLI_CONFIG_FILE=/dev/null "$bin" version >/dev/null 2>&1; then
   echo "$bin"
   exit 0
 fi
@@ -40,5 +40,5 @@ mkdir -p "$(dirname "$bin")"
   -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" \
   -o "$bin.tmp" ./cmd/tofu)
 mv "$bin.tmp" "$bin"
-"$bin" version >&2
+TF_CLI_CONFIG_FILE=/dev/null "$bin" version | head -1 >&2
 echo "$bin"

@@ -3,14 +3,15 @@
 # fails loudly naming whatever it cannot provide. Idempotent: a second run
 # only checks.
 #   - Debian packages: openssh-server (sshd for real test hosts),
-#     openssh-client, nix-bin, iproute2, git, make, ca-certificates
+#     openssh-client, nix-bin, iproute2, git, make, ca-certificates, and a C
+#     toolchain (gcc, libc6-dev), which the race detector (go test -race) needs
 #   - Go modules of the provider and of tools/
 #   - OpenTofu, built from its Go module by scripts/build-tofu.sh (cached)
 #   - Terraform must already be on the machine image (it is not in Debian)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(openssh-server openssh-client nix-bin iproute2 git make ca-certificates)
+packages=(openssh-server openssh-client nix-bin iproute2 git make ca-certificates gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,7 +39,13 @@ if ! command -v terraform >/dev/null; then
   exit 1
 fi
 
+command -v gcc >/dev/null || { echo "setup: gcc is missing after installing it; go test -race needs a C toolchain" >&2; exit 1; }
+
 go mod download
 (cd tools && go mod download)
-scripts/build-tofu.sh >/dev/null
-echo "setup: ready ($(terraform version | head -1); $("$(scripts/build-tofu.sh)" version | head -1))" >&2
+tofu="${FLEET_TOFU_PATH:-$(scripts/build-tofu.sh)}"
+[ -x "$tofu" ] || { echo "setup: FLEET_TOFU_PATH=$tofu is not an executable OpenTofu" >&2; exit 1; }
+# The CLIs' version lines, read with an empty CLI configuration: a
+# TF_CLI_CONFIG_FILE naming a missing file makes them print a warning first.
+version() { TF_CLI_CONFIG_FILE="$PWD/.ci/empty.tfrc" "$@" version | head -1; }
+echo "setup: ready ($(version terraform); $(version "$tofu"))" >&2

@@ -61,7 +61,7 @@ func tofu(t testing.TB) CLI {
 		path = filepath.Join(cache, "tofu-"+TofuVersion, "tofu")
 	}
 	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("OpenTofu CLI not found at %s: run scripts/build-tofu.sh (make tools), or set FLEET_TOFU_PATH", path)
+		t.Fatalf("OpenTofu CLI not found at %s: run make setup (it builds OpenTofu with scripts/build-tofu.sh), or set FLEET_TOFU_PATH", path)
 	}
 	return CLI{Name: "tofu", Path: absolute(t, path), Host: "registry.opentofu.org"}
 }
