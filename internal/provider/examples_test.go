@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
@@ -33,16 +35,12 @@ func TestExamplesValidate(t *testing.T) {
 		for _, dir := range dirs {
 			t.Run(cli.Name+"/"+filepath.ToSlash(dir[len("../../"):]), func(t *testing.T) {
 				s := acctest.NewBinarySession(t, cli, binary)
-				tfs, _ := filepath.Glob(filepath.Join(dir, "*.tf"))
-				for _, f := range tfs {
-					b, err := os.ReadFile(f)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(filepath.Join(s.Dir, filepath.Base(f)), b, 0o600); err != nil {
-						t.Fatal(err)
-					}
+				// The whole directory, local modules included; `get`
+				// installs those without asking any registry.
+				if err := os.CopyFS(s.Dir, os.DirFS(dir)); err != nil {
+					t.Fatal(err)
 				}
+				s.Run("get")
 				out, stderr, err := s.Try("validate", "-json")
 				var result struct {
 					Valid       bool                 `json:"valid"`
@@ -56,5 +54,48 @@ func TestExamplesValidate(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Every configuration the docs show is an example file, which
+// TestExamplesValidate validates: no snippet in docs/ is written by hand.
+func TestDocsShowOnlyExamples(t *testing.T) {
+	examples := map[string]bool{}
+	err := filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".tf") {
+			b, rerr := os.ReadFile(path)
+			if rerr != nil {
+				return rerr
+			}
+			examples[strings.TrimSpace(string(b))] = true
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)```(terraform|hcl|tf)\n(.*?)```")
+	shown := 0
+	err = filepath.WalkDir("../../docs", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".md") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range block.FindAllStringSubmatch(string(b), -1) {
+			shown++
+			if !examples[strings.TrimSpace(m[2])] {
+				t.Errorf("%s shows a configuration that is not an example file (put it in examples/ and include it with tffile):\n%s", path, m[2])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown < 5 {
+		t.Fatalf("found %d configurations in docs/: the pattern is broken", shown)
 	}
 }
