@@ -265,7 +265,9 @@ func (s *Server) serveConn(conn net.Conn) {
 			go s.serveTunnel(nc, connDone)
 		case nc.ChannelType() == "direct-tcpip" && s.behaviour == StallingBastion:
 			if _, _, err := nc.Accept(); err == nil {
-				conn.(*freezingConn).freeze()
+				if fc, ok := conn.(*freezingConn); ok {
+					fc.freeze()
+				}
 			}
 		case nc.ChannelType() == "direct-tcpip" && s.behaviour == ForbiddingBastion:
 			_ = nc.Reject(ssh.Prohibited, "open failed")
