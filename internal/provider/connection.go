@@ -226,9 +226,12 @@ func resourceConnectionAttributes() map[string]rschema.Attribute {
 // dataSourceConnectionAttributes are the same fields inside a data source's
 // nested target objects. A data source's arguments are kept in state, so its
 // inline key fields are blanked before the result is saved.
+// host is checked by the object's validator (validators.RequiredWhenKnown)
+// rather than marked Required: the framework reads the attributes of a
+// target unknown at validate time as missing.
 func dataSourceConnectionAttributes() map[string]dschema.Attribute {
 	return map[string]dschema.Attribute{
-		"host": dschema.StringAttribute{Required: true, MarkdownDescription: connectionDescription("host"),
+		"host": dschema.StringAttribute{Optional: true, MarkdownDescription: connectionDescription("host") + " Required.",
 			Validators: []validator.String{validators.Host()}},
 		"port": dschema.Int64Attribute{Optional: true, MarkdownDescription: connectionDescription("port"),
 			Validators: portValidators()},

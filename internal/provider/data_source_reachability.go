@@ -54,7 +54,7 @@ func (d *reachabilityDataSource) Metadata(_ context.Context, req datasource.Meta
 
 func (d *reachabilityDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	target := dataSourceConnectionAttributes()
-	target["name"] = schema.StringAttribute{Optional: true, MarkdownDescription: "Name the result is reported under; required, and unique within `targets`.",
+	target["name"] = schema.StringAttribute{Optional: true, MarkdownDescription: "Name the result is reported under. Required, and unique within `targets`.",
 		Validators: []validator.String{stringvalidator.LengthAtLeast(1)}}
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Probes a set of SSH hosts now, during plan, and returns the outcome of each. " +
@@ -110,7 +110,7 @@ func (d *reachabilityDataSource) Read(ctx context.Context, req datasource.ReadRe
 	named := make([]reachability.Named, len(m.Targets))
 	for i, t := range m.Targets {
 		at := path.Root("targets").AtListIndex(i)
-		who := fmt.Sprintf("target %q (%s)", t.Name.ValueString(), t.Host.ValueString())
+		who := fmt.Sprintf("targets[%d] %q (%s)", i, t.Name.ValueString(), t.Host.ValueString())
 		target, err := t.target(d.data.defaults, "")
 		if err == nil {
 			// A fault no connection is needed to see fails the read, naming
