@@ -33,3 +33,15 @@ table=$(awk '
   echo "bound_ratio = pass / (ceil(n/c) * t_probe); model_ratio = pass / (ceil(black-holed/c) * t_probe);"
   echo "ratio_vs_openssh = pass / OpenSSH pass. Lower is better for all three."
 } | tee -a "$out"
+
+# The static check at plan of an executor whose encrypted key this process
+# has already decrypted for another one, against decrypting it again.
+keys=bench/out/check.txt
+go test -run '^$' -bench BenchmarkCheckEncryptedKey -benchtime 20x ./internal/sshdial/ 2>&1 | tee "$keys"
+awk '
+  /decrypt-each-time/ { each = $3 }
+  /\/check/           { check = $3 }
+  END {
+    if (!each || !check) { print "bench: no check benchmark results" > "/dev/stderr"; exit 1 }
+    printf "\nStatic check at plan, encrypted key already parsed: %.0f ns against %.0f ns decrypting it again (ratio %.5f)\n", check, each, check / each
+  }' "$keys" | tee -a "$out"

@@ -2,11 +2,13 @@ package sshdial
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -20,7 +22,7 @@ import (
 func (c Credentials) keys() ([]ssh.Signer, error) {
 	var out []ssh.Signer
 	if len(c.PrivateKey) > 0 {
-		s, err := parseKey(c.PrivateKey, c.Passphrase)
+		s, err := parseKeyOnce(c.PrivateKey, c.Passphrase)
 		switch {
 		case errors.Is(err, errEncrypted) && c.Withheld != "":
 			// Its write-only passphrase is not available to this dial.
@@ -42,7 +44,7 @@ func (c Credentials) keys() ([]ssh.Signer, error) {
 		if err != nil {
 			return nil, c.configError("private_key_file", fmt.Sprintf("cannot read %s: %v", path, errors.Unwrap(err)))
 		}
-		s, err := parseKey(pem, c.Passphrase)
+		s, err := parseKeyOnce(pem, c.Passphrase)
 		switch {
 		case errors.Is(err, errEncrypted) && c.Withheld != "":
 		case err != nil:
@@ -146,6 +148,32 @@ var (
 	errEncrypted       = errors.New("the key is encrypted: set private_key_passphrase")
 	errWrongPassphrase = errors.New("private_key_passphrase does not decrypt the key")
 )
+
+// parsedKeys keeps the keys this process has parsed, by a digest of the key
+// and passphrase: decrypting an encrypted key costs about 0.15 s (bcrypt),
+// and a plan checks and probes every executor, often all with one key.
+var parsedKeys sync.Map // [sha256.Size]byte -> *parsedKey
+
+type parsedKey struct {
+	once   sync.Once
+	signer ssh.Signer
+	err    error
+}
+
+// parseKeyOnce is parseKey, computed once per process for each key and
+// passphrase, however many dials ask at once.
+func parseKeyOnce(pem, passphrase []byte) (ssh.Signer, error) {
+	h := sha256.New()
+	h.Write(pem)
+	h.Write([]byte{0})
+	h.Write(passphrase)
+	var digest [sha256.Size]byte
+	h.Sum(digest[:0])
+	e, _ := parsedKeys.LoadOrStore(digest, &parsedKey{})
+	p, _ := e.(*parsedKey)
+	p.once.Do(func() { p.signer, p.err = parseKey(pem, passphrase) })
+	return p.signer, p.err
+}
 
 // parseKey parses a PEM private key. Its errors never quote the key.
 func parseKey(pem, passphrase []byte) (ssh.Signer, error) {
