@@ -129,9 +129,14 @@ func recordAttribute() rschema.SingleNestedAttribute {
 			"message":              rschema.StringAttribute{Computed: true, MarkdownDescription: "The last failure, naming host and port (and the bastion when the jump hop failed); empty after a success."},
 			"consecutive_failures": rschema.Int64Attribute{Computed: true, MarkdownDescription: "Failed probes in a row."},
 			"host":                 rschema.StringAttribute{Computed: true, MarkdownDescription: "The target host the record is about (never the bastion)."},
-			"checked_at":           rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When the last probe ran (RFC 3339, UTC); null until the first."},
-			"last_success_at":      rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When a probe last succeeded; null until the first success, and cleared only when the connection changes."},
-			"stale":                rschema.BoolAttribute{Computed: true, MarkdownDescription: "True when `checked_at` is older than three probe intervals."},
+			"checked_at": rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{},
+				MarkdownDescription: "When the last probe that observed the host finished (RFC 3339, UTC); null until the first."},
+			"last_success_at": rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{},
+				MarkdownDescription: "When a probe last succeeded in full, host key and authentication checked; null until the first success, and cleared only when the connection changes. " +
+					"A refresh that could not authenticate (write-only credentials) does not move it."},
+			"stale": rschema.BoolAttribute{Computed: true,
+				MarkdownDescription: "True when `checked_at` was older than three probe intervals when the record was last written (a refresh, a create, an update that probes). " +
+					"A plan never recomputes it, so a plan made at one moment and applied at another agrees with itself; warnings compute the age afresh when shown."},
 		},
 	}
 }
