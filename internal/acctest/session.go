@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,6 +151,29 @@ func (s *Session) Try(args ...string) (stdout, stderr string, err error) {
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	return out.String(), errOut.String(), err
+}
+
+// Interrupt runs the CLI with args in a process group of its own and, after
+// a while, sends SIGINT to the whole group, as Ctrl-C in a terminal does:
+// the CLI and the provider processes it started both get it. It returns
+// how long the command took from its start.
+func (s *Session) Interrupt(after time.Duration, args ...string) (stdout, stderr string, took time.Duration) {
+	s.t.Helper()
+	commands.Add(1)
+	cmd := exec.Command(s.CLI.Path, args...)
+	cmd.Dir = s.Dir
+	cmd.Env = append(os.Environ(), s.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	begin := time.Now()
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("%s %s: %v", s.CLI.Name, strings.Join(args, " "), err)
+	}
+	timer := time.AfterFunc(after, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) })
+	defer timer.Stop()
+	_ = cmd.Wait() // an interrupted command exits non-zero
+	return out.String(), errOut.String(), time.Since(begin)
 }
 
 // ExitCode runs the CLI with args and returns its exit code, failing the

@@ -49,6 +49,7 @@ type fleetProvider struct {
 	clock        clock.Clock
 	probeTimeout time.Duration
 	run          func() string
+	interrupt    context.Context
 
 	// slots is the probe semaphore: one per provider process, made by the
 	// first Configure and shared by every probe whoever asks.
@@ -64,6 +65,10 @@ func WithClock(c clock.Clock) Option { return func(p *fleetProvider) { p.clock =
 
 // WithProbeTimeout shortens the probe timeout, for tests of black-holed hosts.
 func WithProbeTimeout(d time.Duration) Option { return func(p *fleetProvider) { p.probeTimeout = d } }
+
+// WithInterrupt ends every probe in flight or waiting when ctx ends: the
+// provider process was interrupted (Ctrl-C).
+func WithInterrupt(ctx context.Context) Option { return func(p *fleetProvider) { p.interrupt = ctx } }
 
 // WithRunID tells the provider which command it serves, for tests that
 // serve it in-process, where the process that started it is the test's.
@@ -228,8 +233,9 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 			// use; a path the operator chose must exist already.
 			Dialer:  &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: knownHostsPath == ""}},
 			Slots:   p.slots,
-			Timeout: p.probeTimeout,
-			Clock:   p.clock,
+			Timeout:   p.probeTimeout,
+			Clock:     p.clock,
+			Interrupt: p.interrupt,
 		},
 	}
 	resp.ResourceData = data

@@ -23,6 +23,20 @@ type Prober struct {
 	// Clock stamps each outcome's CheckedAt when its probe ends; the wall
 	// clock when nil.
 	Clock clock.Clock
+	// Interrupt, when it ends, cancels every probe in flight or waiting for
+	// a slot, as a cancellation of the caller's context would: the process
+	// was interrupted. Nil when only callers cancel.
+	Interrupt context.Context
+}
+
+// withInterrupt is ctx, also cancelled when Interrupt ends.
+func (p *Prober) withInterrupt(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if p.Interrupt == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(p.Interrupt, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // Named is a target with the name it is reported under.
@@ -41,6 +55,8 @@ func (p *Prober) timeout() time.Duration {
 // Probe probes one target once a slot is free. A cancellation while waiting
 // for the slot is a cancelled outcome, like one during the dial.
 func (p *Prober) Probe(ctx context.Context, t sshdial.Target) sshdial.Outcome {
+	ctx, cancel := p.withInterrupt(ctx)
+	defer cancel()
 	if err := p.Slots.Acquire(ctx, 1); err != nil {
 		return sshdial.Outcome{Target: t.Endpoint, Canceled: true}
 	}
@@ -82,6 +98,8 @@ func (p *Prober) ProbeAll(ctx context.Context, targets []Named) ([]sshdial.Outco
 			return nil, duplicateName(targets[order[k]].Name)
 		}
 	}
+	ctx, cancel := p.withInterrupt(ctx)
+	defer cancel()
 	out := make([]sshdial.Outcome, len(targets))
 	var wg sync.WaitGroup
 	for _, i := range order {

@@ -175,3 +175,29 @@ func TestProbeAllEmpty(t *testing.T) {
 		t.Fatalf("ProbeAll(nil) = %v, %v; want no outcomes, no error", out, err)
 	}
 }
+
+// An interrupt of the process cancels the probes in flight and those
+// waiting for a slot, whatever their callers' contexts say.
+func TestProberInterrupt(t *testing.T) {
+	client := sshtest.NewKey(t)
+	interrupt, stop := context.WithCancel(context.Background())
+	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(1), Timeout: 10 * time.Second, Interrupt: interrupt}
+	targets := []reachability.Named{blackHoled(t, "a", client), blackHoled(t, "b", client)}
+	time.AfterFunc(300*time.Millisecond, stop)
+	begin := time.Now()
+	out, err := p.ProbeAll(context.Background(), targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("an interrupted pass took %s, against a 10s probe timeout", took)
+	}
+	for i, o := range out {
+		if !o.Canceled {
+			t.Errorf("outcome %d = %+v, want cancelled", i, o)
+		}
+	}
+	if o := p.Probe(context.Background(), targets[0].Target); !o.Canceled {
+		t.Errorf("a probe after the interrupt = %+v, want cancelled", o)
+	}
+}
