@@ -231,8 +231,8 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		prober: &reachability.Prober{
 			// The default path is OpenSSH's, whose ~/.ssh is created on first
 			// use; a path the operator chose must exist already.
-			Dialer:  &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: knownHostsPath == ""}},
-			Slots:   p.slots,
+			Dialer:    &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: knownHostsPath == ""}},
+			Slots:     p.slots,
 			Timeout:   p.probeTimeout,
 			Clock:     p.clock,
 			Interrupt: p.interrupt,
