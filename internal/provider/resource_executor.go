@@ -214,8 +214,10 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if observe == no && change == no && state.Enabled.ValueBool() && planWarns(readRefreshMark(ctx, req.Private), r.data.run) {
 		rec, ok, diags := recordFrom(ctx, state.Reachability)
 		resp.Diagnostics.Append(diags...)
+		conds, diags := conditionsFrom(ctx, state.Conditions)
+		resp.Diagnostics.Append(diags...)
 		if ok {
-			r.warn(&resp.Diagnostics, state, rec)
+			r.warn(&resp.Diagnostics, state, rec, conds)
 		}
 	}
 }
@@ -272,7 +274,7 @@ func (r *executorResource) Create(ctx context.Context, req resource.CreateReques
 	}
 	if plan.Enabled.ValueBool() {
 		rec, conds, _ = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), "", rec, conds)
-		r.warn(&resp.Diagnostics, plan, rec)
+		r.warn(&resp.Diagnostics, plan, rec, conds)
 	}
 	r.store(&resp.Diagnostics, &plan, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
@@ -302,7 +304,7 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 				state.ObservedGeneration = state.Generation
 			}
 		}
-		r.warn(&resp.Diagnostics, state, rec)
+		r.warn(&resp.Diagnostics, state, rec, conds)
 	}
 	r.store(&resp.Diagnostics, &state, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
@@ -344,7 +346,7 @@ func (r *executorResource) Update(ctx context.Context, req resource.UpdateReques
 		rec, conds, _ = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), "", rec, conds)
 		plan.ObservedGeneration = types.Int64Value(gen)
 		r.store(&resp.Diagnostics, &plan, rec, conds)
-		r.warn(&resp.Diagnostics, plan, rec)
+		r.warn(&resp.Diagnostics, plan, rec, conds)
 	}
 	// Otherwise the plan carries the record, conditions and observed
 	// generation exactly as they were, and so does the new state.
@@ -476,11 +478,16 @@ func (r *executorResource) store(diags *diag.Diagnostics, m *executorModel, rec 
 	m.Conditions = cv
 }
 
-// warn adds the warning for a record that is unreachable, failing below the
-// threshold, or stale.
-func (r *executorResource) warn(diags *diag.Diagnostics, m executorModel, rec reachability.Record) {
+// warn adds the warning for a record that needs a reviewer's eye (see
+// reachability.Warning). When the last probe could not re-check the host
+// for want of credentials, the warning says so: the condition holds why.
+func (r *executorResource) warn(diags *diag.Diagnostics, m executorModel, rec reachability.Record, conds []conditions.Condition) {
 	summary, detail, ok := reachability.Warning(m.Name.ValueString(), rec, r.data.clock.Now(), r.data.interval.Duration())
-	if ok {
-		diags.AddAttributeWarning(path.Root("reachability"), summary, detail)
+	if !ok {
+		return
 	}
+	if c, found := conditions.Find(conds, reachability.ConditionReachable); found && c.Reason == reachability.ReasonCredentialWithheld {
+		detail += "\n" + c.Message + "."
+	}
+	diags.AddAttributeWarning(path.Root("reachability"), summary, detail)
 }

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
 	"github.com/fleetops/terraform-provider-fleet/internal/clock"
@@ -108,5 +109,65 @@ resource "fleet_executor" "down" {
 			config("down-renamed")
 			count("apply -refresh=false that renames", 2, "apply", "-refresh=false", "-auto-approve")
 		}
+	}
+}
+
+// A record that stands on probes that could not authenticate (write-only
+// credentials) is not silent for long: after three intervals without a
+// check of its credentials the warnings say so, and a record behind a
+// bastion, which such probes cannot reach at all, turns stale with the
+// reason given.
+func TestWarningsForRecordsNotRechecked(t *testing.T) {
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			sshd := sshtest.StartSSHD(t)
+			bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, sshd.ClientKey)
+			fake := clock.NewFake(start)
+			s := acctest.NewSession(t, cli, server(provider.WithClock(fake)))
+			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + fmt.Sprintf(`
+variable "key" {
+  type      = string
+  sensitive = true
+}
+
+resource "fleet_executor" "direct" {
+  name                 = "direct"
+  host                 = "127.0.0.1"
+  port                 = %[1]d
+  user                 = %[2]q
+  private_key          = var.key
+  host_key_fingerprint = %[3]q
+}
+
+resource "fleet_executor" "jumped" {
+  name                 = "jumped"
+  host                 = "127.0.0.1"
+  port                 = %[1]d
+  user                 = %[2]q
+  private_key          = var.key
+  host_key_fingerprint = %[3]q
+  proxy_jump           = "%[2]s@127.0.0.1:%[4]d"
+}
+`, sshd.Port, sshd.User, sshd.HostKeys[0].Fingerprint(), bastion.Port))
+			s.Setenv("TF_VAR_key", string(sshd.ClientKey.PEM()))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			for range 3 {
+				fake.Advance(interval)
+				out, _ := s.Run("apply", "-refresh-only", "-auto-approve", "-json", "-input=false")
+				for _, w := range warnings(t, out) {
+					if strings.HasPrefix(w.Summary, "Executor ") {
+						t.Fatalf("within three intervals of its last check of the credentials, a warning: %+v", w)
+					}
+				}
+			}
+			fake.Advance(interval + time.Second)
+			out, _ := s.Run("plan", "-json", "-input=false")
+			ws := warnings(t, out)
+			w := findWarning(t, ws, `^Executor "direct" has not authenticated for 4m1s$`)
+			wantDetail(t, w, "answered with its pinned host key", "provider block", "Last successful probe: 4m1s ago.")
+			w = findWarning(t, ws, `^Executor "jumped" has a stale record$`)
+			wantDetail(t, w, "last checked 4m1s ago", "was not re-checked: its bastion needs credentials this probe did not have (the inline private_key is write-only")
+		})
 	}
 }

@@ -102,6 +102,18 @@ func (r Record) Stale(now time.Time, interval time.Duration) bool {
 	return now.Sub(r.CheckedAt) > 3*interval
 }
 
+// AuthUnconfirmed reports whether a reachable record rests on probes that
+// did not check authentication (Observation.Partial) for more than three
+// intervals: the host answers with its pinned key, and nothing says it still
+// accepts the credentials. With probing off nothing is due, so nothing is
+// unconfirmed either.
+func (r Record) AuthUnconfirmed(now time.Time, interval time.Duration) bool {
+	if interval <= 0 || r.State != StateReachable || r.Failing() || !r.CheckedAt.After(r.LastSuccessAt) {
+		return false
+	}
+	return r.LastSuccessAt.IsZero() || now.Sub(r.LastSuccessAt) > 3*interval
+}
+
 // Due reports whether a refresh should probe: probing is on and the record
 // is at least one interval old (or was never checked).
 func (r Record) Due(now time.Time, interval time.Duration) bool {

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// Warning is the plan warning for a record that needs a reviewer's eye:
-// unreachable, failing below the threshold, or stale. It names the executor,
+// Warning is the warning for a record that needs a reviewer's eye:
+// unreachable, failing below the threshold, stale, reachable with
+// credentials unchecked for three intervals, or never probed. It names the executor,
 // host, reason, message, when the record was last checked (so a reviewer
 // tells a cached record from a fresh probe) and the age of the last success.
 // ok is false when the record needs no warning.
@@ -23,6 +24,16 @@ func Warning(name string, r Record, now time.Time, interval time.Duration) (summ
 			r.Host, r.ConsecutiveFailures, FailureThreshold, r.Message))
 	case r.Stale(now, interval):
 		summary = fmt.Sprintf("Executor %q has a stale record", name)
+	case r.AuthUnconfirmed(now, interval):
+		summary = fmt.Sprintf("Executor %q has no authenticated probe yet", name)
+		if !r.LastSuccessAt.IsZero() {
+			summary = fmt.Sprintf("Executor %q has not authenticated for %s", name, Age(now.Sub(r.LastSuccessAt)))
+		}
+		lines = append(lines, fmt.Sprintf("%s answered with its pinned host key at the last check, but no probe has checked its credentials for more than three probe intervals (%s): "+
+			"a refresh cannot use write-only credentials, nor those an import does not know. Credentials given in the provider block are checked at every refresh.", r.Host, interval))
+	case r.State == StateUnknown && r.CheckedAt.IsZero():
+		summary = fmt.Sprintf("Executor %q has not been probed yet", name)
+		lines = append(lines, fmt.Sprintf("%s has not been probed since it was created or its connection changed (an interrupted apply, say); nothing is known of it.", r.Host))
 	default:
 		return "", "", false
 	}

@@ -92,9 +92,38 @@ func TestWarning(t *testing.T) {
 			interval: 0, wantOK: false,
 		},
 		{
-			name:     "reset record needs no warning",
+			name:     "a record never probed says so",
 			r:        Reset("web1.example.org"),
+			interval: time.Minute, wantOK: true,
+			summary:     `Executor "web1" has not been probed yet`,
+			detailParts: []string{"web1.example.org has not been probed since it was created or its connection changed", "Last checked: never. Last successful probe: never."},
+		},
+		{
+			name: "reachable without authentication for over three intervals says since when",
+			r: Record{State: StateReachable, Host: "web1.example.org",
+				CheckedAt: now.Add(-time.Minute), LastSuccessAt: success},
+			interval: time.Minute, wantOK: true,
+			summary: `Executor "web1" has not authenticated for 3h12m`,
+			detailParts: []string{"web1.example.org answered with its pinned host key at the last check, but no probe has checked its credentials",
+				"provider block", "Last checked: 1m0s ago", "Last successful probe: 3h12m ago."},
+		},
+		{
+			name:     "reachable, never authenticated (an import) says never",
+			r:        Record{State: StateReachable, Host: "web1.example.org", CheckedAt: now.Add(-time.Minute)},
+			interval: time.Minute, wantOK: true,
+			summary: `Executor "web1" has no authenticated probe yet`,
+		},
+		{
+			name: "reachable without authentication for three intervals needs no warning yet",
+			r: Record{State: StateReachable, Host: "web1.example.org",
+				CheckedAt: now.Add(-time.Minute), LastSuccessAt: now.Add(-3 * time.Minute)},
 			interval: time.Minute, wantOK: false,
+		},
+		{
+			name: "unconfirmed authentication with probing off needs no warning",
+			r: Record{State: StateReachable, Host: "web1.example.org",
+				CheckedAt: now.Add(-time.Minute), LastSuccessAt: success},
+			interval: 0, wantOK: false,
 		},
 	}
 	for _, tc := range tests {
