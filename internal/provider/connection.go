@@ -33,8 +33,9 @@ var connectionDescriptions = map[string]string{
 	"private_key_passphrase": "Passphrase of an encrypted `private_key` or `private_key_file`. Sensitive and write-only; never stored in state.",
 	"private_key_file":       "Path of a private key file; `~` is expanded.",
 	"agent":                  "Authenticate with the keys of the ssh-agent at `SSH_AUTH_SOCK`. Default: true when neither `private_key` nor `private_key_file` is set.",
-	"host_key_fingerprint": "The host key pin: `SHA256:<base64>` as `ssh-keygen -lf` prints it, or a whole public key line (`ssh-ed25519 AAAA...`). " +
-		"A host is never dialled without one: an executor without a pin is reported unreachable with reason `config`.",
+	"host_key_fingerprint": "The host key pin, in any form an operator has at hand, pasted as it is: the line `ssh-keygen -lf` prints " +
+		"(`256 SHA256:... host (ED25519)`), the bare `SHA256:<base64>` fingerprint, a public key line (`ssh-ed25519 AAAA...`), or an `ssh-keyscan` / `known_hosts` line. " +
+		"A host is never dialled without one: a plan refuses a connection without a pin and prints the command that gives one.",
 	"proxy_jump": "Jump host, `[user@]host[:port]` (one hop). The bastion's key is verified against the provider's `known_hosts_file` " +
 		"with accept-new semantics; the target's key is still checked against `host_key_fingerprint` end to end.",
 }

@@ -109,7 +109,7 @@ func TestAccReachabilityDuplicateNames(t *testing.T) {
     { name = "a", host = "127.0.0.2", host_key_fingerprint = "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU" },
   ]
 }`,
-				ExpectError: regexp.MustCompile(`target name "a" is given twice`),
+				ExpectError: regexp.MustCompile(`target name "a" is given twice, by targets\[0\]\s+and\s+targets\[1\]`),
 			}},
 		}
 	})

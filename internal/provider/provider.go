@@ -136,7 +136,8 @@ func (p *fleetProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 				MarkdownDescription: "Seconds between reachability probes of an executor during refresh (env `FLEET_PROBE_INTERVAL`). " +
 					"Default 60; supported 15 to 3600; `0` turns refresh probing off (the `fleet_reachability` data source still probes). " +
 					"Values out of range are normalised with one warning: below 0 gives 60, 1 to 14 gives 15, above 3600 gives 3600. " +
-					"The effective value also sets staleness: a record older than three intervals is stale.",
+					"The effective value also sets staleness: a record older than three intervals is stale, and a reachable record whose credentials no probe has checked for three intervals is warned about. " +
+					"With `0` nothing is stale.",
 			},
 			"probe_concurrency": schema.Int64Attribute{
 				Optional: true,

@@ -67,8 +67,9 @@ func (r *executorResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 	// "connection" is reserved at the root of a resource (provisioners), so
 	// the export carries the closest legal name.
 	attrs["ssh_connection"] = schema.ObjectAttribute{Computed: true, AttributeTypes: exportedConnectionTypes,
-		MarkdownDescription: "The connection without secrets, for other resources: `connection = fleet_executor.x.ssh_connection` " +
-			"(Terraform reserves the name `connection` at the root of a resource). " +
+		MarkdownDescription: "The connection without secrets, in this provider's connection shape: for example a `fleet_reachability` target, " +
+			"`merge(fleet_executor.x.ssh_connection, { name = \"x\" })` (feed `for_each` from the executors' inputs instead; see the wiring guide). " +
+			"It is not Terraform's provisioner `connection` block, whose arguments differ. " +
 			"It carries `private_key_file` and `agent` but never `private_key`: a host reached with an inline key is given that key again where it is used."}
 	attrs["generation"] = schema.Int64Attribute{Computed: true,
 		MarkdownDescription: "Starts at 1 and increases by one whenever a connection field changes (a rotated inline key included)."}

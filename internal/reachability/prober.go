@@ -95,7 +95,7 @@ func (p *Prober) ProbeAll(ctx context.Context, targets []Named) ([]sshdial.Outco
 	})
 	for k := 1; k < len(order); k++ {
 		if targets[order[k]].Name == targets[order[k-1]].Name {
-			return nil, duplicateName(targets[order[k]].Name)
+			return nil, duplicateName(targets[order[k]].Name, min(order[k-1], order[k]), max(order[k-1], order[k]))
 		}
 	}
 	ctx, cancel := p.withInterrupt(ctx)
@@ -122,18 +122,18 @@ func (p *Prober) ProbeAll(ctx context.Context, targets []Named) ([]sshdial.Outco
 // CheckNames refuses a list of target names with a duplicate: a pass
 // dispatches in name order, which must be a total order.
 func CheckNames(names []string) error {
-	seen := make(map[string]bool, len(names))
-	for _, n := range names {
-		if seen[n] {
-			return duplicateName(n)
+	seen := make(map[string]int, len(names))
+	for i, n := range names {
+		if first, ok := seen[n]; ok {
+			return duplicateName(n, first, i)
 		}
-		seen[n] = true
+		seen[n] = i
 	}
 	return nil
 }
 
-func duplicateName(name string) error {
-	return fmt.Errorf("target name %q is given twice: names must be unique", name)
+func duplicateName(name string, first, second int) error {
+	return fmt.Errorf("target name %q is given twice, by targets[%d] and targets[%d]: names must be unique", name, first, second)
 }
 
 // ObservationOf turns a probe outcome into the observation the transition

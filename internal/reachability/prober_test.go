@@ -58,8 +58,12 @@ func TestProbeAllRefusesDuplicateNames(t *testing.T) {
 	s := sshtest.NewServer(t, sshtest.Healthy)
 	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(2)}
 	_, err := p.ProbeAll(context.Background(), []reachability.Named{named("a", s), named("b", s), named("a", s)})
-	if err == nil || err.Error() != `target name "a" is given twice: names must be unique` {
-		t.Fatalf("err = %v, want the duplicate named", err)
+	want := `target name "a" is given twice, by targets[0] and targets[2]: names must be unique`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+	if err := reachability.CheckNames([]string{"a", "b", "a"}); err == nil || err.Error() != want {
+		t.Fatalf("CheckNames = %v, want %q", err, want)
 	}
 	if s.Accepted() != 0 {
 		t.Errorf("a refused pass dialled %d times", s.Accepted())

@@ -10,6 +10,7 @@ variable "deploy_key" {
   description = "The deploy key, PEM; from your secret store (TF_VAR_deploy_key)."
   type        = string
   sensitive   = true
+  ephemeral   = true # never saved, in state or in a plan file
 }
 
 # Provider configuration is evaluated at every run and never written to
