@@ -268,3 +268,19 @@ func (s *Session) Values(addr string) map[string]any {
 	s.t.Fatalf("%s is not in the state", addr)
 	return nil
 }
+
+// Validate runs `validate -json` and returns whether the configuration is
+// valid and the diagnostics, failing the test when the output is not the
+// JSON validate prints.
+func (s *Session) Validate() (valid bool, diags []Diagnostic) {
+	s.t.Helper()
+	out, stderr, err := s.Try("validate", "-json")
+	var result struct {
+		Valid       bool         `json:"valid"`
+		Diagnostics []Diagnostic `json:"diagnostics"`
+	}
+	if jerr := json.Unmarshal([]byte(out), &result); jerr != nil {
+		s.t.Fatalf("%s validate -json: %v (%v)\n%s\n%s", s.CLI.Name, jerr, err, out, stderr)
+	}
+	return result.Valid, result.Diagnostics
+}

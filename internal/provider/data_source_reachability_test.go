@@ -1,7 +1,6 @@
 package provider_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -195,16 +194,9 @@ func TestReachabilityExecutorConnectionTargetValidates(t *testing.T) {
 			s := acctest.NewSession(t, cli, server())
 			s.WriteConfig(executorTargetConfig(t, sshd))
 			s.Run("init", "-input=false")
-			out, stderr, err := s.Try("validate", "-json")
-			var result struct {
-				Valid       bool                 `json:"valid"`
-				Diagnostics []acctest.Diagnostic `json:"diagnostics"`
-			}
-			if jerr := json.Unmarshal([]byte(out), &result); jerr != nil {
-				t.Fatalf("validate -json: %v (%v)\n%s\n%s", jerr, err, out, stderr)
-			}
-			if !result.Valid || len(result.Diagnostics) != 0 {
-				t.Fatalf("merge(fleet_executor.web1.ssh_connection, { name = \"web1\" }) does not validate cleanly: valid=%v %+v", result.Valid, result.Diagnostics)
+			valid, diags := s.Validate()
+			if !valid || len(diags) != 0 {
+				t.Fatalf("merge(fleet_executor.web1.ssh_connection, { name = \"web1\" }) does not validate cleanly: valid=%v %+v", valid, diags)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package provider_test
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,16 +40,8 @@ func TestExamplesValidate(t *testing.T) {
 					t.Fatal(err)
 				}
 				s.Run("get")
-				out, stderr, err := s.Try("validate", "-json")
-				var result struct {
-					Valid       bool                 `json:"valid"`
-					Diagnostics []acctest.Diagnostic `json:"diagnostics"`
-				}
-				if jerr := json.Unmarshal([]byte(out), &result); jerr != nil {
-					t.Fatalf("validate -json: %v (%v)\n%s\n%s", jerr, err, out, stderr)
-				}
-				if !result.Valid {
-					t.Fatalf("%s does not validate: %+v", dir, result.Diagnostics)
+				if valid, diags := s.Validate(); !valid {
+					t.Fatalf("%s does not validate: %+v", dir, diags)
 				}
 			})
 		}

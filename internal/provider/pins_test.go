@@ -1,7 +1,6 @@
 package provider_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -163,23 +162,16 @@ func TestInvalidPinRefusedAtValidate(t *testing.T) {
 			s := acctest.NewSession(t, cli, server())
 			s.WriteConfig(config.String())
 			s.Run("init", "-input=false")
-			out, stderr, err := s.Try("validate", "-json")
-			var result struct {
-				Valid       bool                 `json:"valid"`
-				Diagnostics []acctest.Diagnostic `json:"diagnostics"`
-			}
-			if jerr := json.Unmarshal([]byte(out), &result); jerr != nil {
-				t.Fatalf("validate -json: %v (%v)\n%s\n%s", jerr, err, out, stderr)
-			}
-			if result.Valid || err == nil {
-				t.Fatalf("validate accepted invalid pins: %+v", result.Diagnostics)
+			valid, diags := s.Validate()
+			if valid {
+				t.Fatalf("validate accepted invalid pins: %+v", diags)
 			}
 			want := map[string]int{"Invalid host_key_fingerprint": len(invalid)}
 			for i := range invalid {
 				want[fmt.Sprintf("Invalid targets[%d].host_key_fingerprint", i)] = 1
 			}
 			got := map[string]int{}
-			for _, d := range result.Diagnostics {
+			for _, d := range diags {
 				if d.Severity != "error" {
 					continue
 				}
@@ -190,7 +182,7 @@ func TestInvalidPinRefusedAtValidate(t *testing.T) {
 			}
 			for summary, n := range want {
 				if got[summary] != n {
-					t.Errorf("%d errors %q, want %d; all: %+v", got[summary], summary, n, result.Diagnostics)
+					t.Errorf("%d errors %q, want %d; all: %+v", got[summary], summary, n, diags)
 				}
 			}
 			if len(got) != len(want) {
