@@ -201,11 +201,14 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 	if concurrency.Warning != "" {
 		resp.Diagnostics.AddAttributeWarning(path.Root("probe_concurrency"), "Probe concurrency normalised", concurrency.Warning)
 	}
+	// A path the operator chose must be in a directory that exists; the
+	// default is OpenSSH's, whose ~/.ssh is created on first use.
 	knownHostsPath := stringOr(cfg.KnownHostsFile, EnvKnownHostsFile, "")
-	knownHosts, err := sshdial.ExpandHome(knownHostsPath)
-	if knownHostsPath == "" {
-		knownHosts, err = sshdial.ExpandHome(defaultKnownHostsFile)
+	chosen := knownHostsPath != ""
+	if !chosen {
+		knownHostsPath = defaultKnownHostsFile
 	}
+	knownHosts, err := sshdial.ExpandHome(knownHostsPath)
 	if err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("known_hosts_file"), "Invalid known_hosts_file", err.Error())
 		return
@@ -230,9 +233,7 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		defaults: defaults,
 		run:      p.run(),
 		prober: &reachability.Prober{
-			// The default path is OpenSSH's, whose ~/.ssh is created on first
-			// use; a path the operator chose must exist already.
-			Dialer:    &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: knownHostsPath == ""}},
+			Dialer:    &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: !chosen}},
 			Slots:     p.slots,
 			Timeout:   p.probeTimeout,
 			Clock:     p.clock,
