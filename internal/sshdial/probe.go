@@ -72,18 +72,26 @@ func (o Outcome) Unchecked() bool { return o.Auth == AuthWithheld && o.HostKey =
 // cancelled (not timed out) the outcome is Canceled: an interrupted probe
 // observed nothing.
 func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Outcome {
+	client, o := d.Connect(ctx, t, timeout)
+	if client != nil {
+		_ = client.Close()
+	}
+	return o
+}
+
+// Connect dials t as Probe does and, when the probe succeeds in full, keeps
+// the connection open for the caller, who closes it. The client is nil
+// whenever the outcome is not Reachable.
+func (d *Dialer) Connect(ctx context.Context, t Target, timeout time.Duration) (*Client, Outcome) {
 	tr := &trace{}
+	var client *Client
 	r, err := d.resolve(t)
 	var latency time.Duration
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
 		if err = r.addAgent(pctx, t); err == nil {
-			var client *Client
 			client, err = d.dial(pctx, t, r, tr)
-			if client != nil {
-				_ = client.Close()
-			}
 			r.release()
 		}
 		latency = time.Since(start)
@@ -92,7 +100,10 @@ func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Out
 	// The caller's context is checked first: only the probe's own deadline is
 	// a timeout, and a cancellation must never be recorded as a failure.
 	if callerEnded(ctx) {
-		return Outcome{Target: t.Endpoint, Canceled: true}
+		if client != nil {
+			_ = client.Close()
+		}
+		return nil, Outcome{Target: t.Endpoint, Canceled: true}
 	}
 	o := Outcome{Target: t.Endpoint, HostKey: HostKeyNotSeen, Auth: AuthNotAttempted, Latency: latency, BastionKeyAdded: tr.bastionAdded}
 	switch {
@@ -103,13 +114,13 @@ func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Out
 	}
 	if err == nil {
 		o.Auth, o.ServerVersion = AuthAccepted, tr.serverVersion
-		return o
+		return client, o
 	}
 	if (tr.authRefused || tr.bastionAuthRefused) && t.Credentials.Withheld != "" {
 		// The credential that would authenticate is not here: what was
 		// checked before authentication stands, authentication is not judged.
 		o.Auth, o.Withheld = AuthWithheld, t.Credentials.Withheld
-		return o
+		return nil, o
 	}
 	if tr.authRefused {
 		o.Auth = AuthRefused
@@ -126,7 +137,7 @@ func (d *Dialer) Probe(ctx context.Context, t Target, timeout time.Duration) Out
 	if o.Reason == ReasonTimeout {
 		o.Message = fmt.Sprintf("%s (no answer within the %s probe timeout)", o.Message, timeout)
 	}
-	return o
+	return nil, o
 }
 
 // callerEnded reports whether the caller's context is over. Its deadline is
