@@ -41,6 +41,7 @@ type sshdConfig struct {
 	hostKeyTypes []string
 	authorized   []*Key
 	lines        []string
+	ns           *MountNamespace // run sshd inside it; nil for the host's
 }
 
 // WithHostKeyTypes makes sshd serve one host key of each type, in order;
@@ -121,7 +122,7 @@ func StartSSHD(tb TB, opts ...SSHDOption) *SSHD {
 			tb.Fatalf("sshtest: write sshd_config: %v", err)
 		}
 
-		s.start(tb, bin, configPath)
+		s.start(tb, bin, configPath, cfg.ns)
 		err := s.waitReady()
 		if err == nil {
 			tb.Cleanup(s.Stop)
@@ -204,7 +205,7 @@ func quote(path string) string {
 	return `"` + path + `"`
 }
 
-func (s *SSHD) start(tb TB, bin, configPath string) {
+func (s *SSHD) start(tb TB, bin, configPath string, ns *MountNamespace) {
 	tb.Helper()
 	logFile, err := os.OpenFile(s.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -212,14 +213,20 @@ func (s *SSHD) start(tb TB, bin, configPath string) {
 	}
 	// An *os.File as Stderr is handed straight to the child, so no copying
 	// goroutine exists to outlive the test.
-	cmd := exec.Command(bin, "-D", "-e", "-f", configPath)
+	argv := []string{bin, "-D", "-e", "-f", configPath}
+	if ns != nil {
+		// nsenter execs sshd without forking, so the pid stays sshd's and
+		// stopProcess finds its sessions as before.
+		argv = ns.Command(argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.Dir = s.Dir
 	err = cmd.Start()
 	logFile.Close()
 	if err != nil {
-		tb.Fatalf("sshtest: start %s: %v", bin, err)
+		tb.Fatalf("sshtest: start %s: %v", strings.Join(argv, " "), err)
 	}
 	s.cmd = cmd
 	s.exited = make(chan struct{})

@@ -1,0 +1,253 @@
+package sshtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// MountNamespace is a private mount namespace (unshare --mount --propagation
+// private) held open by a sleeping process; storage faults for node health
+// tests are made inside it. Mounts made in it are invisible to the host and
+// to other tests, and vanish once its last process is gone.
+//
+// It starts as a copy of the host's mounts, so host files stay visible in it
+// until something is mounted over them; mount only below tb.TempDir() so the
+// sshd files and the test's own files are never hidden.
+type MountNamespace struct {
+	// PID is the holder: a sleep process inside the namespace. nsenter joins
+	// the namespace through it.
+	PID int
+
+	nsenter string // absolute path
+	cmd     *exec.Cmd
+	errPath string        // the holder's stderr, for failure messages
+	exited  chan struct{} // closed once cmd.Wait has returned
+}
+
+const (
+	mountNSReadyTimeout = 5 * time.Second
+	mountNSRunTimeout   = 30 * time.Second
+	// fifoReleaseHold is how long ReleaseFIFO keeps its read end open.
+	fifoReleaseHold = 200 * time.Millisecond
+)
+
+// NewMountNamespace starts the holder and kills it when the test ends. It
+// needs unshare and nsenter (Debian package util-linux) and the right to
+// create mount namespaces (root); without them the test fails, it is never
+// skipped, so a storage fault cannot silently go untested.
+func NewMountNamespace(tb TB) *MountNamespace {
+	tb.Helper()
+	unshare := utilLinuxBinary(tb, "unshare")
+	nsenter := utilLinuxBinary(tb, "nsenter")
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		tb.Fatalf("sshtest: sleep not found: install Debian package coreutils")
+	}
+	hostNS, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		tb.Fatalf("sshtest: read this process's mount namespace: %v", err)
+	}
+
+	errFile, err := os.CreateTemp(tb.TempDir(), "unshare-*.log")
+	if err != nil {
+		tb.Fatalf("sshtest: create unshare log: %v", err)
+	}
+	ns := &MountNamespace{nsenter: nsenter, errPath: errFile.Name()}
+	// unshare execs sleep without forking (no --fork), so the pid is the
+	// holder's from start to end.
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", sleep, "infinity")
+	cmd.Stdout = errFile
+	cmd.Stderr = errFile
+	// If the test binary dies before its cleanups run (a -timeout panic),
+	// the holder must not sleep forever with the namespace.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	errFile.Close()
+	if err != nil {
+		tb.Fatalf("sshtest: start %s: %v", unshare, err)
+	}
+	ns.cmd = cmd
+	ns.PID = cmd.Process.Pid
+	ns.exited = make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(ns.exited)
+	}()
+	tb.Cleanup(ns.stop)
+
+	if err := ns.waitReady(hostNS); err != nil {
+		tb.Fatalf("sshtest: private mount namespace (%s --mount --propagation private): %v\nunshare output:\n%s",
+			unshare, err, ns.holderOutput())
+	}
+	return ns
+}
+
+func utilLinuxBinary(tb TB, name string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		tb.Fatalf("sshtest: %s not found: install Debian package util-linux", name)
+	}
+	return path
+}
+
+// waitReady polls until the holder has left the host's mount namespace and
+// become sleep, which unshare execs only after setting propagation private.
+func (ns *MountNamespace) waitReady(hostNS string) error {
+	deadline := time.Now().Add(mountNSReadyTimeout)
+	proc := "/proc/" + strconv.Itoa(ns.PID)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ns.exited:
+			return fmt.Errorf("holder exited: %v", ns.cmd.ProcessState)
+		default:
+		}
+		comm, _ := os.ReadFile(proc + "/comm")
+		mnt, _ := os.Readlink(proc + "/ns/mnt")
+		if strings.TrimSpace(string(comm)) == "sleep" && mnt != "" && mnt != hostNS {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("holder %d not in a new mount namespace within %v", ns.PID, mountNSReadyTimeout)
+}
+
+func (ns *MountNamespace) holderOutput() string {
+	b, err := os.ReadFile(ns.errPath)
+	if err != nil {
+		return fmt.Sprintf("(cannot read unshare output: %v)", err)
+	}
+	return string(b)
+}
+
+// stop kills the holder and waits for it. Processes still inside the
+// namespace (an sshd started with WithMountNamespace) keep it alive; their
+// own cleanups stop them.
+func (ns *MountNamespace) stop() {
+	_ = ns.cmd.Process.Kill()
+	<-ns.exited
+}
+
+// Command returns argv prefixed so that it runs inside the namespace:
+// [/abs/nsenter -t PID -m -- argv...]. nsenter execs argv without forking,
+// so the process started is argv's own.
+func (ns *MountNamespace) Command(argv ...string) []string {
+	return append([]string{ns.nsenter, "-t", strconv.Itoa(ns.PID), "-m", "--"}, argv...)
+}
+
+// Run runs argv inside the namespace and returns its combined output. A
+// failure, or no exit within 30s, is fatal, with the output in the message.
+// To expect a failure, run ns.Command(argv...) with os/exec instead.
+func (ns *MountNamespace) Run(tb TB, argv ...string) string {
+	tb.Helper()
+	if len(argv) == 0 {
+		tb.Fatalf("sshtest: MountNamespace.Run needs a command")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), mountNSRunTimeout)
+	defer cancel()
+	full := ns.Command(argv...)
+	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
+	// A background child holding the output open must not hang Run.
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("no exit within %v: %w", mountNSRunTimeout, err)
+	}
+	if err != nil {
+		tb.Fatalf("sshtest: in mount namespace %d: %s: %v\noutput:\n%s", ns.PID, strings.Join(argv, " "), err, out)
+	}
+	return string(out)
+}
+
+// MountTmpfs creates dir on the host (so it exists in both views) and mounts
+// a fresh tmpfs on it inside the namespace only; the host's dir stays empty.
+func (ns *MountNamespace) MountTmpfs(tb TB, dir string) {
+	tb.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatalf("sshtest: create mount point %s: %v", dir, err)
+	}
+	ns.Run(tb, "mount", "-t", "tmpfs", "sshtest", dir)
+}
+
+// RemountReadOnly remounts the filesystem mounted on dir read-only inside
+// the namespace, so writes there fail with EROFS ("Read-only file system"),
+// as on a disk the kernel has remounted after an I/O error.
+func (ns *MountNamespace) RemountReadOnly(tb TB, dir string) {
+	tb.Helper()
+	ns.Run(tb, "mount", "-o", "remount,ro", dir)
+}
+
+// RemountReadWrite undoes RemountReadOnly.
+func (ns *MountNamespace) RemountReadWrite(tb TB, dir string) {
+	tb.Helper()
+	ns.Run(tb, "mount", "-o", "remount,rw", dir)
+}
+
+// MakeFIFO creates a named pipe (mode 0600) at path in the host's view. A
+// writer opening it, `echo x > path` say, blocks in open(2) until a reader
+// appears: a hung write, as on a stalled disk. ReleaseFIFO lets such writers
+// go, and cleanup calls it so none is left blocked at the end of the test.
+// Mounts made in a MountNamespace over path's directory hide the FIFO from
+// processes in that namespace.
+func MakeFIFO(tb TB, path string) {
+	tb.Helper()
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		tb.Fatalf("sshtest: mkfifo %s: %v", path, err)
+	}
+	tb.Cleanup(func() {
+		if err := ReleaseFIFO(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			// Cleanup has no TB to fail; a writer left blocked shows up as
+			// a hung test with this on stderr.
+			fmt.Fprintf(os.Stderr, "sshtest: cleanup: %v\n", err)
+		}
+	})
+}
+
+// ReleaseFIFO opens the FIFO at path for reading, without blocking, keeps it
+// open about 200ms, draining what writers send, then closes it. Writers
+// blocked in open(2) proceed; their writes succeed if made while it is open.
+// A writer that opens the FIFO after that blocks again.
+func ReleaseFIFO(path string) error {
+	// The raw syscalls keep the descriptor away from Go's poller: a plain
+	// non-blocking fd that the loop below polls itself.
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "release fifo: open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "release fifo: stat", Path: path, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return fmt.Errorf("release fifo %s: not a FIFO (mode %#o)", path, st.Mode)
+	}
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(fifoReleaseHold)
+	for time.Now().Before(deadline) {
+		n, err := syscall.Read(fd, buf)
+		switch {
+		case n > 0:
+			continue // drain at once: a writer may send more
+		case err != nil && err != syscall.EAGAIN && err != syscall.EINTR:
+			return &os.PathError{Op: "release fifo: read", Path: path, Err: err}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// WithMountNamespace makes StartSSHD run sshd inside ns (its command is
+// prefixed with ns.Command), so every session sees the namespace's mounts.
+// Create ns before StartSSHD: cleanups run last-in first-out, so sshd stops
+// before the holder is killed.
+func WithMountNamespace(ns *MountNamespace) SSHDOption {
+	return func(c *sshdConfig) { c.ns = ns }
+}
