@@ -98,7 +98,7 @@ func (c Credentials) withAgent(ctx context.Context, keys []ssh.Signer) ([]ssh.Si
 		case err == nil:
 			keys = append(keys, fromAgent...)
 			release = closeAgent
-		case ctx.Err() != nil:
+		case callerEnded(ctx):
 			return nil, nil, ctxError(ctx)
 		case len(keys) == 0 && c.Withheld == "":
 			return nil, nil, c.configError("agent", err.Error())
@@ -134,7 +134,9 @@ func agentSigners(ctx context.Context) ([]ssh.Signer, func(), error) {
 	signers, err := agent.NewClient(conn).Signers()
 	if err != nil {
 		release()
-		if ctx.Err() != nil {
+		// The connection's deadline, copied from ctx, can fire a moment
+		// before ctx's own timer marks it done.
+		if callerEnded(ctx) || errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, nil, ctxError(ctx)
 		}
 		return nil, nil, fmt.Errorf("listing the agent's keys: %v", err)
