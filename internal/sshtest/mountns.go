@@ -221,7 +221,7 @@ func ReleaseFIFO(path string) error {
 	if err != nil {
 		return &os.PathError{Op: "release fifo: open", Path: path, Err: err}
 	}
-	defer syscall.Close(fd)
+	defer func() { _ = syscall.Close(fd) }()
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return &os.PathError{Op: "release fifo: stat", Path: path, Err: err}

@@ -161,11 +161,11 @@ func runFatal(t *testing.T, fn func(tb TB)) string {
 func TestNewMountNamespaceFailsLoudly(t *testing.T) {
 	bin := t.TempDir()
 	for _, name := range []string{"nsenter", "sleep"} {
-		real, err := exec.LookPath(name)
+		realPath, err := exec.LookPath(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink(real, filepath.Join(bin, name)); err != nil {
+		if err := os.Symlink(realPath, filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
