@@ -1,0 +1,380 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+func init() {
+	Register("path", newPathCheck)
+	Register("command", newCommandCheck)
+	Register("systemd_unit", newUnitCheck)
+	Register("tcp", newTCPCheck)
+	Register("http", newHTTPCheck)
+}
+
+func str(settings map[string]any, key string) (string, error) {
+	v, ok := settings[key]
+	if !ok || v == nil {
+		return "", fmt.Errorf("%s is required", key)
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s must be a string", key)
+	}
+	if strings.TrimSpace(s) == "" {
+		return "", fmt.Errorf("%s must not be empty", key)
+	}
+	return s, nil
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// lastLine is the last non-empty line of out.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// ---- path ----
+
+// PathCheck checks a directory in two tiers: statvfs (and the mount's
+// read-only flag) at every evaluation, and a heartbeat write with fsync when
+// the last good one is older than the write-probe interval.
+type PathCheck struct{ Path string }
+
+func newPathCheck(settings map[string]any, storageRoot string) (Check, error) {
+	p, err := str(settings, "path")
+	if err != nil {
+		return nil, err
+	}
+	if !path.IsAbs(p) {
+		if storageRoot == "" {
+			return nil, fmt.Errorf("path %q is relative and no storage_root is set to resolve it against: give an absolute path or set storage_root", p)
+		}
+		if !path.IsAbs(storageRoot) {
+			return nil, fmt.Errorf("storage_root %q must be an absolute path", storageRoot)
+		}
+		p = path.Join(storageRoot, p)
+	}
+	return PathCheck{Path: path.Clean(p)}, nil
+}
+
+// Kind implements Check.
+func (PathCheck) Kind() string { return "path" }
+
+// Target implements Check.
+func (c PathCheck) Target() string { return c.Path }
+
+// HeartbeatFile is the file a heartbeat writes in a checked path.
+const HeartbeatFile = "_heartbeat"
+
+// Script implements ScriptCheck. Its output is "tier T", then "hb EPOCH"
+// for a good heartbeat, or "fail TEXT". The heartbeat's success marker lives
+// in $M (outside the path): its mtime is the last good heartbeat, shared by
+// every evaluation of this node and path, whoever runs it.
+func (c PathCheck) Script(env ScriptEnv) string {
+	interval := int64(env.WriteProbeInterval / time.Second)
+	return fmt.Sprintf(`p=%s ok="$M/%s.ok"
+echo "tier statvfs"
+if ! e=$(stat -f -c %%i -- "$p" 2>&1 >/dev/null); then echo "fail $e"; return 1; fi
+if [ ! -d "$p" ]; then echo "fail not a directory"; return 1; fi
+if fleet_ro "$p"; then echo "fail mounted read-only"; return 1; fi
+if [ -f "$ok" ]; then
+  t=$(stat -c %%Y -- "$ok") && [ $(( $(date +%%s) - t )) -lt %d ] && { echo "hb $t"; return 0; }
+fi
+echo "tier heartbeat"
+if e=$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ | dd of="$p/%s" conv=fsync status=none 2>&1); then
+  touch -- "$ok" && echo "hb $(stat -c %%Y -- "$ok")" && return 0
+fi
+echo "fail heartbeat write failed: $e"
+return 1`, shellQuote(c.Path), env.Key, interval, HeartbeatFile)
+}
+
+// Interpret implements ScriptCheck.
+func (c PathCheck) Interpret(exit int, output string) Result {
+	r := Result{Tier: TierStatvfs, Healthy: exit == 0}
+	for _, line := range strings.Split(output, "\n") {
+		switch {
+		case strings.HasPrefix(line, "tier "):
+			r.Tier = strings.TrimPrefix(line, "tier ")
+		case strings.HasPrefix(line, "hb "):
+			if n, err := strconv.ParseInt(strings.TrimPrefix(line, "hb "), 10, 64); err == nil {
+				r.Heartbeat = time.Unix(n, 0).UTC()
+			}
+		case strings.HasPrefix(line, "fail "):
+			r.Detail = plainError(strings.TrimPrefix(line, "fail "))
+		}
+	}
+	switch {
+	case exit < 0:
+	case r.Healthy && r.Tier == TierHeartbeat:
+		r.Detail = "heartbeat written"
+	case r.Healthy:
+		r.Detail = "statvfs ok"
+	case r.Detail == "":
+		r.Detail = fmt.Sprintf("probe failed (exit %d): %s", exit, lastLine(output))
+	}
+	return r
+}
+
+// plainError reduces a coreutils error ("stat: cannot read file system
+// information for '/x': Input/output error") to its cause in plain words,
+// keeping what the command was doing when that helps.
+func plainError(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		cause := s[i+2:]
+		switch {
+		case strings.Contains(s, "file system information"):
+			return lowerFirst(cause)
+		case strings.HasPrefix(s, "heartbeat write failed: "):
+			return "heartbeat write failed: " + lowerFirst(cause)
+		}
+		return lowerFirst(cause)
+	}
+	return s
+}
+
+func lowerFirst(s string) string {
+	if s == "" || (len(s) > 1 && s[1] >= 'A' && s[1] <= 'Z') {
+		return s
+	}
+	return strings.ToLower(s[:1]) + s[1:]
+}
+
+// ---- command ----
+
+// CommandCheck runs a shell command on the node; exit 0 within the deadline
+// is healthy.
+type CommandCheck struct{ Command string }
+
+func newCommandCheck(settings map[string]any, _ string) (Check, error) {
+	c, err := str(settings, "command")
+	if err != nil {
+		return nil, err
+	}
+	return CommandCheck{Command: c}, nil
+}
+
+// Kind implements Check.
+func (CommandCheck) Kind() string { return "command" }
+
+// Target implements Check.
+func (c CommandCheck) Target() string { return c.Command }
+
+// Script implements ScriptCheck.
+func (c CommandCheck) Script(ScriptEnv) string {
+	return "sh -c " + shellQuote(c.Command) + " </dev/null"
+}
+
+// Interpret implements ScriptCheck.
+func (c CommandCheck) Interpret(exit int, output string) Result {
+	r := Result{Tier: TierProbe, Healthy: exit == 0}
+	switch {
+	case exit == 0:
+		r.Detail = "exit 0"
+	case exit > 0:
+		r.Detail = fmt.Sprintf("exit %d", exit)
+		if l := lastLine(output); l != "" {
+			r.Detail += ": " + truncate(l, 200)
+		}
+	}
+	return r
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// ---- systemd_unit ----
+
+// UnitCheck is healthy when a systemd unit is active.
+type UnitCheck struct{ Unit string }
+
+func newUnitCheck(settings map[string]any, _ string) (Check, error) {
+	u, err := str(settings, "systemd_unit")
+	if err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(u, " \t\n/") {
+		return nil, fmt.Errorf("systemd_unit %q is not a unit name (no spaces or slashes), for example \"libvirtd.service\"", u)
+	}
+	return UnitCheck{Unit: u}, nil
+}
+
+// Kind implements Check.
+func (UnitCheck) Kind() string { return "systemd_unit" }
+
+// Target implements Check.
+func (c UnitCheck) Target() string { return c.Unit }
+
+// Script implements ScriptCheck.
+func (c UnitCheck) Script(ScriptEnv) string {
+	return "systemctl is-active -- " + shellQuote(c.Unit) + " </dev/null"
+}
+
+// Interpret implements ScriptCheck.
+func (c UnitCheck) Interpret(exit int, output string) Result {
+	r := Result{Tier: TierProbe, Healthy: exit == 0}
+	state := lastLine(output)
+	switch {
+	case exit == 0:
+		r.Detail = "active"
+	case exit == 127:
+		r.Detail = "systemctl not found on the node"
+	case exit > 0 && state != "":
+		r.Detail = truncate(state, 200)
+	case exit > 0:
+		r.Detail = fmt.Sprintf("not active (systemctl exit %d)", exit)
+	}
+	return r
+}
+
+// ---- tcp ----
+
+// TCPCheck connects to an address from the node.
+type TCPCheck struct{ Addr string }
+
+func newTCPCheck(settings map[string]any, _ string) (Check, error) {
+	a, err := str(settings, "tcp")
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return nil, fmt.Errorf("tcp %q is not host:port, for example \"127.0.0.1:5432\"", a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return nil, fmt.Errorf("tcp %q: port must be 1-65535", a)
+	}
+	return TCPCheck{Addr: a}, nil
+}
+
+// Kind implements Check.
+func (TCPCheck) Kind() string { return "tcp" }
+
+// Target implements Check.
+func (c TCPCheck) Target() string { return c.Addr }
+
+// Probe implements DialCheck.
+func (c TCPCheck) Probe(ctx context.Context, dial DialFunc) Result {
+	conn, err := dial(ctx, "tcp", c.Addr)
+	if err != nil {
+		return Result{Tier: TierProbe, Detail: dialDetail(ctx, err)}
+	}
+	_ = conn.Close()
+	return Result{Tier: TierProbe, Healthy: true, Detail: "connected"}
+}
+
+func dialDetail(ctx context.Context, err error) string {
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return "probe timed out"
+	}
+	msg := err.Error()
+	// An SSH forwarded channel's refusal carries sshd's words.
+	if strings.Contains(msg, "administratively prohibited") {
+		return "the node's sshd refuses to forward the connection (AllowTcpForwarding)"
+	}
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return msg
+}
+
+// ---- http ----
+
+// HTTPCheck requests a URL from the node and expects a status, retrying a
+// failed request a bounded number of times within the deadline.
+type HTTPCheck struct {
+	URL          string
+	ExpectStatus int
+	Retries      int
+}
+
+func newHTTPCheck(settings map[string]any, _ string) (Check, error) {
+	u, err := str(settings, "url")
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
+		return nil, fmt.Errorf("url %q is not an http:// or https:// URL with a host", u)
+	}
+	c := HTTPCheck{URL: u, ExpectStatus: http.StatusOK, Retries: 2}
+	if v, ok := settings["expect_status"].(int64); ok {
+		if v < 100 || v > 599 {
+			return nil, fmt.Errorf("expect_status %d is not an HTTP status (100-599)", v)
+		}
+		c.ExpectStatus = int(v)
+	}
+	if v, ok := settings["retries"].(int64); ok {
+		if v < 0 || v > 10 {
+			return nil, fmt.Errorf("retries %d must be 0-10", v)
+		}
+		c.Retries = int(v)
+	}
+	return c, nil
+}
+
+// Kind implements Check.
+func (HTTPCheck) Kind() string { return "http" }
+
+// Target implements Check. The expected status is part of the identity: two
+// checks of one URL expecting different answers are two checks.
+func (c HTTPCheck) Target() string {
+	if c.ExpectStatus == http.StatusOK {
+		return c.URL
+	}
+	return fmt.Sprintf("%s (expect %d)", c.URL, c.ExpectStatus)
+}
+
+// Probe implements DialCheck.
+func (c HTTPCheck) Probe(ctx context.Context, dial DialFunc) Result {
+	transport := &http.Transport{DialContext: dial, DisableKeepAlives: true}
+	defer transport.CloseIdleConnections()
+	client := retryablehttp.NewClient()
+	client.HTTPClient = &http.Client{Transport: transport}
+	client.Logger = nil
+	client.RetryMax = c.Retries
+	client.RetryWaitMin = 100 * time.Millisecond
+	client.RetryWaitMax = time.Second
+	// Any answer is an answer: the expected status is judged here, not
+	// retried into a different one.
+	client.CheckRetry = func(ctx context.Context, resp *http.Response, err error) (bool, error) {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		// A connection error is retried; the error itself is reported
+		// by Do once the retries are spent.
+		retry := err != nil || (resp.StatusCode != c.ExpectStatus && resp.StatusCode >= 500)
+		return retry, nil //nolint:nilerr // the error is Do's to report, after the retries
+	}
+	client.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, c.URL, nil)
+	if err != nil {
+		return Result{Tier: TierProbe, Detail: err.Error()}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Result{Tier: TierProbe, Detail: dialDetail(ctx, err)}
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != c.ExpectStatus {
+		return Result{Tier: TierProbe, Detail: fmt.Sprintf("status %d, expected %d", resp.StatusCode, c.ExpectStatus)}
+	}
+	return Result{Tier: TierProbe, Healthy: true, Detail: fmt.Sprintf("status %d", resp.StatusCode)}
+}

@@ -1,0 +1,379 @@
+package health
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+// Storage faults are real: a tmpfs remounted read-only in a private mount
+// namespace, a FIFO in place of the heartbeat file (a write that blocks in
+// the kernel, as on a stalled disk), a path that is not there, and an EIO
+// from statvfs injected where the script calls it. Each runs on a local
+// node whose shell enters the namespace, and on a remote node reached
+// through a real sshd running inside it.
+
+// storageHost is where a storage fault is observed.
+type storageHost struct {
+	node  Node     // Local, or a Target for sshd
+	shell []string // the evaluator's LocalShell
+	ns    *sshtest.MountNamespace
+	sshd  *sshtest.SSHD // nil for the local node
+	// slack is how much longer than the probe timeout an evaluation may take:
+	// starting the shell, and for sshd the connection.
+	slack time.Duration
+}
+
+func (h storageHost) evaluator() *Evaluator { return newEvaluator(h.shell) }
+
+func (h storageHost) log() string {
+	if h.sshd == nil {
+		return ""
+	}
+	return "\nsshd log:\n" + h.sshd.Log()
+}
+
+// localHost is a local node whose shell runs inside a new mount namespace.
+func localHost(t *testing.T) storageHost {
+	ns := sshtest.NewMountNamespace(t)
+	return storageHost{node: Node{Local: true}, shell: ns.Command("/bin/sh", "-s"), ns: ns, slack: time.Second}
+}
+
+// sshdHost is a remote node served by a real sshd inside a new mount
+// namespace.
+func sshdHost(t *testing.T, opts ...sshtest.SSHDOption) storageHost {
+	ns := sshtest.NewMountNamespace(t)
+	s := sshtest.StartSSHD(t, append([]sshtest.SSHDOption{sshtest.WithMountNamespace(ns)}, opts...)...)
+	return storageHost{node: sshdNode(s), ns: ns, sshd: s, slack: 3 * time.Second}
+}
+
+func TestLocalPathReadOnly(t *testing.T) { checkReadOnly(t, localHost(t)) }
+func TestSSHDPathReadOnly(t *testing.T)  { checkReadOnly(t, sshdHost(t)) }
+
+// checkReadOnly: a tmpfs, mounted in the namespace only, is healthy and
+// takes the heartbeat; remounted read-only it puts the node in error with a
+// reason naming the node, its role, the check and the path; remounted
+// read-write it is healthy again.
+func checkReadOnly(t *testing.T, h storageHost) {
+	root := t.TempDir()
+	blobs := filepath.Join(root, "blobs")
+	h.ns.MountTmpfs(t, blobs)
+	node := uniqueNode(t, "ro")
+	p := pathPolicy(root, node, h.node, 2*time.Second)
+	forgetMarkers(t, p, node)
+	e := h.evaluator()
+	id := "path:" + blobs
+
+	r, _ := evalNode(t, e, p, node)
+	if r.State() != StateHealthy {
+		t.Fatalf("before the fault: %s%s", describeReport(r, p), h.log())
+	}
+	if res := result(t, r, id); res.Tier != TierHeartbeat || res.Detail != "heartbeat written" || res.Heartbeat.IsZero() {
+		t.Errorf("before the fault: %+v, want a heartbeat written", res)
+	}
+	// The heartbeat went to the tmpfs in the namespace: the checks ran there.
+	if _, err := os.Stat(filepath.Join(blobs, HeartbeatFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("host view of %s/%s: %v; want no such file (the check ran outside the namespace)", blobs, HeartbeatFile, err)
+	}
+	h.ns.Run(t, "test", "-f", filepath.Join(blobs, HeartbeatFile))
+
+	h.ns.RemountReadOnly(t, blobs)
+	r, _ = evalNode(t, e, p, node)
+	if r.State() != StateError {
+		t.Fatalf("read-only: state %s, want error\n%s%s", r.State(), describeReport(r, p), h.log())
+	}
+	res := result(t, r, id)
+	if res.Healthy || res.Detail != "mounted read-only" || res.Tier != TierStatvfs {
+		t.Errorf("read-only: result %+v, want detail %q from the statvfs tier", res, "mounted read-only")
+	}
+	wantContains(t, "read-only reason", r.Reason(p), "node "+node, "a hypervisor node", "blob storage", blobs, "read-only", "needed by blob")
+
+	h.ns.RemountReadWrite(t, blobs)
+	r, _ = evalNode(t, e, p, node)
+	if r.State() != StateHealthy {
+		t.Errorf("after RemountReadWrite: %s", describeReport(r, p))
+	}
+}
+
+func TestLocalPathHungHeartbeat(t *testing.T) { checkHungHeartbeat(t, localHost(t)) }
+func TestSSHDPathHungHeartbeat(t *testing.T)  { checkHungHeartbeat(t, sshdHost(t)) }
+
+// checkHungHeartbeat: a heartbeat write that blocks in the kernel times out
+// at the probe timeout; while it hangs, later evaluations, from the same
+// evaluator or from another (another provider process), report it
+// outstanding and start no second write; once it is released the node is
+// healthy again.
+//
+// The FIFO sits in a plain directory under t.TempDir(), which the namespace
+// shares with the host: MakeFIFO and ReleaseFIFO act in the host's view,
+// which a tmpfs mounted in the namespace would hide.
+func checkHungHeartbeat(t *testing.T, h storageHost) {
+	root := t.TempDir()
+	blobs := filepath.Join(root, "blobs")
+	if err := os.Mkdir(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	node := uniqueNode(t, "fifo")
+	const timeout = 1500 * time.Millisecond
+	p := pathPolicy(root, node, h.node, timeout)
+	forgetMarkers(t, p, node)
+	fifo := filepath.Join(blobs, HeartbeatFile)
+	sshtest.MakeFIFO(t, fifo)
+	// Runs before MakeFIFO's cleanup: once repaired, the heartbeat is a
+	// regular file, which that cleanup would complain is not a FIFO.
+	t.Cleanup(func() {
+		if fi, err := os.Lstat(fifo); err == nil && fi.Mode().IsRegular() {
+			_ = os.Remove(fifo)
+		}
+	})
+	id := "path:" + blobs
+	e := h.evaluator()
+
+	started := time.Now()
+	r, took := evalNode(t, e, p, node)
+	res := result(t, r, id)
+	if r.State() != StateError || !res.TimedOut || res.Detail != "probe timed out" {
+		t.Fatalf("hung heartbeat: %s%s", describeReport(r, p), h.log())
+	}
+	if res.Tier != TierHeartbeat {
+		t.Errorf("hung heartbeat: tier %q, want %q (the tier that hung)", res.Tier, TierHeartbeat)
+	}
+	if took > timeout+h.slack {
+		t.Errorf("hung heartbeat: evaluation took %v, want at most the probe timeout %v + %v", took, timeout, h.slack)
+	}
+	wantContains(t, "hung heartbeat reason", r.Reason(p), "node "+node, "blob storage", blobs+" is a broken mount (probe timed out)")
+
+	writers := heartbeatWriters(blobs)
+	if len(writers) != 1 {
+		t.Fatalf("after the first evaluation: %d heartbeat writers %v, want exactly the one left hung", len(writers), writers)
+	}
+
+	for _, again := range []struct {
+		name string
+		e    *Evaluator
+	}{{"same evaluator", e}, {"new evaluator", h.evaluator()}} {
+		r, took := evalNode(t, again.e, p, node)
+		res := result(t, r, id)
+		if r.State() != StateError || !res.Outstanding || res.TimedOut {
+			t.Fatalf("%s, while hung: %s", again.name, describeReport(r, p))
+		}
+		if !strings.HasPrefix(res.Detail, "previous probe still outstanding since ") ||
+			!strings.Contains(res.Detail, res.OutstandingSince.Format(time.RFC3339)) {
+			t.Errorf("%s, while hung: detail %q, want it to say since when the previous probe is outstanding", again.name, res.Detail)
+		}
+		if res.OutstandingSince.Before(started.Add(-time.Second).Truncate(time.Second)) || res.OutstandingSince.After(time.Now()) {
+			t.Errorf("%s: outstanding since %v, want the start of the first evaluation (%v)", again.name, res.OutstandingSince, started)
+		}
+		if took > timeout+h.slack {
+			t.Errorf("%s: evaluation took %v", again.name, took)
+		}
+		wantContains(t, again.name+" reason", r.Reason(p), blobs+" is a broken mount (previous probe still outstanding since ")
+		if now := heartbeatWriters(blobs); !slices.Equal(now, writers) {
+			t.Fatalf("%s: heartbeat writers %v, want only the first %v: a second probe joined the hung one", again.name, now, writers)
+		}
+	}
+
+	if err := sshtest.ReleaseFIFO(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, func() bool { return len(heartbeatWriters(blobs)) == 0 }) {
+		t.Fatalf("heartbeat writers %v still there 10s after ReleaseFIFO", heartbeatWriters(blobs))
+	}
+	var last Report
+	healthy := eventually(10*time.Second, func() bool {
+		last, _ = evalNode(t, e, p, node)
+		return last.State() == StateHealthy
+	})
+	if !healthy {
+		t.Fatalf("not healthy 10s after the FIFO was released and removed: %s", describeReport(last, p))
+	}
+	if res := result(t, last, id); res.Detail != "heartbeat written" {
+		t.Errorf("after repair: %+v, want a heartbeat written", res)
+	}
+	if fi, err := os.Stat(fifo); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("after repair: %s: %v, %v; want the heartbeat written as a regular file", fifo, fi, err)
+	}
+}
+
+// TestEvaluatorConcurrentSameNode: an evaluation of a node that starts
+// while the same evaluator is still evaluating it waits for that one instead
+// of starting probes beside it, then finds the probe hung and reports it
+// outstanding, saying since when; only one heartbeat write ever runs.
+func TestEvaluatorConcurrentSameNode(t *testing.T) {
+	h := localHost(t)
+	root := t.TempDir()
+	blobs := filepath.Join(root, "blobs")
+	if err := os.Mkdir(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	node := uniqueNode(t, "concurrent")
+	const timeout = 2 * time.Second
+	p := pathPolicy(root, node, h.node, timeout)
+	forgetMarkers(t, p, node)
+	sshtest.MakeFIFO(t, filepath.Join(blobs, HeartbeatFile))
+	e := h.evaluator()
+
+	type done struct {
+		r  Report
+		at time.Time
+	}
+	first := make(chan done, 1)
+	start := time.Now()
+	go func() {
+		reports, _ := e.Evaluate(t.Context(), p, []string{node})
+		first <- done{reports[0], time.Now()}
+	}()
+	if !eventually(5*time.Second, func() bool { return len(heartbeatWriters(blobs)) == 1 }) {
+		t.Fatalf("the first evaluation's heartbeat never started")
+	}
+	r, took := evalNode(t, e, p, node)
+	end := time.Now()
+	f := <-first
+	if res := result(t, f.r, "path:"+blobs); !res.TimedOut {
+		t.Errorf("first evaluation: %s", describeReport(f.r, p))
+	}
+	if end.Before(f.at) {
+		t.Errorf("second evaluation ended at +%v, before the first (+%v): it ran beside it", end.Sub(start), f.at.Sub(start))
+	}
+	res := result(t, r, "path:"+blobs)
+	if !res.Outstanding || res.Healthy || r.State() != StateError {
+		t.Errorf("second evaluation: %s", describeReport(r, p))
+	}
+	if !strings.HasPrefix(res.Detail, "previous probe still outstanding since ") {
+		t.Errorf("second evaluation: detail %q, want it to say since when the previous probe is outstanding", res.Detail)
+	}
+	if took > 2*timeout+h.slack {
+		t.Errorf("second evaluation took %v", took)
+	}
+	if w := heartbeatWriters(blobs); len(w) != 1 {
+		t.Errorf("heartbeat writers %v, want exactly one", w)
+	}
+}
+
+// TestEvaluatorHungEvaluationNotJoined: an evaluation of a node that is
+// still running when another one's wait for it ends (the node's shell
+// itself hangs) is not joined: the other reports the node's checks
+// outstanding since the hung evaluation began, and no second shell starts.
+func TestEvaluatorHungEvaluationNotJoined(t *testing.T) {
+	sleep := sleepArgs(t)
+	killArgv(t, sleep...)
+	root := t.TempDir()
+	node := uniqueNode(t, "hung-shell")
+	// The shell reads the script and never answers; it is killed when the
+	// first evaluation's bound (probe timeout + grace) ends.
+	e := newEvaluator([]string{"/bin/sh", "-c", "cat >/dev/null; exec " + strings.Join(sleep, " ")})
+	slow := pathPolicy(root, node, Node{Local: true}, 2*time.Second)
+	forgetMarkers(t, slow, node)
+	quick := pathPolicy(root, node, Node{Local: true}, 100*time.Millisecond)
+
+	first := make(chan Report, 1)
+	start := time.Now()
+	go func() {
+		reports, _ := e.Evaluate(t.Context(), slow, []string{node})
+		first <- reports[0]
+	}()
+	shells := func() (n int) {
+		for _, args := range procArgs() {
+			if slices.Equal(args, sleep) {
+				n++
+			}
+		}
+		return n
+	}
+	if !eventually(5*time.Second, func() bool { return shells() == 1 }) {
+		t.Fatalf("the first evaluation's shell never started")
+	}
+	// The second waits 100ms + the grace for the first, which needs 2s +
+	// the grace: it gives up first.
+	r, _ := evalNode(t, e, quick, node)
+	select {
+	case f := <-first:
+		t.Fatalf("the first evaluation ended (%s) before the second gave up waiting", describeReport(f, slow))
+	default:
+	}
+	res := result(t, r, "path:"+filepath.Join(root, "blobs"))
+	if !res.Outstanding || res.Healthy || r.State() != StateError || res.OutstandingSince.Before(start.Add(-time.Second)) || res.OutstandingSince.After(time.Now()) {
+		t.Errorf("second evaluation: %+v\n%s", res, describeReport(r, quick))
+	}
+	if want := "previous probe still outstanding since " + res.OutstandingSince.Format(time.RFC3339); res.Detail != want {
+		t.Errorf("second evaluation: detail %q, want %q", res.Detail, want)
+	}
+	if n := shells(); n != 1 {
+		t.Errorf("%d shells running, want only the first", n)
+	}
+	f := <-first
+	if res := result(t, f, "path:"+filepath.Join(root, "blobs")); !res.TimedOut || res.Detail != "probe timed out" {
+		t.Errorf("first evaluation, its shell hung: %s", describeReport(f, slow))
+	}
+}
+
+func TestLocalPathMissing(t *testing.T) { checkMissingPath(t, localHost(t)) }
+func TestSSHDPathMissing(t *testing.T)  { checkMissingPath(t, sshdHost(t)) }
+
+func checkMissingPath(t *testing.T, h storageHost) {
+	root := t.TempDir() // root/blobs is never created
+	node := uniqueNode(t, "missing")
+	p := pathPolicy(root, node, h.node, 2*time.Second)
+	forgetMarkers(t, p, node)
+	blobs := filepath.Join(root, "blobs")
+	r, _ := evalNode(t, h.evaluator(), p, node)
+	res := result(t, r, "path:"+blobs)
+	if r.State() != StateError || res.Detail != "no such file or directory" || res.Tier != TierStatvfs {
+		t.Fatalf("missing path: %s%s", describeReport(r, p), h.log())
+	}
+	wantContains(t, "missing path reason", r.Reason(p), "node "+node, "blob storage", blobs+": no such file or directory")
+}
+
+// TestLocalPathIOError injects EIO at the statvfs seam: the path check's
+// statvfs is coreutils `stat -f`, replaced on the shell's PATH by one that
+// fails as it does on a disk returning I/O errors.
+func TestLocalPathIOError(t *testing.T) {
+	root := t.TempDir()
+	blobs := filepath.Join(root, "blobs")
+	if err := os.Mkdir(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	node := uniqueNode(t, "eio")
+	p := pathPolicy(root, node, Node{Local: true}, 2*time.Second)
+	forgetMarkers(t, p, node)
+
+	// The same directory is healthy through the real stat.
+	if r, _ := evalNode(t, newEvaluator(nil), p, node); r.State() != StateHealthy {
+		t.Fatalf("with the real stat: %s", describeReport(r, p))
+	}
+	e := newEvaluator([]string{"env", "PATH=" + fakeStatDir(t) + ":" + os.Getenv("PATH"), "/bin/sh", "-s"})
+	r, _ := evalNode(t, e, p, node)
+	res := result(t, r, "path:"+blobs)
+	if r.State() != StateError || res.Detail != "input/output error" || res.Tier != TierStatvfs {
+		t.Fatalf("statvfs EIO: %s", describeReport(r, p))
+	}
+	wantContains(t, "statvfs EIO reason", r.Reason(p), "node "+node, "blob storage", blobs+": input/output error")
+}
+
+// TestSSHDPathIOError injects the same EIO over sshd: its SetEnv puts the
+// fake stat first on the PATH of every session.
+func TestSSHDPathIOError(t *testing.T) {
+	fake := fakeStatDir(t)
+	h := sshdHost(t, sshtest.WithConfigLines("SetEnv PATH="+fake+":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"))
+	root := t.TempDir()
+	blobs := filepath.Join(root, "blobs")
+	h.ns.MountTmpfs(t, blobs)
+	node := uniqueNode(t, "eio-sshd")
+	p := pathPolicy(root, node, h.node, 2*time.Second)
+	forgetMarkers(t, p, node)
+	r, _ := evalNode(t, h.evaluator(), p, node)
+	res := result(t, r, "path:"+blobs)
+	if r.State() != StateError || res.Detail != "input/output error" || res.Tier != TierStatvfs {
+		t.Fatalf("statvfs EIO over sshd: %s%s", describeReport(r, p), h.log())
+	}
+	wantContains(t, "statvfs EIO reason", r.Reason(p), "node "+node, blobs+": input/output error")
+}
