@@ -77,19 +77,96 @@ func or(ms ...maybe) maybe {
 }
 
 // changeOf compares the planned inputs of a resource with their prior
-// values, pairwise: unknownYet when a planned input is unknown, yes when one
-// differs, no when all are equal.
+// values, pairwise and to the last nested value: yes when a known part
+// differs, unknownYet when the known parts are equal but some part is
+// unknown, no when all are equal.
 func changeOf(planned, prior []attr.Value) maybe {
 	out := no
 	for i, p := range planned {
-		switch {
-		case p.IsUnknown():
-			out = or(out, unknownYet)
-		case !p.Equal(prior[i]):
+		out = or(out, differs(p, prior[i]))
+		if out == yes {
 			return yes
 		}
 	}
 	return out
+}
+
+// differs compares a planned value with a prior one (which is known).
+func differs(p, prior attr.Value) maybe {
+	if p.IsUnknown() {
+		return unknownYet
+	}
+	if fullyKnown(p) || p.IsNull() || prior == nil || prior.IsNull() || prior.IsUnknown() {
+		return maybeOf(!p.Equal(prior))
+	}
+	pairs := func(a, b map[string]attr.Value) maybe {
+		if len(a) != len(b) {
+			return yes
+		}
+		out := no
+		for k, v := range a {
+			w, ok := b[k]
+			if !ok {
+				return yes
+			}
+			out = or(out, differs(v, w))
+		}
+		return out
+	}
+	switch pv := p.(type) {
+	case types.Map:
+		if bv, ok := prior.(types.Map); ok {
+			return pairs(pv.Elements(), bv.Elements())
+		}
+	case types.Object:
+		if bv, ok := prior.(types.Object); ok {
+			return pairs(pv.Attributes(), bv.Attributes())
+		}
+	case types.List:
+		if bv, ok := prior.(types.List); ok {
+			a, b := pv.Elements(), bv.Elements()
+			if len(a) != len(b) {
+				return yes
+			}
+			out := no
+			for i := range a {
+				out = or(out, differs(a[i], b[i]))
+			}
+			return out
+		}
+	}
+	return unknownYet
+}
+
+// fullyKnown reports whether v and everything inside it is known.
+func fullyKnown(v attr.Value) bool {
+	if v.IsUnknown() {
+		return false
+	}
+	if v.IsNull() {
+		return true
+	}
+	var elems []attr.Value
+	switch t := v.(type) {
+	case types.Map:
+		for _, e := range t.Elements() {
+			elems = append(elems, e)
+		}
+	case types.List:
+		elems = t.Elements()
+	case types.Set:
+		elems = t.Elements()
+	case types.Object:
+		for _, e := range t.Attributes() {
+			elems = append(elems, e)
+		}
+	}
+	for _, e := range elems {
+		if !fullyKnown(e) {
+			return false
+		}
+	}
+	return true
 }
 
 // nextGeneration is the generation apply writes: the prior one, one more

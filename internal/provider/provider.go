@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/clock"
+	"github.com/fleetops/terraform-provider-fleet/internal/health"
 	"github.com/fleetops/terraform-provider-fleet/internal/reachability"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
@@ -50,6 +51,7 @@ type fleetProvider struct {
 	probeTimeout time.Duration
 	run          func() string
 	interrupt    context.Context
+	localShell   []string
 
 	// slots is the probe semaphore: one per provider process, made by the
 	// first Configure and shared by every probe whoever asks.
@@ -74,6 +76,13 @@ func WithInterrupt(ctx context.Context) Option { return func(p *fleetProvider) {
 // serve it in-process, where the process that started it is the test's.
 func WithRunID(run func() string) Option { return func(p *fleetProvider) { p.run = run } }
 
+// WithLocalShell sets the command that runs local nodes' health checks (a
+// shell reading the script on standard input), for tests that run them in
+// a mount namespace. Tests only.
+func WithLocalShell(argv ...string) Option {
+	return func(p *fleetProvider) { p.localShell = argv }
+}
+
 // New returns the provider factory that providerserver serves.
 func New(version string, opts ...Option) func() provider.Provider {
 	return func() provider.Provider {
@@ -90,6 +99,7 @@ type providerData struct {
 	clock    clock.Clock
 	interval reachability.Interval
 	prober   *reachability.Prober
+	health   *health.Evaluator
 	defaults connectionDefaults
 	// run identifies the Terraform or OpenTofu command this configuration
 	// serves (see warnings.go).
@@ -240,6 +250,14 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 			Interrupt: p.interrupt,
 		},
 	}
+	data.health = &health.Evaluator{
+		Dialer:         data.prober.Dialer,
+		Slots:          p.slots,
+		Clock:          p.clock,
+		LocalShell:     p.localShell,
+		ConnectTimeout: p.probeTimeout,
+		Interrupt:      p.interrupt,
+	}
 	resp.ResourceData = data
 	resp.DataSourceData = data
 }
@@ -287,9 +305,9 @@ func stringOr(v types.String, env, def string) string {
 }
 
 func (p *fleetProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{newExecutorResource}
+	return []func() resource.Resource{newExecutorResource, newNodeHealthPolicyResource}
 }
 
 func (p *fleetProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{newReachabilityDataSource}
+	return []func() datasource.DataSource{newReachabilityDataSource, newNodeHealthDataSource}
 }

@@ -1,0 +1,147 @@
+package provider
+
+import (
+	"regexp"
+
+	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	dschema "github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	rschema "github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/health"
+	"github.com/fleetops/terraform-provider-fleet/internal/validators"
+)
+
+// The policy's input attributes, described once for the resource and the
+// data source.
+var policyDescriptions = map[string]string{
+	"storage_root": "Absolute directory that relative `path` checks resolve under, e.g. `/srv/cloud`.",
+	"probe_timeout": "Deadline of every probe, as a Go duration (`\"10s\"`). A probe that does not finish in time is itself the unhealthy signal " +
+		"(\"probe timed out\"): a hard NFS mount hangs instead of failing. One node's whole evaluation is bounded by it however many paths hang. Default `10s`.",
+	"write_probe_interval": "How often, at most, a path check writes and fsyncs its `_heartbeat` file, per path and node, as a Go duration. " +
+		"Between heartbeats a path is checked with `statvfs` and its mount's read-only flag. `0s` writes at every evaluation. Default `300s`.",
+	"checks": "The checks, by name. Each sets exactly one kind: `path`, `command`, `tcp`, `http` or `systemd_unit`. " +
+		"A check's identity is its kind and resolved target, so the same path declared twice is probed once.",
+	"check.path":         "A directory that must be healthy: `statvfs` succeeds, its mount is not read-only, and a heartbeat write with fsync succeeds. Relative paths resolve under `storage_root`.",
+	"check.command":      "A shell command run on the node; healthy when it exits 0 within `probe_timeout`.",
+	"check.tcp":          "`host:port` the node must be able to connect to (from the node: over its SSH connection, which needs `AllowTcpForwarding` on the node, or locally).",
+	"check.http":         "A URL requested from the node (as for `tcp`); healthy when it answers `expect_status`. Failed requests are retried (`retries`) within `probe_timeout`.",
+	"check.url":          "`http://` or `https://` URL.",
+	"check.expect":       "Expected status. Default 200.",
+	"check.retries":      "Retries of a failed request (connection error or 5xx other than the expected status), 0-10. Default 2.",
+	"check.systemd_unit": "A systemd unit that must be active (`systemctl is-active`).",
+	"check.description":  "What the check protects, in words the reason uses: \"instance storage\". Default: the check's name.",
+	"check.severity":     "`error` (default): a failure puts the node in `error`, not schedulable. `degraded`: a failure makes the node `degraded`, still schedulable.",
+	"object_types":       "Object types, by name, each listing the checks it depends on. A failed check marks unhealthy exactly the types that list it.",
+	"type.checks":        "Names of `checks` this object type depends on.",
+	"roles":              "Roles, by name, each listing the object types a node in that role hosts.",
+	"role.hosts":         "Names of `object_types` a node in this role hosts.",
+	"role.description":   "The role in words the reason uses: \"a hypervisor node\". Default: \"a <role> node\".",
+	"nodes": "Nodes, by name, with their roles and where their checks run: `connection` (checks run over one SSH connection per evaluation) or `local = true` " +
+		"(on the machine running Terraform). A node's checks are the union over the object types its roles host.",
+	"node.roles": "Names of `roles` the node plays.",
+	"node.local": "Run the node's checks on the machine running Terraform instead of over SSH.",
+	"node.connection": "How to reach the node: `fleet_executor.<name>.ssh_connection`, or the same fields inline (`host`, `port`, `user`, `private_key_file`, " +
+		"`agent`, `host_key_fingerprint`, `proxy_jump`). An inline key is not accepted here: give the provider's `private_key`, a key file or the agent.",
+}
+
+func policyDesc(k string) string { return policyDescriptions[k] }
+
+var nodeConnectionTypes = exportedConnectionTypes
+
+func resourcePolicyAttributes() map[string]rschema.Attribute {
+	str := func(k string, v ...validator.String) rschema.StringAttribute {
+		return rschema.StringAttribute{Optional: true, MarkdownDescription: policyDesc(k), Validators: v}
+	}
+	names := func(k string) rschema.ListAttribute {
+		return rschema.ListAttribute{Required: true, ElementType: types.StringType, MarkdownDescription: policyDesc(k),
+			Validators: []validator.List{listvalidator.UniqueValues(), listvalidator.ValueStringsAre(stringvalidator.LengthAtLeast(1))}}
+	}
+	conn := map[string]rschema.Attribute{}
+	for name, a := range resourceConnectionAttributes() {
+		if _, ok := nodeConnectionTypes[name]; !ok {
+			continue
+		}
+		switch a := a.(type) {
+		case rschema.StringAttribute:
+			conn[name] = rschema.StringAttribute{Optional: true, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+		case rschema.Int64Attribute:
+			conn[name] = rschema.Int64Attribute{Optional: true, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+		case rschema.BoolAttribute:
+			conn[name] = rschema.BoolAttribute{Optional: true, MarkdownDescription: a.MarkdownDescription}
+		}
+	}
+	return map[string]rschema.Attribute{
+		"storage_root":         str("storage_root", stringvalidator.RegexMatches(absPath, "must be an absolute path")),
+		"probe_timeout":        rschema.StringAttribute{Optional: true, CustomType: timetypes.GoDurationType{}, MarkdownDescription: policyDesc("probe_timeout")},
+		"write_probe_interval": rschema.StringAttribute{Optional: true, CustomType: timetypes.GoDurationType{}, MarkdownDescription: policyDesc("write_probe_interval")},
+		"checks": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("checks"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"path": str("check.path"), "command": str("check.command"), "tcp": str("check.tcp"), "systemd_unit": str("check.systemd_unit"),
+			"http": rschema.SingleNestedAttribute{Optional: true, MarkdownDescription: policyDesc("check.http"), Attributes: map[string]rschema.Attribute{
+				"url":           rschema.StringAttribute{Required: true, MarkdownDescription: policyDesc("check.url")},
+				"expect_status": rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.expect"), Validators: []validator.Int64{int64validator.Between(100, 599)}},
+				"retries":       rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.retries"), Validators: []validator.Int64{int64validator.Between(0, 10)}},
+			}},
+			"description": str("check.description"),
+			"severity":    str("check.severity", stringvalidator.OneOf(health.SeverityError, health.SeverityDegraded)),
+		}}},
+		"object_types": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("object_types"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"checks": names("type.checks"),
+		}}},
+		"roles": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("roles"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"hosts": names("role.hosts"), "description": str("role.description"),
+		}}},
+		"nodes": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("nodes"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"roles": names("node.roles"),
+			"local": rschema.BoolAttribute{Optional: true, MarkdownDescription: policyDesc("node.local")},
+			"connection": rschema.SingleNestedAttribute{Optional: true, MarkdownDescription: policyDesc("node.connection"), Attributes: conn,
+				Validators: []validator.Object{validators.RequiredWhenKnown("host")}},
+		}}},
+	}
+}
+
+// dataSourcePolicyAttributes are the same inputs, as a data source's, all
+// optional: they are given inline or through `policy`.
+func dataSourcePolicyAttributes() map[string]dschema.Attribute {
+	out := map[string]dschema.Attribute{}
+	for name, a := range resourcePolicyAttributes() {
+		out[name] = toDataSource(a, true)
+	}
+	return out
+}
+
+// toDataSource converts an input attribute of the resource into the data
+// source's, keeping descriptions and validators; top makes it optional.
+func toDataSource(a rschema.Attribute, top bool) dschema.Attribute {
+	switch a := a.(type) {
+	case rschema.StringAttribute:
+		return dschema.StringAttribute{Optional: a.Optional || top, Required: a.Required && !top, CustomType: a.CustomType, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+	case rschema.Int64Attribute:
+		return dschema.Int64Attribute{Optional: a.Optional || top, Required: a.Required && !top, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+	case rschema.BoolAttribute:
+		return dschema.BoolAttribute{Optional: a.Optional || top, Required: a.Required && !top, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+	case rschema.ListAttribute:
+		return dschema.ListAttribute{Optional: a.Optional || top, Required: a.Required && !top, ElementType: a.ElementType, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+	case rschema.SingleNestedAttribute:
+		attrs := map[string]dschema.Attribute{}
+		for n, x := range a.Attributes {
+			attrs[n] = toDataSource(x, false)
+		}
+		return dschema.SingleNestedAttribute{Optional: a.Optional || top, Required: a.Required && !top, Attributes: attrs, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+	case rschema.MapNestedAttribute:
+		attrs := map[string]dschema.Attribute{}
+		for n, x := range a.NestedObject.Attributes {
+			attrs[n] = toDataSource(x, false)
+		}
+		return dschema.MapNestedAttribute{Optional: a.Optional || top, Required: a.Required && !top, MarkdownDescription: a.MarkdownDescription,
+			NestedObject: dschema.NestedAttributeObject{Attributes: attrs, Validators: a.NestedObject.Validators}}
+	}
+	panic("toDataSource: unexpected attribute type")
+}
+
+// absPath is an absolute POSIX path.
+var absPath = regexp.MustCompile(`^/`)

@@ -1,0 +1,303 @@
+package provider
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	dschema "github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	rschema "github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/health"
+)
+
+// The per-node status of node health, shared by the resource (which keeps
+// it between evaluations) and the data source (which has no memory).
+
+var checkStatusAttrTypes = map[string]attr.Type{
+	"id": types.StringType, "kind": types.StringType, "target": types.StringType, "names": types.ListType{ElemType: types.StringType},
+	"healthy": types.BoolType, "detail": types.StringType, "tier": types.StringType, "duration_ms": types.Int64Type,
+}
+
+var objectTypeStatusAttrTypes = map[string]attr.Type{
+	"name": types.StringType, "healthy": types.BoolType, "failed_checks": types.ListType{ElemType: types.StringType},
+}
+
+var lastClearAttrTypes = map[string]attr.Type{"note": types.StringType, "at": timetypes.RFC3339Type{}}
+
+var nodeStatusAttrTypes = map[string]attr.Type{
+	"state":             types.StringType,
+	"reason":            types.StringType,
+	"roles":             types.ListType{ElemType: types.StringType},
+	"checks":            types.ListType{ElemType: types.ObjectType{AttrTypes: checkStatusAttrTypes}},
+	"object_types":      types.ListType{ElemType: types.ObjectType{AttrTypes: objectTypeStatusAttrTypes}},
+	"last_heartbeat_at": types.MapType{ElemType: timetypes.RFC3339Type{}},
+	"error_since":       timetypes.RFC3339Type{},
+	"last_clear":        types.ObjectType{AttrTypes: lastClearAttrTypes},
+	"healthy_streak":    types.Int64Type,
+	"evaluated_at":      timetypes.RFC3339Type{},
+	"conditions":        types.ListType{ElemType: conditionObjectType},
+}
+
+var nodeStatusType = types.ObjectType{AttrTypes: nodeStatusAttrTypes}
+
+var statusDescriptions = map[string]string{
+	"state":             "`healthy`, `degraded` (only checks with `severity = \"degraded\"` fail; still schedulable), `error` (a check a hosted object type depends on failed; not schedulable) or `missing` (the node could not be reached to evaluate; never reported as `error`).",
+	"reason":            "The state in prose: the node, the role and object types concerned, each failed check's path or target and its cause.",
+	"roles":             "The node's roles.",
+	"checks":            "Every check the node ran, de-duplicated by identity (kind and resolved target), in order of `id`.",
+	"check.id":          "The check's identity: kind and resolved target, e.g. `path:/srv/cloud/blobs`.",
+	"check.kind":        "`path`, `command`, `tcp`, `http` or `systemd_unit`.",
+	"check.target":      "The resolved target: absolute path, command line, `host:port`, URL or unit.",
+	"check.names":       "The keys of `checks` that declare this check.",
+	"check.healthy":     "Whether the check passed.",
+	"check.detail":      "What the check found: `mounted read-only`, `probe timed out`, `exit 3: ...`.",
+	"check.tier":        "Which probe decided: `statvfs` or `heartbeat` for paths, `probe` for other kinds.",
+	"check.duration_ms": "How long the probe ran, in milliseconds.",
+	"object_types":      "Health of every object type the node's roles host: a type is unhealthy exactly when a check it lists failed.",
+	"type.name":         "The object type.",
+	"type.healthy":      "Whether every check the type lists passed.",
+	"type.failed":       "The keys of the type's failed checks.",
+	"last_heartbeat_at": "Per checked path, when a heartbeat write with fsync last succeeded (\"last seen live\").",
+	"error_since":       "When the node entered `error`; null otherwise.",
+	"last_clear":        "The last clear of the node's error: the `clear_errors` note (or the automatic clear) and when it took effect.",
+	"healthy_streak":    "Evaluations in a row with every check passing while the node stays in `error` awaiting a clear.",
+	"evaluated_at":      "When the node was last evaluated (RFC 3339, UTC).",
+}
+
+func statusDesc(k string) string { return statusDescriptions[k] }
+
+func resourceNodeStatusAttributes() map[string]rschema.Attribute {
+	str := func(k string) rschema.StringAttribute {
+		return rschema.StringAttribute{Computed: true, MarkdownDescription: statusDesc(k)}
+	}
+	ts := func(k string) rschema.StringAttribute {
+		return rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: statusDesc(k)}
+	}
+	return map[string]rschema.Attribute{
+		"state": str("state"), "reason": str("reason"),
+		"roles": rschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("roles")},
+		"checks": rschema.ListNestedAttribute{Computed: true, MarkdownDescription: statusDesc("checks"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"id": str("check.id"), "kind": str("check.kind"), "target": str("check.target"),
+			"names":   rschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("check.names")},
+			"healthy": rschema.BoolAttribute{Computed: true, MarkdownDescription: statusDesc("check.healthy")},
+			"detail":  str("check.detail"), "tier": str("check.tier"),
+			"duration_ms": rschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("check.duration_ms")},
+		}}},
+		"object_types": rschema.ListNestedAttribute{Computed: true, MarkdownDescription: statusDesc("object_types"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"name":          str("type.name"),
+			"healthy":       rschema.BoolAttribute{Computed: true, MarkdownDescription: statusDesc("type.healthy")},
+			"failed_checks": rschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("type.failed")},
+		}}},
+		"last_heartbeat_at": rschema.MapAttribute{Computed: true, ElementType: timetypes.RFC3339Type{}, MarkdownDescription: statusDesc("last_heartbeat_at")},
+		"error_since":       ts("error_since"),
+		"last_clear": rschema.SingleNestedAttribute{Computed: true, MarkdownDescription: statusDesc("last_clear"), Attributes: map[string]rschema.Attribute{
+			"note": rschema.StringAttribute{Computed: true, MarkdownDescription: "The clear's note."},
+			"at":   rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When the clear took effect."},
+		}},
+		"healthy_streak": rschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("healthy_streak")},
+		"evaluated_at":   ts("evaluated_at"),
+		"conditions":     conditionsAttribute("`Evaluated`, `Healthy`, `Schedulable`"),
+	}
+}
+
+func dataSourceNodeStatusAttributes() map[string]dschema.Attribute {
+	str := func(k string) dschema.StringAttribute {
+		return dschema.StringAttribute{Computed: true, MarkdownDescription: statusDesc(k)}
+	}
+	ts := func(k string) dschema.StringAttribute {
+		return dschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: statusDesc(k)}
+	}
+	cond := conditionsAttribute("`Evaluated`, `Healthy`, `Schedulable`")
+	return map[string]dschema.Attribute{
+		"state": str("state"), "reason": str("reason"),
+		"roles": dschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("roles")},
+		"checks": dschema.ListNestedAttribute{Computed: true, MarkdownDescription: statusDesc("checks"), NestedObject: dschema.NestedAttributeObject{Attributes: map[string]dschema.Attribute{
+			"id": str("check.id"), "kind": str("check.kind"), "target": str("check.target"),
+			"names":   dschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("check.names")},
+			"healthy": dschema.BoolAttribute{Computed: true, MarkdownDescription: statusDesc("check.healthy")},
+			"detail":  str("check.detail"), "tier": str("check.tier"),
+			"duration_ms": dschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("check.duration_ms")},
+		}}},
+		"object_types": dschema.ListNestedAttribute{Computed: true, MarkdownDescription: statusDesc("object_types"), NestedObject: dschema.NestedAttributeObject{Attributes: map[string]dschema.Attribute{
+			"name":          str("type.name"),
+			"healthy":       dschema.BoolAttribute{Computed: true, MarkdownDescription: statusDesc("type.healthy")},
+			"failed_checks": dschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("type.failed")},
+		}}},
+		"last_heartbeat_at": dschema.MapAttribute{Computed: true, ElementType: timetypes.RFC3339Type{}, MarkdownDescription: statusDesc("last_heartbeat_at")},
+		"error_since":       ts("error_since"),
+		"last_clear": dschema.SingleNestedAttribute{Computed: true, MarkdownDescription: statusDesc("last_clear"), Attributes: map[string]dschema.Attribute{
+			"note": dschema.StringAttribute{Computed: true, MarkdownDescription: "The clear's note."},
+			"at":   dschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When the clear took effect."},
+		}},
+		"healthy_streak": dschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("healthy_streak")},
+		"evaluated_at":   ts("evaluated_at"),
+		"conditions": dschema.ListNestedAttribute{Computed: true, MarkdownDescription: cond.MarkdownDescription,
+			NestedObject: dschema.NestedAttributeObject{Attributes: dataSourceConditionAttributes(cond)}},
+	}
+}
+
+// dataSourceConditionAttributes are the resource's condition fields, as a
+// data source's.
+func dataSourceConditionAttributes(cond rschema.ListNestedAttribute) map[string]dschema.Attribute {
+	out := map[string]dschema.Attribute{}
+	for name, a := range cond.NestedObject.Attributes {
+		switch a := a.(type) {
+		case rschema.StringAttribute:
+			out[name] = dschema.StringAttribute{Computed: true, CustomType: a.CustomType, MarkdownDescription: a.MarkdownDescription}
+		case rschema.Int64Attribute:
+			out[name] = dschema.Int64Attribute{Computed: true, MarkdownDescription: a.MarkdownDescription}
+		}
+	}
+	return out
+}
+
+func stringList(s []string) types.List {
+	elems := make([]attr.Value, len(s))
+	for i, v := range s {
+		elems[i] = types.StringValue(v)
+	}
+	return types.ListValueMust(types.StringType, elems)
+}
+
+// nodeStatusValue is a node's record as the status object.
+func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) (types.Object, diag.Diagnostics) {
+	checks := make([]attr.Value, len(r.Planned))
+	for i, pl := range r.Planned {
+		res := r.Results[i]
+		checks[i] = types.ObjectValueMust(checkStatusAttrTypes, map[string]attr.Value{
+			"id": types.StringValue(pl.ID), "kind": types.StringValue(pl.Check.Kind()), "target": types.StringValue(pl.Check.Target()),
+			"names": stringList(pl.Names), "healthy": types.BoolValue(res.Healthy), "detail": types.StringValue(res.Detail),
+			"tier": types.StringValue(res.Tier), "duration_ms": types.Int64Value(res.Duration.Milliseconds()),
+		})
+	}
+	var typesOut []attr.Value
+	if r.Reached {
+		for _, th := range r.Types(p) {
+			typesOut = append(typesOut, types.ObjectValueMust(objectTypeStatusAttrTypes, map[string]attr.Value{
+				"name": types.StringValue(th.Name), "healthy": types.BoolValue(th.Healthy), "failed_checks": stringList(th.FailedChecks),
+			}))
+		}
+	}
+	if !r.Reached {
+		checks = []attr.Value{} // nothing ran
+	}
+	hb := map[string]attr.Value{}
+	for k, v := range rec.Heartbeats {
+		hb[k] = timestamp(v)
+	}
+	lastClear := types.ObjectNull(lastClearAttrTypes)
+	if rec.LastClear != nil {
+		lastClear = types.ObjectValueMust(lastClearAttrTypes, map[string]attr.Value{"note": types.StringValue(rec.LastClear.Note), "at": timestamp(rec.LastClear.At)})
+	}
+	conds, diags := conditionsValue(rec.Conditions)
+	return types.ObjectValueMust(nodeStatusAttrTypes, map[string]attr.Value{
+		"state": types.StringValue(string(rec.State)), "reason": types.StringValue(rec.Reason), "roles": stringList(r.Roles),
+		"checks":            types.ListValueMust(types.ObjectType{AttrTypes: checkStatusAttrTypes}, checks),
+		"object_types":      types.ListValueMust(types.ObjectType{AttrTypes: objectTypeStatusAttrTypes}, orEmpty(typesOut)),
+		"last_heartbeat_at": types.MapValueMust(timetypes.RFC3339Type{}, hb),
+		"error_since":       timestamp(rec.ErrorSince),
+		"last_clear":        lastClear,
+		"healthy_streak":    types.Int64Value(int64(rec.HealthyStreak)),
+		"evaluated_at":      timestamp(r.EvaluatedAt),
+		"conditions":        conds,
+	}), diags
+}
+
+func orEmpty(v []attr.Value) []attr.Value {
+	if v == nil {
+		return []attr.Value{}
+	}
+	return v
+}
+
+// nodeStatusModel is one status entry read back from state.
+type nodeStatusModel struct {
+	State           types.String      `tfsdk:"state"`
+	Reason          types.String      `tfsdk:"reason"`
+	Roles           types.List        `tfsdk:"roles"`
+	Checks          types.List        `tfsdk:"checks"`
+	ObjectTypes     types.List        `tfsdk:"object_types"`
+	LastHeartbeatAt types.Map         `tfsdk:"last_heartbeat_at"`
+	ErrorSince      timetypes.RFC3339 `tfsdk:"error_since"`
+	LastClear       *lastClearModel   `tfsdk:"last_clear"`
+	HealthyStreak   types.Int64       `tfsdk:"healthy_streak"`
+	EvaluatedAt     timetypes.RFC3339 `tfsdk:"evaluated_at"`
+	Conditions      types.List        `tfsdk:"conditions"`
+}
+
+type lastClearModel struct {
+	Note types.String      `tfsdk:"note"`
+	At   timetypes.RFC3339 `tfsdk:"at"`
+}
+
+func nodeStatusFrom(ctx context.Context, o types.Object) (nodeStatusModel, diag.Diagnostics) {
+	var m nodeStatusModel
+	diags := o.As(ctx, &m, objectAsOptions)
+	return m, diags
+}
+
+// nodeRecordFrom reads back what a status object keeps between evaluations.
+func nodeRecordFrom(ctx context.Context, o types.Object) (*health.Record, diag.Diagnostics) {
+	if o.IsNull() || o.IsUnknown() {
+		return nil, nil
+	}
+	m, diags := nodeStatusFrom(ctx, o)
+	if diags.HasError() {
+		return nil, diags
+	}
+	rec := &health.Record{
+		State: health.State(m.State.ValueString()), Reason: m.Reason.ValueString(),
+		ErrorSince: parseTimestamp(m.ErrorSince), HealthyStreak: int(m.HealthyStreak.ValueInt64()),
+		Heartbeats: map[string]time.Time{},
+	}
+	if m.LastClear != nil {
+		rec.LastClear = &health.Clear{Note: m.LastClear.Note.ValueString(), At: parseTimestamp(m.LastClear.At)}
+	}
+	var hb map[string]timetypes.RFC3339
+	diags.Append(m.LastHeartbeatAt.ElementsAs(ctx, &hb, false)...)
+	for k, v := range hb {
+		rec.Heartbeats[k] = parseTimestamp(v)
+	}
+	conds, d := conditionsFrom(ctx, m.Conditions)
+	diags.Append(d...)
+	rec.Conditions = conds
+	return rec, diags
+}
+
+// logPlanned logs, at debug, what each node is about to run and where: the
+// remote command is `sh -s` reading one script of these checks. A policy
+// holds no secret.
+func logPlanned(ctx context.Context, p *health.Policy) {
+	for _, name := range sortedNames(p.Nodes) {
+		n := p.Nodes[name]
+		where := "local /bin/sh -s"
+		if !n.Local {
+			where = "ssh " + n.Target.Endpoint.String() + " sh -s"
+		}
+		var ids []string
+		for _, pl := range p.Plan(name) {
+			ids = append(ids, pl.ID)
+		}
+		tflog.Debug(ctx, "evaluating node", map[string]any{"node": name, "command": where, "checks": ids})
+	}
+}
+
+// summaries are the sorted lists of node names by state.
+func summaries(states map[string]health.State) (healthy, schedulable, errored, missing types.List) {
+	s := health.Summarize(states)
+	return stringList(s.Healthy), stringList(s.Schedulable), stringList(s.Error), stringList(s.Missing)
+}
+
+// nodeWarning is the warning shown for a node in error or missing.
+func nodeWarning(node string, state health.State, reason string) (summary, detail string) {
+	if state == health.StateError {
+		return "Node " + node + " is in error", strings.TrimSpace(reason)
+	}
+	return "Node " + node + " is " + string(state), strings.TrimSpace(reason)
+}

@@ -1,0 +1,203 @@
+package provider_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/provider"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+// Plan output is where a reviewer meets a broken node: every node in error
+// or missing is one warning with its reason, once per run in every mode,
+// and a converged configuration plans nothing.
+func TestNodeHealthWarningsOncePerRunInEveryMode(t *testing.T) {
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		for _, served := range []string{"binary", "in-process"} {
+			t.Run(cli.Name+"/"+served, func(t *testing.T) {
+				root := t.TempDir() // uploads is missing: node st is in error
+				for _, d := range []string{"blobs", "instances"} {
+					if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var s *acctest.Session
+				if served == "binary" {
+					s = acctest.NewBinarySession(t, cli, binary)
+				} else {
+					s = acctest.NewSession(t, cli, server())
+				}
+				s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + cloudPolicy(root, ""))
+				if served != "binary" {
+					s.Run("init", "-input=false")
+				}
+				count := func(mode string, args ...string) {
+					t.Helper()
+					out, _ := s.Run(append([]string{args[0], "-json", "-input=false"}, args[1:]...)...)
+					var about []string
+					for _, w := range warnings(t, out) {
+						if strings.HasPrefix(w.Summary, "Node ") {
+							about = append(about, w.Summary+": "+w.Detail)
+						}
+					}
+					if len(about) != 1 || !strings.Contains(about[0], "Node st is in error") || !strings.Contains(about[0], "uploads: no such file or directory") {
+						t.Errorf("%s: want one warning about st's missing uploads path, got %q", mode, about)
+					}
+				}
+				count("apply (create)", "apply", "-auto-approve")
+				count("plan", "plan")
+				count("plan -refresh=false", "plan", "-refresh=false")
+				count("apply -refresh-only", "apply", "-refresh-only", "-auto-approve")
+				count("apply (no change)", "apply", "-auto-approve")
+				s.WantNoChanges()
+				s.WantNoChanges("-refresh=false")
+			})
+		}
+	}
+}
+
+// Remote nodes over a real sshd: connection from an executor's export, one
+// node pinned to the wrong key is missing (never error) with the
+// reachability reason, and a node whose host is known only at apply gets
+// its status then, with nothing planned that apply contradicts.
+func TestNodeHealthRemoteNodes(t *testing.T) {
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			sshd := sshtest.StartSSHD(t)
+			keyFile := sshd.ClientKey.WriteFile(t, t.TempDir())
+			other := sshtest.NewKey(t)
+			dir := t.TempDir()
+			s := acctest.NewSession(t, cli, server())
+			config := func(hostTrigger string) string {
+				return providerBlock(filepath.Join(t.TempDir(), "kh")) + fmt.Sprintf(`
+resource "fleet_executor" "n1" {
+  name                 = "n1"
+  host                 = "127.0.0.1"
+  port                 = %[1]d
+  user                 = %[2]q
+  private_key_file     = %[3]q
+  host_key_fingerprint = %[4]q
+}
+
+resource "terraform_data" "host" {
+  input            = "127.0.0.1"
+  triggers_replace = [%[7]q]
+}
+
+resource "fleet_node_health_policy" "remote" {
+  name          = "remote"
+  probe_timeout = "3s"
+  checks = {
+    data = { path = %[6]q, description = "data storage" }
+    sh   = { command = "test -d /", description = "a shell" }
+  }
+  object_types = { volume = { checks = ["data", "sh"] } }
+  roles        = { storage = { hosts = ["volume"] } }
+  nodes = {
+    n1 = { roles = ["storage"], connection = fleet_executor.n1.ssh_connection }
+    n2 = { roles = ["storage"], connection = {
+      host                 = terraform_data.host.output
+      port                 = %[1]d
+      user                 = %[2]q
+      private_key_file     = %[3]q
+      host_key_fingerprint = %[4]q
+    } }
+    wrong = { roles = ["storage"], connection = merge(fleet_executor.n1.ssh_connection, { host_key_fingerprint = %[5]q }) }
+  }
+}
+`, sshd.Port, sshd.User, keyFile, sshd.HostKeys[0].AuthorizedLine(), other.AuthorizedLine(), dir, hostTrigger)
+			}
+			s.WriteConfig(config("a"))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			v := s.Values("fleet_node_health_policy.remote")
+			status := v["status"].(map[string]any)
+			for _, n := range []string{"n1", "n2"} {
+				if st := status[n].(map[string]any)["state"]; st != "healthy" {
+					t.Errorf("%s: state %v, want healthy: %v", n, st, status[n].(map[string]any)["reason"])
+				}
+			}
+			wrong := status["wrong"].(map[string]any)
+			if wrong["state"] != "missing" || !regexp.MustCompile(`^node wrong is missing: .*host key.*\(host_key\)$`).MatchString(wrong["reason"].(string)) {
+				t.Errorf("wrong pin: state %v, reason %q; want missing with the host key mismatch", wrong["state"], wrong["reason"])
+			}
+			if got := fmt.Sprint(v["missing_nodes"]); got != "[wrong]" {
+				t.Errorf("missing_nodes = %s, want [wrong]", got)
+			}
+			if got := fmt.Sprint(v["error_nodes"]); got != "[]" {
+				t.Errorf("error_nodes = %s, want []: a node that cannot be reached is never in error", got)
+			}
+			s.WantNoChanges()
+			// n2's host comes from a replaced resource: unknown at plan.
+			s.WriteConfig(config("b"))
+			s.Run("apply", "-auto-approve", "-input=false")
+			v = s.Values("fleet_node_health_policy.remote")
+			if st := v["status"].(map[string]any)["n2"].(map[string]any)["state"]; st != "healthy" {
+				t.Errorf("n2 after its host was replaced: %v", st)
+			}
+			if v["generation"].(float64) != 1 {
+				t.Errorf("generation = %v, want 1: the host came back the same", v["generation"])
+			}
+			s.WantNoChanges()
+		})
+	}
+}
+
+// The wiring the guide recommends: the policy's parts in locals, the
+// resource and the data source both fed from them, and a consumer doing
+// for_each over schedulable_nodes, applied from an empty state in one go.
+func TestNodeHealthDataSourceFeedsForEachOnFirstApply(t *testing.T) {
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(root, "blobs"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s := acctest.NewSession(t, cli, server(provider.WithLocalShell("/bin/sh", "-s")))
+			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + fmt.Sprintf(`
+locals {
+  checks       = { blobs = { path = "blobs" }, uploads = { path = "uploads" } }
+  object_types = { blob = { checks = ["blobs"] }, upload = { checks = ["uploads"] } }
+  roles        = { hv = { hosts = ["blob"] }, st = { hosts = ["upload"] } }
+  nodes        = { a = { roles = ["hv"], local = true }, b = { roles = ["st"], local = true } }
+}
+
+resource "fleet_node_health_policy" "p" {
+  name         = "p"
+  storage_root = %[1]q
+  checks       = local.checks
+  object_types = local.object_types
+  roles        = local.roles
+  nodes        = local.nodes
+}
+
+data "fleet_node_health" "now" {
+  storage_root = %[1]q
+  checks       = local.checks
+  object_types = local.object_types
+  roles        = local.roles
+  nodes        = local.nodes
+}
+
+resource "terraform_data" "placement" {
+  for_each = toset(data.fleet_node_health.now.schedulable_nodes)
+  input    = each.key
+}
+
+output "placed" { value = sort(keys(terraform_data.placement)) }
+`, root))
+			s.Run("init", "-input=false")
+			out, _ := s.Run("apply", "-auto-approve", "-input=false", "-no-color")
+			if !regexp.MustCompile(`placed = (tolist\()?\[\s*"a",\s*\]`).MatchString(out) {
+				t.Errorf("first apply did not place on exactly a:\n%s", out)
+			}
+			s.WantNoChanges()
+		})
+	}
+}

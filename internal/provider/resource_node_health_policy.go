@@ -1,0 +1,328 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/health"
+)
+
+var (
+	_ resource.ResourceWithConfigure      = (*nodeHealthPolicyResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*nodeHealthPolicyResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*nodeHealthPolicyResource)(nil)
+)
+
+func newNodeHealthPolicyResource() resource.Resource { return &nodeHealthPolicyResource{} }
+
+type nodeHealthPolicyResource struct{ data *providerData }
+
+type nodeHealthPolicyModel struct {
+	ID   types.String `tfsdk:"id"`
+	Name types.String `tfsdk:"name"`
+	policyInputs
+	AutoClearAfter   types.Int64  `tfsdk:"auto_clear_after"`
+	ClearErrors      types.Map    `tfsdk:"clear_errors"`
+	Policy           types.String `tfsdk:"policy"`
+	Generation       types.Int64  `tfsdk:"generation"`
+	Status           types.Map    `tfsdk:"status"`
+	HealthyNodes     types.List   `tfsdk:"healthy_nodes"`
+	SchedulableNodes types.List   `tfsdk:"schedulable_nodes"`
+	ErrorNodes       types.List   `tfsdk:"error_nodes"`
+	MissingNodes     types.List   `tfsdk:"missing_nodes"`
+}
+
+func (r *nodeHealthPolicyResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_node_health_policy"
+}
+
+func summaryAttribute(what string) schema.ListAttribute {
+	return schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Names of the nodes " + what + ", sorted."}
+}
+
+func (r *nodeHealthPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	attrs := resourcePolicyAttributes()
+	attrs["id"] = schema.StringAttribute{Computed: true, MarkdownDescription: "Identifier generated at create.",
+		PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}}
+	attrs["name"] = schema.StringAttribute{Required: true, MarkdownDescription: "Name of the policy, used in messages.",
+		Validators: []validator.String{stringvalidator.LengthAtLeast(1)}}
+	attrs["auto_clear_after"] = schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.AtLeast(0)},
+		MarkdownDescription: "Clear a node's `error` by itself after this many evaluations in a row with every check passing. Default 0: off, an error is cleared only through `clear_errors`."}
+	attrs["clear_errors"] = schema.MapAttribute{Optional: true, ElementType: types.StringType,
+		MarkdownDescription: "Operator clears of sticky errors: node name to a note (\"NVMe replaced, ticket 4711\"). Adding or changing a node's entry clears its `error` at that apply " +
+			"if its checks pass at that moment; if they still fail, the error stands and the apply warns. To clear again later, change the note."}
+	attrs["policy"] = schema.StringAttribute{Computed: true,
+		MarkdownDescription: "The policy as a JSON document (checks, object types, roles, nodes and timing), for `fleet_node_health`'s `policy`. Known at plan time whenever the configuration is."}
+	attrs["generation"] = schema.Int64Attribute{Computed: true,
+		MarkdownDescription: "Starts at 1 and increases by one whenever the policy (checks, object types, roles, nodes, storage root or timing) changes; conditions carry the generation they were observed at."}
+	attrs["status"] = schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, its health as last evaluated (at create, every refresh and every update).",
+		NestedObject: schema.NestedAttributeObject{Attributes: resourceNodeStatusAttributes()}}
+	attrs["healthy_nodes"] = summaryAttribute("in state `healthy`")
+	attrs["schedulable_nodes"] = summaryAttribute("that may take work: `healthy` or `degraded`")
+	attrs["error_nodes"] = summaryAttribute("in state `error`: hold them back from deployments")
+	attrs["missing_nodes"] = summaryAttribute("that could not be reached to evaluate")
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Declares what each object type depends on (checks), which object types each role hosts, and which roles each node plays; " +
+			"evaluates every node at create, refresh and update, over one SSH connection per node (or locally), and keeps each node's health in state. " +
+			"A node whose checks fail is in `error` and stays there until an operator clears it through `clear_errors`. Plans warn about every node in `error` or `missing`.",
+		Attributes: attrs,
+	}
+}
+
+func (r *nodeHealthPolicyResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.data = configuredData(req.ProviderData, &resp.Diagnostics)
+}
+
+// ValidateConfig refuses dangling references and malformed checks as soon
+// as the parts concerned are known.
+func (r *nodeHealthPolicyResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m nodeHealthPolicyModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	validatePolicyInputs(ctx, m.policyInputs, &resp.Diagnostics)
+	if !m.ClearErrors.IsNull() && !m.ClearErrors.IsUnknown() && fullyKnown(m.Nodes) && !m.Nodes.IsNull() {
+		for name := range m.ClearErrors.Elements() {
+			if _, ok := m.Nodes.Elements()[name]; !ok {
+				resp.Diagnostics.AddAttributeError(path.Root("clear_errors").AtMapKey(name), "Unknown node in clear_errors",
+					fmt.Sprintf("clear_errors names node %q, which is not in nodes (%s).", name, list(sortedNames(m.Nodes.Elements()))))
+			}
+		}
+	}
+}
+
+// validatePolicyInputs reports the faults of whatever part of the policy is
+// known; static connection faults wait for the plan (they need the
+// provider's configuration).
+func validatePolicyInputs(ctx context.Context, in policyInputs, diags *diag.Diagnostics) {
+	if !in.known() {
+		return
+	}
+	doc := in.doc(ctx, diags)
+	_, errs := doc.policy(connectionDefaults{}, nil)
+	for _, e := range errs {
+		diags.AddAttributeError(e.at, "Invalid node health policy", e.detail())
+	}
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += v
+	}
+	return out
+}
+
+// compile builds the policy the evaluator runs, with static connection
+// faults (no pin, a missing key file) refused naming the node.
+func (r *nodeHealthPolicyResource) compile(ctx context.Context, in policyInputs, diags *diag.Diagnostics) (*health.Policy, policyDoc) {
+	doc := in.doc(ctx, diags)
+	p, errs := doc.policy(r.data.defaults, func(n health.Node) error { return r.data.prober.Dialer.Check(n.Target) })
+	for _, e := range errs {
+		diags.AddAttributeError(e.at, "Invalid node health policy", e.detail())
+	}
+	return p, doc
+}
+
+func (r *nodeHealthPolicyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || r.data == nil {
+		return
+	}
+	mark := readRefreshMark(ctx, req.Private)
+	var plan nodeHealthPolicyModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	var prior *nodeHealthPolicyModel
+	if !req.State.Raw.IsNull() {
+		prior = &nodeHealthPolicyModel{}
+		resp.Diagnostics.Append(req.State.Get(ctx, prior)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if plan.known() {
+		_, doc := r.compile(ctx, plan.policyInputs, &resp.Diagnostics)
+		plan.Policy = types.StringValue(doc.json())
+	} else {
+		plan.Policy = types.StringUnknown()
+	}
+	if prior == nil {
+		plan.Generation = types.Int64Value(1)
+	} else {
+		plan.Generation = nextGeneration(prior.Generation, changeOf(plan.values(), prior.values()))
+		if planWarns(mark, r.data.run) {
+			warnNodes(ctx, prior.Status, &resp.Diagnostics)
+		}
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+// warnNodes warns about every node of a status map in error or missing.
+func warnNodes(ctx context.Context, status types.Map, diags *diag.Diagnostics) {
+	if status.IsNull() || status.IsUnknown() {
+		return
+	}
+	elems := status.Elements()
+	for _, name := range sortedNames(elems) {
+		o, ok := elems[name].(types.Object)
+		if !ok || o.IsNull() || o.IsUnknown() {
+			continue
+		}
+		m, d := nodeStatusFrom(ctx, o)
+		diags.Append(d...)
+		state := health.State(m.State.ValueString())
+		if state == health.StateError || state == health.StateMissing {
+			summary, detail := nodeWarning(name, state, m.Reason.ValueString())
+			diags.AddAttributeWarning(path.Root("status").AtMapKey(name), summary, detail)
+		}
+	}
+}
+
+// evaluate evaluates every node of the policy in m and advances the
+// records of prior (nil at create) into m's status and summaries. clears
+// are the nodes whose clear_errors entry this apply adds or changes.
+func (r *nodeHealthPolicyResource) evaluate(ctx context.Context, m *nodeHealthPolicyModel, prior types.Map, clears map[string]string, diags *diag.Diagnostics) bool {
+	p, _ := r.compile(ctx, m.policyInputs, diags)
+	if diags.HasError() {
+		return false
+	}
+	logPlanned(ctx, p)
+	reports, err := r.data.health.Evaluate(ctx, p, nil)
+	if err != nil {
+		diags.AddError("Node health not evaluated", fmt.Sprintf("fleet_node_health_policy %q: %s. Nothing was recorded; run again.", m.Name.ValueString(), err))
+		return false
+	}
+	priorElems := map[string]attr.Value{}
+	if !prior.IsNull() && !prior.IsUnknown() {
+		priorElems = prior.Elements()
+	}
+	status := map[string]attr.Value{}
+	states := map[string]health.State{}
+	for _, rep := range reports {
+		var prev *health.Record
+		if o, ok := priorElems[rep.Node].(types.Object); ok {
+			var d diag.Diagnostics
+			prev, d = nodeRecordFrom(ctx, o)
+			diags.Append(d...)
+		}
+		var clearNote *string
+		if note, ok := clears[rep.Node]; ok {
+			clearNote = &note
+		}
+		rec, result, err := health.Advance(prev, rep, p, clearNote, int(m.AutoClearAfter.ValueInt64()), m.Generation.ValueInt64())
+		if err != nil {
+			diags.AddError("Node health record not updated", fmt.Sprintf("node %s: %s; this is a bug in the provider", rep.Node, err))
+			return false
+		}
+		if result == health.ClearRefused {
+			diags.AddAttributeWarning(path.Root("clear_errors").AtMapKey(rep.Node), "Clear of node "+rep.Node+" not applied",
+				fmt.Sprintf("The checks of node %s still fail, so its error stands: %s\nChange the note in clear_errors[%q] again once they pass.", rep.Node, rec.Reason, rep.Node))
+		}
+		tflog.Debug(ctx, "node evaluated", map[string]any{"node": rep.Node, "state": string(rec.State), "reason": rec.Reason})
+		v, d := nodeStatusValue(p, rep, rec)
+		diags.Append(d...)
+		status[rep.Node] = v
+		states[rep.Node] = rec.State
+	}
+	m.Status = types.MapValueMust(nodeStatusType, status)
+	m.HealthyNodes, m.SchedulableNodes, m.ErrorNodes, m.MissingNodes = summaries(states)
+	warnNodes(ctx, m.Status, diags)
+	return true
+}
+
+func (r *nodeHealthPolicyResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var m nodeHealthPolicyModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot generate an ID", err.Error())
+		return
+	}
+	m.ID = types.StringValue(id.String())
+	m.Generation = types.Int64Value(1)
+	m.Policy = types.StringValue(m.doc(ctx, &resp.Diagnostics).json())
+	if !r.evaluate(ctx, &m, types.MapNull(nodeStatusType), nil, &resp.Diagnostics) {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
+}
+
+func (r *nodeHealthPolicyResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var m nodeHealthPolicyModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if !r.evaluate(ctx, &m, m.Status, nil, &resp.Diagnostics) {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, r.data.run)...)
+}
+
+func (r *nodeHealthPolicyResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var m, prior nodeHealthPolicyModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	m.ID = prior.ID
+	m.Policy = types.StringValue(m.doc(ctx, &resp.Diagnostics).json())
+	clears := changedClears(m.ClearErrors, prior.ClearErrors)
+	if !r.evaluate(ctx, &m, prior.Status, clears, &resp.Diagnostics) {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
+}
+
+// changedClears are the clear_errors entries added or changed.
+func changedClears(planned, prior types.Map) map[string]string {
+	out := map[string]string{}
+	old := map[string]attr.Value{}
+	if !prior.IsNull() && !prior.IsUnknown() {
+		old = prior.Elements()
+	}
+	if planned.IsNull() || planned.IsUnknown() {
+		return out
+	}
+	for name, v := range planned.Elements() {
+		if was, ok := old[name]; ok && was.Equal(v) {
+			continue
+		}
+		if s, ok := v.(types.String); ok && !s.IsNull() && !s.IsUnknown() {
+			out[name] = s.ValueString()
+		}
+	}
+	return out
+}
+
+func (r *nodeHealthPolicyResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {
+	// Nothing lives outside state: markers and heartbeat files on the nodes
+	// are the checks' own and stay.
+}
