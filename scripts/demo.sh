@@ -27,7 +27,7 @@ echo "==> building the provider"
 go build -o "$work/bin/terraform-provider-fleet" .
 go build -o "$work/bin/fleet-sandbox" ./cmd/fleet-sandbox
 
-echo "==> starting the sandbox (healthy, rekeyed, blackholed, down, jumped)"
+echo "==> starting the sandbox (hosts: healthy, rekeyed, blackholed, down, jumped; storage nodes: sf-healthy, sf-readonly, sf-hung, sf-down)"
 mkdir -p "$work/tf"
 cp examples/demo/main.tf "$work/tf/"
 # The sandbox runs until its stdin closes; a FIFO kept open by this shell

@@ -1,6 +1,10 @@
 // Command fleet-sandbox starts a local sandbox of real SSH hosts for the demo:
 // one healthy, one whose host key changed, one black-holed, one down and one
-// behind a bastion, all on 127.0.0.1. It writes a Terraform variables file
+// behind a bastion, all on 127.0.0.1; and three storage nodes sharing one
+// storage layout, each an sshd in a mount namespace of its own: one healthy,
+// one whose uploads mount is read-only, one whose instance storage hangs
+// (a FIFO as its heartbeat file). It needs root (mount namespaces). It
+// writes a Terraform variables file
 // describing them, prints "ready", and stops every host on SIGINT, SIGTERM or
 // when its standard input closes.
 //
@@ -32,6 +36,8 @@ type vars struct {
 	ClientKeyFile  string          `json:"client_key_file"`
 	KnownHostsFile string          `json:"known_hosts_file"`
 	Hosts          map[string]host `json:"hosts"`
+	StorageRoot    string          `json:"storage_root"`
+	Nodes          map[string]host `json:"nodes"`
 }
 
 func main() {
@@ -66,6 +72,8 @@ func main() {
 			"jumped":     {Host: behind.Host, Port: behind.Port, HostKeyFingerprint: behind.HostKeys[0].Fingerprint(), ProxyJump: &jump},
 		},
 	}
+	v.StorageRoot, v.Nodes = storageNodes(sb, client)
+	v.Nodes["sf-down"] = v.Hosts["down"]
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		sb.Fatalf("encoding variables: %v", err)
@@ -85,6 +93,37 @@ func main() {
 	select {
 	case <-stop:
 	case <-stdinClosed:
+	}
+}
+
+// storageNodes starts the three storage nodes. They share the layout
+// root/{blobs,instances,uploads}; what differs is what each one's mount
+// namespace shows at those paths.
+func storageNodes(sb *sandbox, client *sshtest.Key) (string, map[string]host) {
+	root := sb.TempDir()
+	for _, d := range []string{"blobs", "instances", "uploads"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			sb.Fatalf("storage layout: %v", err)
+		}
+	}
+	// In the host's view, instances holds a FIFO as its heartbeat file: a
+	// write blocks, as on a hung hard-NFS mount. Nodes that must not see it
+	// get a tmpfs over instances.
+	sshtest.MakeFIFO(sb, filepath.Join(root, "instances", "_heartbeat"))
+	node := func(prepare func(ns *sshtest.MountNamespace)) host {
+		ns := sshtest.NewMountNamespace(sb)
+		prepare(ns)
+		d := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client), sshtest.WithMountNamespace(ns))
+		return host{Host: d.Host, Port: d.Port, HostKeyFingerprint: d.HostKeys[0].Fingerprint()}
+	}
+	return root, map[string]host{
+		"sf-healthy": node(func(ns *sshtest.MountNamespace) { ns.MountTmpfs(sb, filepath.Join(root, "instances")) }),
+		"sf-readonly": node(func(ns *sshtest.MountNamespace) {
+			ns.MountTmpfs(sb, filepath.Join(root, "instances"))
+			ns.MountTmpfs(sb, filepath.Join(root, "uploads"))
+			ns.RemountReadOnly(sb, filepath.Join(root, "uploads"))
+		}),
+		"sf-hung": node(func(*sshtest.MountNamespace) {}),
 	}
 }
 

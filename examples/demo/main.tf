@@ -87,3 +87,63 @@ output "reachable_now" {
 output "unreachable_now" {
   value = data.fleet_reachability.now.unreachable_names
 }
+
+# Node health: three storage nodes of the sandbox share one layout under
+# storage_root; one is healthy, one has its uploads mount read-only, one has
+# a hung instance storage. A node that is down is missing, not in error.
+variable "storage_root" {
+  description = "Where the storage nodes keep their storage."
+  type        = string
+}
+
+variable "nodes" {
+  description = "The storage nodes, by name."
+  type = map(object({
+    host                 = string
+    port                 = number
+    host_key_fingerprint = string
+  }))
+}
+
+resource "fleet_node_health_policy" "cloud" {
+  name          = "cloud"
+  storage_root  = var.storage_root
+  probe_timeout = "3s"
+
+  checks = {
+    blobs     = { path = "blobs", description = "blob storage" }
+    instances = { path = "instances", description = "instance storage" }
+    uploads   = { path = "uploads", description = "upload storage" }
+    shell     = { command = "test -w /tmp", description = "a writable /tmp" }
+  }
+  object_types = {
+    instance = { checks = ["blobs", "instances", "shell"] }
+    blob     = { checks = ["blobs"] }
+    upload   = { checks = ["uploads"] }
+  }
+  roles = {
+    hypervisor = { hosts = ["instance", "blob"], description = "a hypervisor node" }
+    storage    = { hosts = ["blob", "upload"], description = "a storage node" }
+  }
+  nodes = {
+    for name, n in var.nodes : name => {
+      roles = ["hypervisor", "storage"]
+      connection = {
+        host                 = n.host
+        port                 = n.port
+        user                 = var.user
+        private_key_file     = var.client_key_file
+        host_key_fingerprint = n.host_key_fingerprint
+      }
+    }
+  }
+}
+
+output "node_health" {
+  description = "Each node's state and reason."
+  value       = { for name, s in fleet_node_health_policy.cloud.status : name => "${s.state}: ${s.reason}" }
+}
+
+output "schedulable_nodes" {
+  value = fleet_node_health_policy.cloud.schedulable_nodes
+}
