@@ -45,3 +45,58 @@ awk '
     if (!each || !check) { print "bench: no check benchmark results" > "/dev/stderr"; exit 1 }
     printf "\nStatic check at plan, encrypted key already parsed: %.0f ns against %.0f ns decrypting it again (ratio %.5f)\n", check, each, check / each
   }' "$keys" | tee -a "$out"
+
+# Node health: SSH connections and round trips per evaluation, probes against
+# the distinct checks, an evaluation against its bound ceil(n / slots) *
+# probe_timeout, and hung paths against one probe timeout, in one run. The
+# full output is kept in bench/out/node-health.txt.
+health=bench/out/node-health.txt
+go test -run '^$' -bench BenchmarkNodeHealth -benchtime 2x -timeout 15m ./internal/health/ 2>&1 | tee "$health"
+awk '
+    /^BenchmarkNodeHealth/ && /_ms|_per_node/ {
+      name = $1; sub(/-[0-9]+$/, "", name); split(name, part, "/")
+      delete m
+      for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
+      if (part[1] == "BenchmarkNodeHealthRoundTrips") {
+        sub(/^nodes=/, "", part[2])
+        rt[++nrt] = sprintf("%-6s %16.2f %13.2f %13.2f %20.3f %17.3f %15.2f", part[2],
+          m["connections/eval"], m["sessions/eval"], m["channels/eval"], m["connections_per_node"], m["sessions_per_node"], m["probes_per_node"])
+      } else if (part[1] == "BenchmarkNodeHealthDedup") {
+        dd[++ndd] = sprintf("%-13.0f %17.0f %17.0f %15.2f %11.3f %17.3f",
+          m["refs_per_node"], m["declared_per_node"], m["distinct_per_node"], m["probes_per_node"], m["probe_ratio"], m["sessions_per_node"])
+      } else if (part[1] == "BenchmarkNodeHealthEval") {
+        sub(/^nodes=/, "", part[3])
+        ev[++nev] = sprintf("%-6s %6s %6.0f %10.0f %9.0f %10.0f %12.3f", part[2], part[3],
+          m["slots"], m["eval_ms"], m["round_ms"], m["bound_ms"], m["bound_ratio"])
+      } else if (part[1] == "BenchmarkNodeHealthHungPaths") {
+        sub(/^paths=/, "", part[3])
+        hp[++nhp] = sprintf("%-6s %6s %9.0f %10.0f %11.0f %7.3f %13.3f %11.3f %12.0f", part[2], part[3],
+          m["first_ms"], m["repeat_ms"], m["timeout_ms"], m["ratio"], m["repeat_ratio"], m["wait_ratio"], m["fresh_names"])
+      }
+    }
+    END {
+      if (!nrt || !ndd || !nev || !nhp) { print "bench: node health benchmark results missing" > "/dev/stderr"; exit 1 }
+      print ""
+      print "Node health: SSH connections and round trips per evaluation (n nodes on one sshd, 3 path + 1 command checks each)"
+      printf "%-6s %16s %13s %13s %20s %17s %15s\n", "nodes", "connections/eval", "sessions/eval", "channels/eval", "connections_per_node", "sessions_per_node", "probes_per_node"
+      for (i = 1; i <= nrt; i++) print rt[i]
+      print "connections_per_node and sessions_per_node: target 1 (one connection, one session = one round trip, per node)."
+      print ""
+      print "Node health: probes against distinct checks (10 nodes; object types list overlapping checks)"
+      printf "%-13s %17s %17s %15s %11s %17s\n", "refs_per_node", "declared_per_node", "distinct_per_node", "probes_per_node", "probe_ratio", "sessions_per_node"
+      for (i = 1; i <= ndd; i++) print dd[i]
+      print "refs = check references through the node'"'"'s roles and types; declared = the checks keys among them;"
+      print "distinct = their identities (kind + resolved target). probe_ratio = probes / distinct: target 1.0."
+      print ""
+      print "Node health: evaluation of n healthy nodes against its bound (probe_timeout = 2 s)"
+      printf "%-6s %6s %6s %10s %9s %10s %12s\n", "where", "nodes", "slots", "eval_ms", "round_ms", "bound_ms", "bound_ratio"
+      for (i = 1; i <= nev; i++) print ev[i]
+      print "bound_ratio = eval / (ceil(n/slots) * probe_timeout): must be < 1. round_ms = eval / ceil(n/slots)."
+      print ""
+      print "Node health: one node with k hung paths (_heartbeat a FIFO, write_probe_interval = 0) against one probe timeout"
+      printf "%-6s %6s %9s %10s %11s %7s %13s %11s %12s\n", "where", "paths", "first_ms", "repeat_ms", "timeout_ms", "ratio", "repeat_ratio", "wait_ratio", "fresh_names"
+      for (i = 1; i <= nhp; i++) print hp[i]
+      print "Every iteration evaluates a node of a fresh name twice. ratio = first / probe_timeout: about 1 however many"
+      print "paths hang (one timeout, not k); repeat_ratio = repeat / probe_timeout: about 0, every hung probe found"
+      print "outstanding and none started; wait_ratio = (first - repeat) / probe_timeout: the time spent waiting, about 1."
+    }' "$health" | tee -a "$health"
