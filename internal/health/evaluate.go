@@ -46,7 +46,8 @@ type Evaluator struct {
 	Clock clock.Clock
 	// LocalShell runs local nodes' scripts; /bin/sh -s when empty.
 	LocalShell []string
-	// ConnectTimeout bounds an SSH connect; ConnectTimeout when zero.
+	// ConnectTimeout caps an SSH connect (ConnectTimeout when zero); the
+	// policy's probe timeout bounds it when shorter.
 	ConnectTimeout time.Duration
 	// Interrupt, when it ends, cancels every evaluation (Ctrl-C).
 	Interrupt context.Context
@@ -122,10 +123,13 @@ func (e *Evaluator) node(ctx context.Context, p *Policy, name string) Report {
 
 	var host Host = LocalHost{Shell: e.LocalShell}
 	if !n.Local {
+		// Reaching the node is bounded like a probe: by the policy's probe
+		// timeout, and never longer than the connect timeout.
 		timeout := e.ConnectTimeout
 		if timeout <= 0 {
 			timeout = ConnectTimeout
 		}
+		timeout = min(timeout, p.probeTimeout())
 		client, o := e.Dialer.Connect(ctx, n.Target, timeout)
 		if client == nil {
 			r.EvaluatedAt = e.now()

@@ -62,9 +62,6 @@ func newPathCheck(settings map[string]any, storageRoot string) (Check, error) {
 		if storageRoot == "" {
 			return nil, fmt.Errorf("path %q is relative and no storage_root is set to resolve it against: give an absolute path or set storage_root", p)
 		}
-		if !path.IsAbs(storageRoot) {
-			return nil, fmt.Errorf("storage_root %q must be an absolute path", storageRoot)
-		}
 		p = path.Join(storageRoot, p)
 	}
 	return PathCheck{Path: path.Clean(p)}, nil
@@ -79,23 +76,22 @@ func (c PathCheck) Target() string { return c.Path }
 // HeartbeatFile is the file a heartbeat writes in a checked path.
 const HeartbeatFile = "_heartbeat"
 
-// Script implements ScriptCheck. Its output is "tier T", then "hb EPOCH"
+// Script implements ScriptCheck. Its output is "tier T", then "hb EPOCH_MS"
 // for a good heartbeat, or "fail TEXT". The heartbeat's success marker lives
-// in $M (outside the path): its mtime is the last good heartbeat, shared by
-// every evaluation of this node and path, whoever runs it.
+// in $M (outside the path) and holds the time of the last good heartbeat in
+// milliseconds, shared by every evaluation of this node and path, whoever
+// runs it.
 func (c PathCheck) Script(env ScriptEnv) string {
-	interval := int64(env.WriteProbeInterval / time.Second)
+	interval := env.WriteProbeInterval.Milliseconds()
 	return fmt.Sprintf(`p=%s ok="$M/%s.ok"
 echo "tier statvfs"
 if ! e=$(stat -f -c %%i -- "$p" 2>&1 >/dev/null); then echo "fail $e"; return 1; fi
 if [ ! -d "$p" ]; then echo "fail not a directory"; return 1; fi
 if fleet_ro "$p"; then echo "fail mounted read-only"; return 1; fi
-if [ -f "$ok" ]; then
-  t=$(stat -c %%Y -- "$ok") && [ $(( $(date +%%s) - t )) -lt %d ] && { echo "hb $t"; return 0; }
-fi
+if [ -f "$ok" ] && read -r t < "$ok" && [ -n "$t" ] && [ $(( $(fleet_ms) - t )) -lt %d ]; then echo "hb $t"; return 0; fi
 echo "tier heartbeat"
 if e=$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ | dd of="$p/%s" conv=fsync status=none 2>&1); then
-  touch -- "$ok" && echo "hb $(stat -c %%Y -- "$ok")" && return 0
+  t=$(fleet_ms) && echo "$t" > "$ok" && echo "hb $t" && return 0
 fi
 echo "fail heartbeat write failed: $e"
 return 1`, shellQuote(c.Path), env.Key, interval, HeartbeatFile)
@@ -110,7 +106,7 @@ func (c PathCheck) Interpret(exit int, output string) Result {
 			r.Tier = strings.TrimPrefix(line, "tier ")
 		case strings.HasPrefix(line, "hb "):
 			if n, err := strconv.ParseInt(strings.TrimPrefix(line, "hb "), 10, 64); err == nil {
-				r.Heartbeat = time.Unix(n, 0).UTC()
+				r.Heartbeat = time.UnixMilli(n).UTC()
 			}
 		case strings.HasPrefix(line, "fail "):
 			r.Detail = plainError(strings.TrimPrefix(line, "fail "))
@@ -236,12 +232,20 @@ func (c UnitCheck) Interpret(exit int, output string) Result {
 		r.Detail = "active"
 	case exit == 127:
 		r.Detail = "systemctl not found on the node"
+	case unitStates[state]:
+		r.Detail = state
 	case exit > 0 && state != "":
-		r.Detail = truncate(state, 200)
+		r.Detail = "not known to be active: systemctl says " + truncate(state, 200)
 	case exit > 0:
 		r.Detail = fmt.Sprintf("not active (systemctl exit %d)", exit)
 	}
 	return r
+}
+
+// unitStates are the words `systemctl is-active` answers with.
+var unitStates = map[string]bool{
+	"inactive": true, "failed": true, "activating": true, "deactivating": true,
+	"reloading": true, "refreshing": true, "maintenance": true, "unknown": true,
 }
 
 // ---- tcp ----

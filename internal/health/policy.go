@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -69,7 +70,13 @@ func (e FieldError) Error() string { return strings.Join(e.Path, ".") + ": " + e
 // built, each naming the key at fault.
 func (p *Policy) Validate() []FieldError {
 	var errs []FieldError
+	if p.StorageRoot != "" && !path.IsAbs(p.StorageRoot) {
+		errs = append(errs, FieldError{Path: []string{"storage_root"}, Msg: fmt.Sprintf("%q is not an absolute path, for example \"/srv/cloud\"", p.StorageRoot)})
+	}
 	for _, name := range sortedKeys(p.Checks) {
+		if p.Checks[name].Spec.Kind == "" {
+			continue // no kind: the reader of the declaration said why
+		}
 		if _, err := Build(p.Checks[name].Spec, p.StorageRoot); err != nil {
 			errs = append(errs, FieldError{Path: []string{"checks", name}, Msg: err.Error()})
 		}

@@ -53,7 +53,7 @@ func TestPolicyValidateChecks(t *testing.T) {
 	}{
 		{"relative path, no storage_root", "", pathDecl("blobs", ""), []string{"checks", "c"},
 			[]string{`path "blobs" is relative and no storage_root is set`, "give an absolute path or set storage_root"}},
-		{"relative storage_root", "srv", pathDecl("blobs", ""), []string{"checks", "c"}, []string{`storage_root "srv" must be an absolute path`}},
+		{"relative storage_root", "srv", pathDecl("blobs", ""), []string{"storage_root"}, []string{`"srv" is not an absolute path`}},
 		{"unknown kind", "", CheckDecl{Spec: Spec{Kind: "ping", Settings: map[string]any{}}}, []string{"checks", "c"},
 			[]string{`unknown check kind "ping"`, "[command http path systemd_unit tcp]"}},
 		{"bad severity", "", CheckDecl{Spec: Spec{Kind: "command", Settings: map[string]any{"command": "true"}}, Severity: "fatal"},
@@ -93,7 +93,6 @@ func TestBuildRejectsBadSettings(t *testing.T) {
 		{"path", map[string]any{"path": int64(5)}, "/srv", "path must be a string"},
 		{"path", map[string]any{"path": "  "}, "/srv", "path must not be empty"},
 		{"path", map[string]any{"path": "blobs"}, "", `path "blobs" is relative and no storage_root`},
-		{"path", map[string]any{"path": "blobs"}, "srv", `storage_root "srv" must be an absolute path`},
 		{"command", map[string]any{}, "", "command is required"},
 		{"command", map[string]any{"command": ""}, "", "command must not be empty"},
 		{"command", map[string]any{"command": true}, "", "command must be a string"},

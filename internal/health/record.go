@@ -106,7 +106,7 @@ func Advance(prev *Record, r Report, p *Policy, clearNote *string, autoClearAfte
 			next.LastClear = &Clear{Note: fmt.Sprintf("cleared automatically after %s", count(streak, "healthy evaluation")), At: now}
 		default:
 			next.State, next.ErrorSince, next.HealthyStreak = StateError, prev.ErrorSince, streak
-			next.Reason = fmt.Sprintf("node %s: checks pass again; awaiting operator clear (in error since %s; set clear_errors[%q] to clear it)",
+			next.Reason = fmt.Sprintf("node %s: checks pass again; awaiting operator clear (in error since %s; add or change clear_errors[%q] to clear it)",
 				r.Node, prev.ErrorSince.Format(time.RFC3339), r.Node)
 		}
 	}

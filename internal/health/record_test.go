@@ -73,7 +73,7 @@ func TestAdvanceStickyError(t *testing.T) {
 		steps []recordStep
 	}{
 		{"operator clear", []recordStep{
-			{name: "healthy", obs: pass, state: StateHealthy, reason: []string{"node n1 is healthy: 1 check pass"}, errorSince: none, lastClear: none, healthyCond: ReasonChecksPass},
+			{name: "healthy", obs: pass, state: StateHealthy, reason: []string{"node n1 is healthy: its 1 check passes"}, errorSince: none, lastClear: none, healthyCond: ReasonChecksPass},
 			{name: "fail", obs: fail, state: StateError, reason: []string{"node n1 is unhealthy because", "/srv/blobs: mounted read-only"}, errorSince: 1, lastClear: none, healthyCond: ReasonChecksFailed},
 			{name: "still failing", obs: fail, state: StateError, errorSince: 1, lastClear: none, healthyCond: ReasonChecksFailed},
 			{name: "repaired", obs: pass, state: StateError, reason: []string{"checks pass again; awaiting operator clear", "in error since", `clear_errors["n1"]`}, errorSince: 1, lastClear: none, healthyCond: ReasonAwaitingClear},

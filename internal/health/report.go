@@ -101,7 +101,10 @@ func (r Report) Reason(p *Policy) string {
 		if len(r.Planned) == 0 {
 			return fmt.Sprintf("node %s is healthy: its roles (%s) host no object type with checks", r.Node, orNone(r.Roles))
 		}
-		return fmt.Sprintf("node %s is healthy: %s pass", r.Node, count(len(r.Planned), "check"))
+		if len(r.Planned) == 1 {
+			return fmt.Sprintf("node %s is healthy: its 1 check passes", r.Node)
+		}
+		return fmt.Sprintf("node %s is healthy: all %d checks pass", r.Node, len(r.Planned))
 	}
 	verb := "unhealthy"
 	if r.State() == StateDegraded {

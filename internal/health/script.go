@@ -64,25 +64,29 @@ func newScript(node string, checks []ScriptCheck, timeout, interval time.Duratio
 	}
 	// A probe of the same check of the same node already running is never
 	// joined by another. Its marker is a directory made atomically (mkdir)
-	// holding its pid and start. One older than the probe timeout is hung:
-	// it is reported at once, and no probe starts. A younger one is another
-	// evaluation's (a data source and a resource evaluating the same node
-	// at once): this one waits for it, up to its own deadline. A finished
-	// probe removes its marker, also long after this script gave up on it.
+	// holding its pid, its start and the pid of the script that started
+	// it. A probe whose script is gone (it gave up at its deadline, or was
+	// interrupted), or older than the probe timeout, is hung: it is
+	// reported at once, and no probe starts. One whose script still runs is
+	// another evaluation's (a data source and a resource evaluating the
+	// same node at once): this one waits for it, up to its own deadline. A
+	// finished probe removes its marker, also long after its script ended.
 	fmt.Fprintf(&b, "fleet_end=$(( $(fleet_ms) + %d ))\nfleet_hung=%d\n", timeout.Milliseconds(), int64(math.Ceil(timeout.Seconds())))
 	b.WriteString(`fleet_run() {
   fleet_m="$M/$2.d"
   until mkdir "$fleet_m" 2>/dev/null; do
-    fleet_p= fleet_s=
-    [ -f "$fleet_m/pid" ] && read -r fleet_p fleet_s < "$fleet_m/pid"
+    fleet_p= fleet_s= fleet_o=
+    [ -f "$fleet_m/pid" ] && read -r fleet_p fleet_s fleet_o < "$fleet_m/pid"
     if [ -n "$fleet_p" ] && ! kill -0 "$fleet_p" 2>/dev/null; then rm -rf "$fleet_m"; continue; fi
     if [ -z "$fleet_p" ] && [ $(( $(date +%s) - $(stat -c %Y -- "$fleet_m" 2>/dev/null || date +%s) )) -ge 2 ]; then rm -rf "$fleet_m"; continue; fi
-    if [ -n "$fleet_s" ] && [ $(( $(date +%s) - fleet_s )) -ge "$fleet_hung" ]; then echo "$fleet_s" > "$W/$1.since"; return; fi
+    if [ -n "$fleet_s" ] && { [ $(( $(date +%s) - fleet_s )) -ge "$fleet_hung" ] || ! kill -0 "${fleet_o:-0}" 2>/dev/null; }; then
+      echo "$fleet_s" > "$W/$1.since"; return
+    fi
     if [ "$(fleet_ms)" -ge "$fleet_end" ]; then echo "${fleet_s:-$(date +%s)}" > "$W/$1.since"; return; fi
     sleep 0.05
   done
   read -r fleet_me fleet_rest < /proc/self/stat 2>/dev/null || fleet_me=$(sh -c 'echo $PPID')
-  echo "$fleet_me $(date +%s)" > "$fleet_m/pid"
+  echo "$fleet_me $(date +%s) $$" > "$fleet_m/pid"
   fleet_b=$(fleet_ms); fleet_c$1 > "$W/$1.out" 2>&1; fleet_x=$?; fleet_e=$(fleet_ms)
   echo "$fleet_x $((fleet_e - fleet_b))" > "$W/$1.tmp" && mv "$W/$1.tmp" "$W/$1.rc"
   rm -rf "$fleet_m"
@@ -99,7 +103,12 @@ func newScript(node string, checks []ScriptCheck, timeout, interval time.Duratio
 	for i := range checks {
 		idx[i] = strconv.Itoa(i)
 	}
-	fmt.Fprintf(&b, `while :; do
+	// The script ends when its caller is gone: over SSH, a closed session
+	// leaves it orphaned (its parent changes), and it must not keep its
+	// probes' markers owned by a live script.
+	fmt.Fprintf(&b, `read -r fleet_x fleet_x fleet_x fleet_pp fleet_x < /proc/$$/stat 2>/dev/null || fleet_pp=
+while :; do
+  if [ -n "$fleet_pp" ]; then read -r fleet_x fleet_x fleet_x fleet_p2 fleet_x < /proc/$$/stat; [ "$fleet_p2" = "$fleet_pp" ] || exit 0; fi
   fleet_all=1
   for i in %s; do [ -f "$W/$i.rc" ] || [ -f "$W/$i.since" ] || { fleet_all=0; break; }; done
   [ "$fleet_all" = 1 ] && break

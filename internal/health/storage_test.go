@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -376,4 +377,44 @@ func TestSSHDPathIOError(t *testing.T) {
 		t.Fatalf("statvfs EIO over sshd: %s%s", describeReport(r, p), h.log())
 	}
 	wantContains(t, "statvfs EIO reason", r.Reason(p), "node "+node, blobs+": input/output error")
+}
+
+func TestLocalPathInterruptedEvaluation(t *testing.T) { checkInterruptedEvaluation(t, localHost(t)) }
+func TestSSHDPathInterruptedEvaluation(t *testing.T)  { checkInterruptedEvaluation(t, sshdHost(t)) }
+
+// checkInterruptedEvaluation: an evaluation interrupted (Ctrl-C) while a
+// heartbeat hangs under a long probe timeout leaves that probe running; the
+// next evaluation, from another provider process, reports it outstanding at
+// once instead of waiting out the timeout for it, and starts no second one.
+func checkInterruptedEvaluation(t *testing.T, h storageHost) {
+	root := t.TempDir()
+	blobs := filepath.Join(root, "blobs")
+	if err := os.Mkdir(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	node := uniqueNode(t, "interrupted")
+	const timeout = 60 * time.Second
+	p := pathPolicy(root, node, h.node, timeout)
+	forgetMarkers(t, p, node)
+	sshtest.MakeFIFO(t, filepath.Join(blobs, HeartbeatFile))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(time.Second, cancel)
+	if _, err := h.evaluator().Evaluate(ctx, p, []string{node}); err == nil {
+		t.Fatal("an interrupted evaluation returned reports")
+	}
+	if !eventually(5*time.Second, func() bool { return len(heartbeatWriters(blobs)) == 1 }) {
+		t.Fatalf("after the interrupted evaluation: heartbeat writers %v, want the one left hung", heartbeatWriters(blobs))
+	}
+	r, took := evalNode(t, h.evaluator(), p, node)
+	res := result(t, r, "path:"+blobs)
+	if !res.Outstanding {
+		t.Fatalf("after an interrupted evaluation: %s%s", describeReport(r, p), h.log())
+	}
+	if took > 5*time.Second {
+		t.Errorf("the next evaluation took %v: it waited for the probe the interrupted one left, against a %v timeout", took, timeout)
+	}
+	if w := heartbeatWriters(blobs); len(w) != 1 {
+		t.Errorf("heartbeat writers %v, want still exactly one", w)
+	}
 }
