@@ -125,8 +125,8 @@ func (d *nodeHealthDataSource) Read(ctx context.Context, req datasource.ReadRequ
 	}
 	p, errs := doc.policy(d.data.defaults, func(n health.Node) error { return d.data.prober.Dialer.Check(n.Target) })
 	for _, e := range errs {
-		at := e.at
-		if !m.Policy.IsNull() && at.String() != "nodes" && !nodesPath(at) {
+		at := e.where()
+		if !m.Policy.IsNull() && !nodesPath(at) {
 			at = path.Root("policy")
 		}
 		resp.Diagnostics.AddAttributeError(at, "Invalid node health policy", e.detail())
@@ -154,7 +154,7 @@ func (d *nodeHealthDataSource) Read(ctx context.Context, req datasource.ReadRequ
 	}
 	m.Status = types.MapValueMust(nodeStatusType, status)
 	m.HealthyNodes, m.SchedulableNodes, m.ErrorNodes, m.MissingNodes = summaries(states)
-	warnNodes(ctx, m.Status, &resp.Diagnostics)
+	warnNodes(ctx, m.Status, nil, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 

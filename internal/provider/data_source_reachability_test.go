@@ -248,12 +248,12 @@ func TestAccReachabilityTargetNeedsNameAndHost(t *testing.T) {
 				{
 					Config:      config(fmt.Sprintf(`{ host = "127.0.0.1", host_key_fingerprint = %q }`, pin)),
 					PlanOnly:    true,
-					ExpectError: regexp.MustCompile(`(?s)Missing name.*targets\[1\]:\s+every\s+target\s+needs\s+a\s+name`),
+					ExpectError: regexp.MustCompile(`(?s)Missing name.*targets\[1\]:\s+name\s+is\s+required`),
 				},
 				{
 					Config:      config(fmt.Sprintf(`{ name = "b", host_key_fingerprint = %q }`, pin)),
 					PlanOnly:    true,
-					ExpectError: regexp.MustCompile(`(?s)Missing host.*targets\[1\]:\s+every\s+target\s+needs\s+a\s+host`),
+					ExpectError: regexp.MustCompile(`(?s)Missing host.*targets\[1\]:\s+host\s+is\s+required`),
 				},
 			},
 		}

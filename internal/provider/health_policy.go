@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -107,13 +106,13 @@ type nodeModel struct {
 
 // policyInputs are the policy attributes as configured.
 type policyInputs struct {
-	StorageRoot        types.String         `tfsdk:"storage_root"`
-	ProbeTimeout       timetypes.GoDuration `tfsdk:"probe_timeout"`
-	WriteProbeInterval timetypes.GoDuration `tfsdk:"write_probe_interval"`
-	Checks             types.Map            `tfsdk:"checks"`
-	ObjectTypes        types.Map            `tfsdk:"object_types"`
-	Roles              types.Map            `tfsdk:"roles"`
-	Nodes              types.Map            `tfsdk:"nodes"`
+	StorageRoot        types.String `tfsdk:"storage_root"`
+	ProbeTimeout       types.String `tfsdk:"probe_timeout"`
+	WriteProbeInterval types.String `tfsdk:"write_probe_interval"`
+	Checks             types.Map    `tfsdk:"checks"`
+	ObjectTypes        types.Map    `tfsdk:"object_types"`
+	Roles              types.Map    `tfsdk:"roles"`
+	Nodes              types.Map    `tfsdk:"nodes"`
 }
 
 // values are the inputs that change what is observed, in a fixed order.
@@ -252,8 +251,20 @@ type policyError struct {
 }
 
 // detail is the message with the attribute it concerns, spelled as in
-// HCL: the CLIs do not always point at a key inside a map.
+// HCL: the CLIs do not point at a key inside a map of objects.
 func (e policyError) detail() string { return e.at.String() + ": " + e.msg }
+
+// where is the attribute the CLIs highlight: the top-level one. Given a
+// path into a map of objects written as an HCL object, they highlight
+// another attribute altogether.
+func (e policyError) where() path.Path {
+	if steps := e.at.Steps(); len(steps) > 0 {
+		if name, ok := steps[0].(path.PathStepAttributeName); ok {
+			return path.Root(string(name))
+		}
+	}
+	return e.at
+}
 
 func fieldPath(p []string) path.Path {
 	at := path.Root(p[0])
@@ -289,8 +300,8 @@ func (d policyDoc) policy(defaults connectionDefaults, dialCheck func(health.Nod
 	for name, c := range d.Checks {
 		spec, err := c.spec()
 		if err != nil {
+			// Kept without a kind, so that references to it stand.
 			errs = append(errs, policyError{path.Root("checks").AtMapKey(name), err.Error()})
-			continue
 		}
 		p.Checks[name] = health.CheckDecl{Spec: spec, Description: c.Description, Severity: c.Severity}
 	}
@@ -311,9 +322,11 @@ func (d policyDoc) policy(defaults connectionDefaults, dialCheck func(health.Nod
 		case !n.Local && n.Connection == nil:
 			errs = append(errs, policyError{at, fmt.Sprintf("node %q has neither a connection (for example connection = fleet_executor.%s.ssh_connection) nor local = true", name, name)})
 			continue
-		case n.Connection != nil:
+		case n.Connection != nil && dialCheck != nil:
+			// At plan and apply only: at validate, the connection
+			// attributes' own validators report malformed values.
 			t, err := n.Connection.model().target(defaults, "")
-			if err == nil && dialCheck != nil {
+			if err == nil {
 				node.Target = t
 				err = dialCheck(node)
 			}
@@ -321,7 +334,6 @@ func (d policyDoc) policy(defaults connectionDefaults, dialCheck func(health.Nod
 				errs = append(errs, policyError{at.AtName("connection"), fmt.Sprintf("node %q: %s", name, err)})
 				continue
 			}
-			node.Target = t
 		}
 		p.Nodes[name] = node
 	}

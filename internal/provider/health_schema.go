@@ -1,10 +1,6 @@
 package provider
 
 import (
-	"regexp"
-
-	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
-	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	dschema "github.com/hashicorp/terraform-plugin-framework/datasource/schema"
@@ -12,7 +8,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/fleetops/terraform-provider-fleet/internal/health"
 	"github.com/fleetops/terraform-provider-fleet/internal/validators"
 )
 
@@ -21,7 +16,8 @@ import (
 var policyDescriptions = map[string]string{
 	"storage_root": "Absolute directory that relative `path` checks resolve under, e.g. `/srv/cloud`.",
 	"probe_timeout": "Deadline of every probe, as a Go duration (`\"10s\"`). A probe that does not finish in time is itself the unhealthy signal " +
-		"(\"probe timed out\"): a hard NFS mount hangs instead of failing. One node's whole evaluation is bounded by it however many paths hang. Default `10s`.",
+		"(\"probe timed out\"): a hard NFS mount hangs instead of failing. Reaching a node over SSH is bounded by it too (and by 10 s at most); " +
+		"then all the node's checks together are bounded by it, however many paths hang. Default `10s`.",
 	"write_probe_interval": "How often, at most, a path check writes and fsyncs its `_heartbeat` file, per path and node, as a Go duration. " +
 		"Between heartbeats a path is checked with `statvfs` and its mount's read-only flag. `0s` writes at every evaluation. Default `300s`.",
 	"checks": "The checks, by name. Each sets exactly one kind: `path`, `command`, `tcp`, `http` or `systemd_unit`. " +
@@ -54,11 +50,15 @@ func policyDesc(k string) string { return policyDescriptions[k] }
 var nodeConnectionTypes = exportedConnectionTypes
 
 func resourcePolicyAttributes() map[string]rschema.Attribute {
-	str := func(k string, v ...validator.String) rschema.StringAttribute {
-		return rschema.StringAttribute{Optional: true, MarkdownDescription: policyDesc(k), Validators: v}
+	str := func(k string) rschema.StringAttribute {
+		return rschema.StringAttribute{Optional: true, MarkdownDescription: policyDesc(k)}
 	}
+	// Lists inside a map's objects are optional in the schema and required
+	// by their object's validator: the framework reads the attributes of an
+	// object unknown at validate (a whole node from another resource) as
+	// missing, and would refuse a configuration that is fine.
 	names := func(k string) rschema.ListAttribute {
-		return rschema.ListAttribute{Required: true, ElementType: types.StringType, MarkdownDescription: policyDesc(k),
+		return rschema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: policyDesc(k) + " Required.",
 			Validators: []validator.List{listvalidator.UniqueValues(), listvalidator.ValueStringsAre(stringvalidator.LengthAtLeast(1))}}
 	}
 	conn := map[string]rschema.Attribute{}
@@ -76,31 +76,34 @@ func resourcePolicyAttributes() map[string]rschema.Attribute {
 		}
 	}
 	return map[string]rschema.Attribute{
-		"storage_root":         str("storage_root", stringvalidator.RegexMatches(absPath, "must be an absolute path")),
-		"probe_timeout":        rschema.StringAttribute{Optional: true, CustomType: timetypes.GoDurationType{}, MarkdownDescription: policyDesc("probe_timeout")},
-		"write_probe_interval": rschema.StringAttribute{Optional: true, CustomType: timetypes.GoDurationType{}, MarkdownDescription: policyDesc("write_probe_interval")},
+		"storage_root": str("storage_root"),
+		// Durations are checked where the policy is read (ValidateConfig and
+		// the data source's policy document), by the one parser; timetypes'
+		// GoDuration would add a second, location-less error of its own.
+		"probe_timeout":        str("probe_timeout"),
+		"write_probe_interval": str("write_probe_interval"),
 		"checks": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("checks"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
 			"path": str("check.path"), "command": str("check.command"), "tcp": str("check.tcp"), "systemd_unit": str("check.systemd_unit"),
 			"http": rschema.SingleNestedAttribute{Optional: true, MarkdownDescription: policyDesc("check.http"), Attributes: map[string]rschema.Attribute{
-				"url":           rschema.StringAttribute{Required: true, MarkdownDescription: policyDesc("check.url")},
-				"expect_status": rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.expect"), Validators: []validator.Int64{int64validator.Between(100, 599)}},
-				"retries":       rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.retries"), Validators: []validator.Int64{int64validator.Between(0, 10)}},
-			}},
+				"url":           rschema.StringAttribute{Optional: true, MarkdownDescription: policyDesc("check.url") + " Required."},
+				"expect_status": rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.expect")},
+				"retries":       rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.retries")},
+			}, Validators: []validator.Object{validators.RequiredWhenKnown("url")}},
 			"description": str("check.description"),
-			"severity":    str("check.severity", stringvalidator.OneOf(health.SeverityError, health.SeverityDegraded)),
+			"severity":    str("check.severity"),
 		}}},
 		"object_types": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("object_types"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
 			"checks": names("type.checks"),
-		}}},
+		}, Validators: []validator.Object{validators.RequiredWhenKnown("checks")}}},
 		"roles": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("roles"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
 			"hosts": names("role.hosts"), "description": str("role.description"),
-		}}},
+		}, Validators: []validator.Object{validators.RequiredWhenKnown("hosts")}}},
 		"nodes": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("nodes"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
 			"roles": names("node.roles"),
 			"local": rschema.BoolAttribute{Optional: true, MarkdownDescription: policyDesc("node.local")},
 			"connection": rschema.SingleNestedAttribute{Optional: true, MarkdownDescription: policyDesc("node.connection"), Attributes: conn,
 				Validators: []validator.Object{validators.RequiredWhenKnown("host")}},
-		}}},
+		}, Validators: []validator.Object{validators.RequiredWhenKnown("roles")}}},
 	}
 }
 
@@ -142,6 +145,3 @@ func toDataSource(a rschema.Attribute, top bool) dschema.Attribute {
 	}
 	panic("toDataSource: unexpected attribute type")
 }
-
-// absPath is an absolute POSIX path.
-var absPath = regexp.MustCompile(`^/`)

@@ -278,7 +278,7 @@ func logPlanned(ctx context.Context, p *health.Policy) {
 		n := p.Nodes[name]
 		where := "local /bin/sh -s"
 		if !n.Local {
-			where = "ssh " + n.Target.Endpoint.String() + " sh -s"
+			where = "ssh " + n.Target.String() + " sh -s"
 		}
 		var ids []string
 		for _, pl := range p.Plan(name) {

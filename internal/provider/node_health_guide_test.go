@@ -60,6 +60,9 @@ func TestNodeHealthGuideAppliesInOneGo(t *testing.T) {
 			if got := output("slots"); got != "sf-6" {
 				t.Errorf("slots = %q, want sf-6 only", got)
 			}
+			if got := output("accepting"); got != "sf-6" {
+				t.Errorf("accepting = %q, want sf-6 only", got)
+			}
 			if got := output("error_nodes"); got != "sf-7" {
 				t.Errorf("error_nodes = %q, want sf-7", got)
 			}
@@ -72,13 +75,21 @@ func TestNodeHealthGuideAppliesInOneGo(t *testing.T) {
 			if got := output("error_nodes"); got != "sf-7" {
 				t.Errorf("after the repair, before a clear: error_nodes = %q, want sf-7 (errors are sticky)", got)
 			}
+			// Passing now, sf-7 gets a slot, which does not accept work
+			// while it is held in error.
+			if got := output("slots"); got != "sf-6,sf-7" {
+				t.Errorf("after the repair: slots = %q, want sf-6,sf-7", got)
+			}
+			if got := output("accepting"); got != "sf-6" {
+				t.Errorf("after the repair, before a clear: accepting = %q, want sf-6 only", got)
+			}
 			vars(map[string]string{"sf-7": "uploads recreated"})
 			s.Run("apply", "-auto-approve", "-input=false")
 			if got := output("error_nodes"); got != "" {
 				t.Errorf("after the clear: error_nodes = %q, want none", got)
 			}
-			if got := output("slots"); got != "sf-6,sf-7" {
-				t.Errorf("after the clear: slots = %q, want sf-6,sf-7", got)
+			if got := output("accepting"); got != "sf-6,sf-7" {
+				t.Errorf("after the clear: accepting = %q, want sf-6,sf-7", got)
 			}
 			s.WantNoChanges()
 		})

@@ -57,6 +57,26 @@ func TestNodeHealthWarningsOncePerRunInEveryMode(t *testing.T) {
 				count("apply (no change)", "apply", "-auto-approve")
 				s.WantNoChanges()
 				s.WantNoChanges("-refresh=false")
+				// An apply that changes the resource evaluates st anew: the
+				// same state and reason are not warned about a second time.
+				s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + cloudPolicy(root, "  auto_clear_after = 0\n"))
+				count("apply (update)", "apply", "-auto-approve")
+				s.WantNoChanges()
+
+				// st leaves the policy in error (renamed): its record goes, and
+				// the plan says so.
+				s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) +
+					strings.Replace(cloudPolicy(root, "  auto_clear_after = 0\n"), "st = {", "st2 = {", 1))
+				out, _ := s.Run("plan", "-json", "-input=false")
+				var dropped int
+				for _, w := range warnings(t, out) {
+					if w.Summary == "Node st leaves the policy in error" && strings.Contains(w.Detail, "its error record is dropped") {
+						dropped++
+					}
+				}
+				if dropped != 1 {
+					t.Errorf("renaming a node in error: %d warnings about its dropped record, want 1:\n%s", dropped, out)
+				}
 			})
 		}
 	}
@@ -196,6 +216,44 @@ output "placed" { value = sort(keys(terraform_data.placement)) }
 			out, _ := s.Run("apply", "-auto-approve", "-input=false", "-no-color")
 			if !regexp.MustCompile(`placed = (tolist\()?\[\s*"a",\s*\]`).MatchString(out) {
 				t.Errorf("first apply did not place on exactly a:\n%s", out)
+			}
+			s.WantNoChanges()
+		})
+	}
+}
+
+// One fault, one error: a check with two kinds is refused once (not also as
+// a dangling reference from the types that list it), and a node given as a
+// whole object from another resource validates.
+func TestNodeHealthValidateErrorsOncePerFault(t *testing.T) {
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + strings.Replace(cloudPolicy("/srv/cloud", ""),
+				`blobs     = { path = "blobs", description = "blob storage" }`, `blobs     = { path = "blobs", command = "true" }`, 1))
+			valid, diags := s.Validate()
+			if valid || len(diags) != 1 || !strings.Contains(diags[0].Detail, `checks["blobs"]: set exactly one of path, command, tcp, http, systemd_unit (2 set)`) {
+				t.Errorf("a check with two kinds: valid=%v, diagnostics %+v; want exactly one error naming checks[\"blobs\"]", valid, diags)
+			}
+			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + `
+resource "terraform_data" "node" {
+  input = { roles = ["storage"], local = true }
+}
+
+resource "fleet_node_health_policy" "p" {
+  name         = "p"
+  checks       = { sh = { command = "true" } }
+  object_types = { volume = { checks = ["sh"] } }
+  roles        = { storage = { hosts = ["volume"] } }
+  nodes        = { me = terraform_data.node.output }
+}
+`)
+			if valid, diags := s.Validate(); !valid {
+				t.Fatalf("a node from another resource: %+v", diags)
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			if st := s.Values("fleet_node_health_policy.p")["status"].(map[string]any)["me"].(map[string]any)["state"]; st != "healthy" {
+				t.Errorf("node me: %v", st)
 			}
 			s.WantNoChanges()
 		})

@@ -116,7 +116,7 @@ func validatePolicyInputs(ctx context.Context, in policyInputs, diags *diag.Diag
 	doc := in.doc(ctx, diags)
 	_, errs := doc.policy(connectionDefaults{}, nil)
 	for _, e := range errs {
-		diags.AddAttributeError(e.at, "Invalid node health policy", e.detail())
+		diags.AddAttributeError(e.where(), "Invalid node health policy", e.detail())
 	}
 }
 
@@ -140,7 +140,7 @@ func (r *nodeHealthPolicyResource) compile(ctx context.Context, in policyInputs,
 	doc := in.doc(ctx, diags)
 	p, errs := doc.policy(r.data.defaults, func(n health.Node) error { return r.data.prober.Dialer.Check(n.Target) })
 	for _, e := range errs {
-		diags.AddAttributeError(e.at, "Invalid node health policy", e.detail())
+		diags.AddAttributeError(e.where(), "Invalid node health policy", e.detail())
 	}
 	return p, doc
 }
@@ -171,37 +171,69 @@ func (r *nodeHealthPolicyResource) ModifyPlan(ctx context.Context, req resource.
 	} else {
 		plan.Generation = nextGeneration(prior.Generation, changeOf(plan.values(), prior.values()))
 		if planWarns(mark, r.data.run) {
-			warnNodes(ctx, prior.Status, &resp.Diagnostics)
+			warnNodes(ctx, prior.Status, nil, &resp.Diagnostics)
+		}
+		warnDroppedErrors(ctx, prior.Status, plan.Nodes, &resp.Diagnostics)
+		if plan.known() && prior.known() && samePolicy(ctx, plan.policyInputs, prior.policyInputs) {
+			// A change of spelling only ("30s" for "30000ms", a default
+			// written out): the same policy, the same generation.
+			plan.Generation = prior.Generation
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 }
 
-// warnNodes warns about every node of a status map in error or missing.
-func warnNodes(ctx context.Context, status types.Map, diags *diag.Diagnostics) {
-	if status.IsNull() || status.IsUnknown() {
-		return
+// warnNodes warns about every node of a status map in error or missing,
+// except those whose state and reason are already in warned.
+func warnNodes(ctx context.Context, status types.Map, warned map[string]string, diags *diag.Diagnostics) {
+	for name, m := range nodeStatuses(ctx, status, diags) {
+		state := health.State(m.State.ValueString())
+		if state != health.StateError && state != health.StateMissing {
+			continue
+		}
+		if warned[name] == m.State.ValueString()+"\x00"+m.Reason.ValueString() {
+			continue
+		}
+		summary, detail := nodeWarning(name, state, m.Reason.ValueString())
+		diags.AddAttributeWarning(path.Root("status").AtMapKey(name), summary, detail)
 	}
-	elems := status.Elements()
-	for _, name := range sortedNames(elems) {
-		o, ok := elems[name].(types.Object)
+}
+
+// nodeStatuses reads a status map, by node.
+func nodeStatuses(ctx context.Context, status types.Map, diags *diag.Diagnostics) map[string]nodeStatusModel {
+	out := map[string]nodeStatusModel{}
+	if status.IsNull() || status.IsUnknown() {
+		return out
+	}
+	for name, v := range status.Elements() {
+		o, ok := v.(types.Object)
 		if !ok || o.IsNull() || o.IsUnknown() {
 			continue
 		}
 		m, d := nodeStatusFrom(ctx, o)
 		diags.Append(d...)
-		state := health.State(m.State.ValueString())
-		if state == health.StateError || state == health.StateMissing {
-			summary, detail := nodeWarning(name, state, m.Reason.ValueString())
-			diags.AddAttributeWarning(path.Root("status").AtMapKey(name), summary, detail)
-		}
+		out[name] = m
 	}
+	return out
+}
+
+// warnedBy is what a refresh of this run warned about: the prior status's
+// nodes in error or missing, when the mark says this run refreshed it.
+func warnedBy(ctx context.Context, mark refreshMark, run string, prior types.Map, diags *diag.Diagnostics) map[string]string {
+	out := map[string]string{}
+	if mark.Run != run {
+		return out
+	}
+	for name, m := range nodeStatuses(ctx, prior, diags) {
+		out[name] = m.State.ValueString() + "\x00" + m.Reason.ValueString()
+	}
+	return out
 }
 
 // evaluate evaluates every node of the policy in m and advances the
 // records of prior (nil at create) into m's status and summaries. clears
 // are the nodes whose clear_errors entry this apply adds or changes.
-func (r *nodeHealthPolicyResource) evaluate(ctx context.Context, m *nodeHealthPolicyModel, prior types.Map, clears map[string]string, diags *diag.Diagnostics) bool {
+func (r *nodeHealthPolicyResource) evaluate(ctx context.Context, m *nodeHealthPolicyModel, prior types.Map, clears, warned map[string]string, diags *diag.Diagnostics) bool {
 	p, _ := r.compile(ctx, m.policyInputs, diags)
 	if diags.HasError() {
 		return false
@@ -246,7 +278,7 @@ func (r *nodeHealthPolicyResource) evaluate(ctx context.Context, m *nodeHealthPo
 	}
 	m.Status = types.MapValueMust(nodeStatusType, status)
 	m.HealthyNodes, m.SchedulableNodes, m.ErrorNodes, m.MissingNodes = summaries(states)
-	warnNodes(ctx, m.Status, diags)
+	warnNodes(ctx, m.Status, warned, diags)
 	return true
 }
 
@@ -264,7 +296,7 @@ func (r *nodeHealthPolicyResource) Create(ctx context.Context, req resource.Crea
 	m.ID = types.StringValue(id.String())
 	m.Generation = types.Int64Value(1)
 	m.Policy = types.StringValue(m.doc(ctx, &resp.Diagnostics).json())
-	if !r.evaluate(ctx, &m, types.MapNull(nodeStatusType), nil, &resp.Diagnostics) {
+	if !r.evaluate(ctx, &m, types.MapNull(nodeStatusType), nil, nil, &resp.Diagnostics) {
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
@@ -277,7 +309,7 @@ func (r *nodeHealthPolicyResource) Read(ctx context.Context, req resource.ReadRe
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if !r.evaluate(ctx, &m, m.Status, nil, &resp.Diagnostics) {
+	if !r.evaluate(ctx, &m, m.Status, nil, nil, &resp.Diagnostics) {
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
@@ -294,11 +326,46 @@ func (r *nodeHealthPolicyResource) Update(ctx context.Context, req resource.Upda
 	m.ID = prior.ID
 	m.Policy = types.StringValue(m.doc(ctx, &resp.Diagnostics).json())
 	clears := changedClears(m.ClearErrors, prior.ClearErrors)
-	if !r.evaluate(ctx, &m, prior.Status, clears, &resp.Diagnostics) {
+	// What this run's refresh warned about is not warned about again.
+	warned := warnedBy(ctx, readRefreshMark(ctx, req.Private), r.data.run, prior.Status, &resp.Diagnostics)
+	if !r.evaluate(ctx, &m, prior.Status, clears, warned, &resp.Diagnostics) {
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
+}
+
+// warnDroppedErrors warns when a node in error leaves the policy: its
+// sticky record goes with it, and a node added under another name starts
+// without it.
+func warnDroppedErrors(ctx context.Context, prior types.Map, planned types.Map, diags *diag.Diagnostics) {
+	if planned.IsNull() || planned.IsUnknown() {
+		return
+	}
+	for name, m := range nodeStatuses(ctx, prior, diags) {
+		if _, kept := planned.Elements()[name]; kept || m.State.ValueString() != string(health.StateError) {
+			continue
+		}
+		diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" leaves the policy in error",
+			fmt.Sprintf("Node %s is in error and is no longer in nodes: its error record is dropped with it. "+
+				"Error memory belongs to a node's name, so the same machine added under another name starts without it. Its last reason: %s",
+				name, m.Reason.ValueString()))
+	}
+}
+
+// samePolicy reports whether two fully known policies say the same once
+// durations are read and defaults applied.
+func samePolicy(ctx context.Context, a, b policyInputs) bool {
+	var diags diag.Diagnostics
+	pa, errsA := a.doc(ctx, &diags).policy(connectionDefaults{}, nil)
+	pb, errsB := b.doc(ctx, &diags).policy(connectionDefaults{}, nil)
+	if diags.HasError() || len(errsA) > 0 || len(errsB) > 0 {
+		return false
+	}
+	na, nb := a.doc(ctx, &diags), b.doc(ctx, &diags)
+	na.ProbeTimeout, nb.ProbeTimeout = pa.ProbeTimeout.String(), pb.ProbeTimeout.String()
+	na.WriteProbeInterval, nb.WriteProbeInterval = pa.WriteProbeInterval.String(), pb.WriteProbeInterval.String()
+	return na.json() == nb.json()
 }
 
 // changedClears are the clear_errors entries added or changed.

@@ -78,7 +78,7 @@ func (r requiredAttrs) ValidateObject(_ context.Context, req validator.ObjectReq
 	for _, name := range r {
 		if v, ok := attrs[name]; !ok || v.IsNull() {
 			resp.Diagnostics.AddAttributeError(req.Path.AtName(name), "Missing "+name,
-				fmt.Sprintf("%s: every target needs a %s.", req.Path, name))
+				fmt.Sprintf("%s: %s is required.", req.Path, name))
 		}
 	}
 }
