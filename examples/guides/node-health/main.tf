@@ -84,13 +84,22 @@ data "fleet_node_health" "now" {
   nodes        = local.nodes
 }
 
+# The data source is now, without memory: a node whose checks pass again is
+# schedulable there while the resource still holds it in error. The
+# scheduler keys its slots on the data source and reads the resource's
+# error_nodes in attributes, where a value known only after apply is fine.
 module "scheduler" {
   source = "./scheduler"
   nodes  = data.fleet_node_health.now.schedulable_nodes
+  held   = fleet_node_health_policy.cloud.error_nodes
 }
 
 output "slots" {
   value = module.scheduler.slots
+}
+
+output "accepting" {
+  value = module.scheduler.accepting
 }
 
 # Hold these back from deployments until an operator has cleared them.
