@@ -4,7 +4,9 @@
 # only checks.
 #   - Debian packages: openssh-server (sshd for real test hosts),
 #     openssh-client, nix-bin, iproute2, util-linux (unshare and nsenter for
-#     the storage faults of node health tests), git, make, ca-certificates, and a C
+#     the storage faults of node health tests), nodejs (an ECMA-262 engine:
+#     the published ssh_opts pattern is tested in it), git, make,
+#     ca-certificates, and a C
 #     toolchain (gcc, libc6-dev), which the race detector (go test -race) needs
 #   - Go modules of the provider and of tools/
 #   - OpenTofu, built from its Go module by scripts/build-tofu.sh (cached)
@@ -12,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(openssh-server openssh-client nix-bin iproute2 util-linux git make ca-certificates gcc libc6-dev)
+packages=(openssh-server openssh-client nix-bin iproute2 util-linux nodejs git make ca-certificates gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

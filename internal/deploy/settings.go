@@ -1,0 +1,85 @@
+package deploy
+
+import "slices"
+
+// Environment variables that set the built-in layer.
+const (
+	EnvSSHUser           = "FLEET_SSH_USER"
+	EnvSSHPrivateKeyFile = "FLEET_SSH_PRIVATE_KEY_FILE"
+)
+
+// DefaultUser is the built-in user when FLEET_SSH_USER is not set.
+const DefaultUser = "root"
+
+// Layer is one layer of SSH settings: the deployment's defaults or one
+// node's entry. A nil field is absent (or null) and inherits the layer
+// below. SSHOpts, when non-nil (even empty), replaces the list below it
+// instead of appending to it.
+type Layer struct {
+	User           *string
+	PrivateKeyFile *string
+	SSHOpts        []string
+}
+
+// Node is a node's own entry: its layer, its host (nil: the node's name)
+// and its host key, which exists on a node only.
+type Node struct {
+	Name    string
+	Host    *string
+	HostKey *string
+	Layer
+}
+
+// Builtin is the layer below every other: the user from FLEET_SSH_USER,
+// else root; the key file from FLEET_SSH_PRIVATE_KEY_FILE, else none (the
+// ssh-agent).
+type Builtin struct {
+	User           string
+	PrivateKeyFile string
+}
+
+// BuiltinFromEnv reads the built-in layer with getenv.
+func BuiltinFromEnv(getenv func(string) string) Builtin {
+	b := Builtin{User: getenv(EnvSSHUser), PrivateKeyFile: getenv(EnvSSHPrivateKeyFile)}
+	if b.User == "" {
+		b.User = DefaultUser
+	}
+	return b
+}
+
+// Settings are a node's resolved SSH settings.
+type Settings struct {
+	Name           string
+	Host           string
+	User           string
+	PrivateKeyFile string // empty: the ssh-agent
+	HostKey        string // empty: accept-new with a known_hosts file
+	SSHOpts        []string
+}
+
+// Resolve layers a node's settings: built-in, then defaults (nil when the
+// deployment sets none), then the node; a null host gives the node's name.
+func Resolve(builtin Builtin, defaults *Layer, node Node) Settings {
+	s := Settings{Name: node.Name, Host: node.Name, User: builtin.User, PrivateKeyFile: builtin.PrivateKeyFile, SSHOpts: []string{}}
+	for _, l := range []*Layer{defaults, &node.Layer} {
+		if l == nil {
+			continue
+		}
+		if l.User != nil {
+			s.User = *l.User
+		}
+		if l.PrivateKeyFile != nil {
+			s.PrivateKeyFile = *l.PrivateKeyFile
+		}
+		if l.SSHOpts != nil {
+			s.SSHOpts = slices.Clone(l.SSHOpts)
+		}
+	}
+	if node.Host != nil {
+		s.Host = *node.Host
+	}
+	if node.HostKey != nil {
+		s.HostKey = *node.HostKey
+	}
+	return s
+}
