@@ -1,0 +1,272 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Transport settings shared by every node of a deployment.
+const (
+	DefaultRemoteExecTimeout = 60 * time.Second
+	connectTimeoutSeconds    = 10
+	keepaliveInterval        = 5 * time.Second
+	// KnownHostsFileName is the accept-new trust store's name, beside the
+	// key file or in the temporary directory.
+	KnownHostsFileName = "fleet-known-hosts"
+)
+
+// Transport describes how the system OpenSSH client reaches the nodes of a
+// deployment.
+type Transport struct {
+	// SSH is the ssh binary; "ssh" on PATH when empty.
+	SSH string
+	// ConfigFile is given to every ssh as -F when set.
+	ConfigFile string
+	// RemoteExecTimeout is how long a remote command may stay silent
+	// before the keepalive ends it: ServerAliveCountMax is it / 5 s.
+	RemoteExecTimeout time.Duration
+	// KnownHostsFile is the persistent accept-new trust store for nodes
+	// without a host key and for jump hosts.
+	KnownHostsFile string
+	// ControlDir holds the multiplexing sockets; it must be short (a Unix
+	// socket path is at most 107 bytes).
+	ControlDir string
+}
+
+// hostKeyOptions are the options a pin or accept-new sets, compared in
+// lower case as ssh -G prints them.
+var hostKeyOptions = []string{"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile"}
+
+// Conn is one node's transport: the options of every ssh to it, one
+// multiplexed master shared by every command and by nix-copy-closure.
+type Conn struct {
+	t        *Transport
+	s        Settings
+	opts     []string // -o options, in order, for direct ssh
+	copyOpts []string // the same for NIX_SSHOPTS (ProxyJump kept as it is)
+	pinned   string   // the temporary known_hosts of a pinned node
+	control  string
+	// Redirected is set when the config file sends the host elsewhere:
+	// "web1 -> 10.0.0.5".
+	Redirected string
+}
+
+// KnownHostsFileFor is the default accept-new file: beside the key file
+// when its directory is writable, else in the temporary directory.
+func KnownHostsFileFor(privateKeyFile string) string {
+	if privateKeyFile != "" {
+		dir := filepath.Dir(privateKeyFile)
+		if f, err := os.CreateTemp(dir, ".fleet-write-test-*"); err == nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+			return filepath.Join(dir, KnownHostsFileName)
+		}
+	}
+	return filepath.Join(os.TempDir(), KnownHostsFileName)
+}
+
+func (t *Transport) ssh() string {
+	if t.SSH != "" {
+		return t.SSH
+	}
+	return "ssh"
+}
+
+func (t *Transport) aliveCount() int {
+	timeout := t.RemoteExecTimeout
+	if timeout <= 0 {
+		timeout = DefaultRemoteExecTimeout
+	}
+	return max(1, int(timeout/keepaliveInterval))
+}
+
+// Open prepares node s's transport: a pinned node gets a temporary
+// known_hosts holding only its key (removed by Close). It asks ssh -G which
+// host-key options the config file sets, and gives none of those.
+func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
+	for _, o := range s.SSHOpts {
+		if err := CheckSSHOpt(o); err != nil {
+			return nil, err
+		}
+	}
+	c := &Conn{t: t, s: s, control: filepath.Join(t.ControlDir, "%C")}
+	fromConfig, redirected, err := t.configSets(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	c.Redirected = redirected
+	var hostKey []string
+	if s.HostKey != "" {
+		f, err := os.CreateTemp("", "fleet-pin-*")
+		if err != nil {
+			return nil, fmt.Errorf("node %s: temporary known_hosts: %w", s.Name, err)
+		}
+		c.pinned = f.Name()
+		_, werr := fmt.Fprintf(f, "* %s\n", strings.TrimSpace(s.HostKey))
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			c.Close()
+			return nil, fmt.Errorf("node %s: temporary known_hosts: %w", s.Name, werr)
+		}
+		hostKey = []string{"StrictHostKeyChecking=yes", "GlobalKnownHostsFile=/dev/null", "UserKnownHostsFile=" + c.pinned}
+	} else {
+		hostKey = []string{"StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + t.KnownHostsFile}
+	}
+	head := []string{"BatchMode=yes", "User=" + s.User,
+		"ControlMaster=auto", "ControlPath=" + c.control, "ControlPersist=yes"}
+	tail := []string{fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds),
+		fmt.Sprintf("ServerAliveInterval=%d", int(keepaliveInterval/time.Second)),
+		fmt.Sprintf("ServerAliveCountMax=%d", t.aliveCount())}
+	for _, o := range hostKey {
+		key, _, _ := strings.Cut(o, "=")
+		if !fromConfig[strings.ToLower(key)] {
+			tail = append(tail, o)
+		}
+	}
+	var direct, copied []string
+	for _, o := range s.SSHOpts {
+		key, value, _ := strings.Cut(o, "=")
+		copied = append(copied, o)
+		if strings.EqualFold(key, "ProxyJump") {
+			// The jump host gets accept-new with the deployment's file;
+			// the node's own key is still checked end to end by the outer
+			// ssh, which a ProxyJump would hand the pinned file to.
+			direct = append(direct, "ProxyCommand="+t.jumpCommand(value))
+			continue
+		}
+		direct = append(direct, o)
+	}
+	c.opts = append(append(append([]string{}, head...), direct...), tail...)
+	c.copyOpts = append(append(append([]string{}, head...), copied...), tail...)
+	return c, nil
+}
+
+// jumpCommand is the ProxyCommand for a jump host: BatchMode, accept-new
+// with the deployment's known_hosts file, the config file.
+func (t *Transport) jumpCommand(jump string) string {
+	args := []string{t.ssh()}
+	if t.ConfigFile != "" {
+		args = append(args, "-F", shellWord(t.ConfigFile))
+	}
+	args = append(args, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+		"-o", "UserKnownHostsFile="+shellWord(t.KnownHostsFile),
+		"-o", fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds), "-W", "%h:%p", shellWord(jump))
+	return strings.Join(args, " ")
+}
+
+// shellWord quotes s for the shell ssh runs a ProxyCommand with, when it
+// needs it.
+func shellWord(s string) string {
+	plain := func(r rune) bool {
+		return strings.ContainsRune("/.-_@:~", r) || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+	}
+	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !plain(r) }) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// configSets reads, with ssh -G, which host-key options the config file
+// gives the node (they then stay the config file's) and where it sends it.
+func (t *Transport) configSets(ctx context.Context, s Settings) (map[string]bool, string, error) {
+	out := map[string]bool{}
+	if t.ConfigFile == "" {
+		return out, "", nil
+	}
+	with, err := t.effective(ctx, t.ConfigFile, s.Host)
+	if err != nil {
+		return nil, "", fmt.Errorf("node %s: read ssh_config_file %s with ssh -G: %w", s.Name, t.ConfigFile, err)
+	}
+	without, err := t.effective(ctx, "/dev/null", s.Host)
+	if err != nil {
+		return nil, "", fmt.Errorf("node %s: ssh -G: %w", s.Name, err)
+	}
+	for _, k := range hostKeyOptions {
+		out[k] = with[k] != without[k]
+	}
+	redirected := ""
+	if with["hostname"] != without["hostname"] {
+		redirected = s.Host + " -> " + with["hostname"]
+	}
+	return out, redirected, nil
+}
+
+// effective runs ssh -G -F config host and returns its settings.
+func (t *Transport) effective(ctx context.Context, config, host string) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, t.ssh(), "-G", "-F", config, host)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), " ")
+		if _, seen := out[k]; !seen {
+			out[k] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// Args are the arguments of an ssh to the node, before the remote command:
+// -F, the options in order, the key, and the destination.
+func (c *Conn) Args() []string {
+	var args []string
+	if c.t.ConfigFile != "" {
+		args = append(args, "-F", c.t.ConfigFile)
+	}
+	for _, o := range c.opts {
+		args = append(args, "-o", o)
+	}
+	if c.s.PrivateKeyFile != "" {
+		args = append(args, "-i", c.s.PrivateKeyFile)
+	}
+	return append(args, c.s.Host)
+}
+
+// NixSSHOpts is NIX_SSHOPTS for nix-copy-closure: the same options (a
+// ProxyJump as given), so the copy rides the node's master connection.
+func (c *Conn) NixSSHOpts() string {
+	var words []string
+	if c.t.ConfigFile != "" {
+		words = append(words, "-F", shellWord(c.t.ConfigFile))
+	}
+	for _, o := range c.copyOpts {
+		words = append(words, "-o", shellWord(o))
+	}
+	if c.s.PrivateKeyFile != "" {
+		words = append(words, "-i", shellWord(c.s.PrivateKeyFile))
+	}
+	return strings.Join(words, " ")
+}
+
+// Command is an ssh running remote on the node over the master connection.
+func (c *Conn) Command(ctx context.Context, remote string) *exec.Cmd {
+	return exec.CommandContext(ctx, c.t.ssh(), append(c.Args(), "--", remote)...)
+}
+
+// Close ends the node's master connection and removes its temporary
+// known_hosts.
+func (c *Conn) Close() {
+	if c.t != nil && len(c.opts) > 0 {
+		args := append(c.Args()[:len(c.Args())-1:len(c.Args())-1], "-O", "exit", c.s.Host)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = exec.CommandContext(ctx, c.t.ssh(), args...).Run()
+		cancel()
+	}
+	if c.pinned != "" {
+		_ = os.Remove(c.pinned)
+	}
+}

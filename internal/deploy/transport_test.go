@@ -1,0 +1,190 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// effectiveConfig is what the real ssh makes of a node's arguments.
+func effectiveConfig(t *testing.T, c *Conn) map[string]string {
+	t.Helper()
+	cmd := exec.Command("ssh", append([]string{"-G"}, c.Args()...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("ssh -G %q: %v: %s", c.Args(), err, stderr.String())
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), " ")
+		if _, seen := out[k]; !seen {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func wantOpt(t *testing.T, what string, got map[string]string, key, want string) {
+	t.Helper()
+	if got[key] != want {
+		t.Errorf("%s: %s = %q, want %q", what, key, got[key], want)
+	}
+}
+
+func openConn(t *testing.T, tr *Transport, s Settings) *Conn {
+	t.Helper()
+	c, err := tr.Open(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newTransport(t *testing.T) *Transport {
+	dir := t.TempDir()
+	return &Transport{KnownHostsFile: filepath.Join(dir, KnownHostsFileName), ControlDir: dir, RemoteExecTimeout: time.Minute}
+}
+
+// Every connection: BatchMode, the connect timeout and keepalives from
+// remote_exec_timeout, the user, one master per node.
+func TestTransportBaseOptions(t *testing.T) {
+	tr := newTransport(t)
+	tr.RemoteExecTimeout = 90 * time.Second
+	key := filepath.Join(t.TempDir(), "deploy")
+	if err := os.WriteFile(key, []byte("not read by ssh -G"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := openConn(t, tr, Settings{Name: "web1", Host: "web1.example.org", User: "deploy", PrivateKeyFile: key, SSHOpts: []string{}})
+	got := effectiveConfig(t, c)
+	wantOpt(t, "base", got, "batchmode", "yes")
+	wantOpt(t, "base", got, "connecttimeout", "10")
+	wantOpt(t, "base", got, "serveraliveinterval", "5")
+	wantOpt(t, "base", got, "serveralivecountmax", "18")
+	wantOpt(t, "base", got, "user", "deploy")
+	wantOpt(t, "base", got, "hostname", "web1.example.org")
+	wantOpt(t, "base", got, "controlmaster", "auto")
+	wantOpt(t, "base", got, "stricthostkeychecking", "accept-new")
+	wantOpt(t, "base", got, "userknownhostsfile", tr.KnownHostsFile)
+	if got["identityfile"] != key {
+		t.Errorf("identityfile = %q", got["identityfile"])
+	}
+}
+
+// A pinned node: only its key, in a temporary file removed afterwards.
+func TestTransportPinnedHostKey(t *testing.T) {
+	tr := newTransport(t)
+	c, err := tr.Open(context.Background(), Settings{Name: "web1", Host: "web1", User: "root", HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := effectiveConfig(t, c)
+	wantOpt(t, "pinned", got, "stricthostkeychecking", "true")
+	wantOpt(t, "pinned", got, "globalknownhostsfile", "/dev/null")
+	file := got["userknownhostsfile"]
+	content, err := os.ReadFile(file)
+	if err != nil || string(content) != "* ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n" {
+		t.Fatalf("temporary known_hosts %s: %q, %v", file, content, err)
+	}
+	c.Close()
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Errorf("the temporary known_hosts %s is still there after Close: %v", file, err)
+	}
+}
+
+// ssh_opts come before the host-key options: theirs win; a node's port in
+// ssh_opts wins over the config file's.
+func TestTransportSSHOptsWin(t *testing.T) {
+	tr := newTransport(t)
+	tr.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
+	if err := os.WriteFile(tr.ConfigFile, []byte("Host web1\n  Port 2299\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := openConn(t, tr, Settings{Name: "web1", Host: "web1", User: "root", HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+		SSHOpts: []string{"Port=2200", "StrictHostKeyChecking=no", "ConnectTimeout=30"}})
+	got := effectiveConfig(t, c)
+	wantOpt(t, "ssh_opts", got, "port", "2200")
+	wantOpt(t, "ssh_opts", got, "stricthostkeychecking", "false")
+	wantOpt(t, "ssh_opts", got, "connecttimeout", "30")
+	wantOpt(t, "ssh_opts", got, "batchmode", "yes")
+
+	// Without ssh_opts, the config file's port applies.
+	c = openConn(t, tr, Settings{Name: "web1", Host: "web1", User: "root"})
+	wantOpt(t, "config file", effectiveConfig(t, c), "port", "2299")
+}
+
+// A host-key option the config file sets stays the config file's: none of
+// ours is given for it. A config file that sends the host elsewhere is
+// reported.
+func TestTransportConfigFileHostKeyOptions(t *testing.T) {
+	tr := newTransport(t)
+	tr.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
+	kh := filepath.Join(t.TempDir(), "their_known_hosts")
+	if err := os.WriteFile(tr.ConfigFile, []byte("Host web1\n  HostName 127.0.0.9\n  UserKnownHostsFile "+kh+"\n  StrictHostKeyChecking yes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := openConn(t, tr, Settings{Name: "web1", Host: "web1", User: "root"})
+	got := effectiveConfig(t, c)
+	wantOpt(t, "config file", got, "stricthostkeychecking", "true")
+	wantOpt(t, "config file", got, "userknownhostsfile", kh)
+	if c.Redirected != "web1 -> 127.0.0.9" {
+		t.Errorf("Redirected = %q", c.Redirected)
+	}
+	for _, o := range c.opts {
+		if strings.HasPrefix(o, "StrictHostKeyChecking=") || strings.HasPrefix(o, "UserKnownHostsFile=") {
+			t.Errorf("gave %s although the config file sets it", o)
+		}
+	}
+}
+
+// A ProxyJump in ssh_opts: direct ssh gets a ProxyCommand whose jump uses
+// accept-new with the deployment's file, so the node's own pin is checked
+// end to end; nix-copy-closure keeps the ProxyJump.
+func TestTransportProxyJump(t *testing.T) {
+	tr := newTransport(t)
+	c := openConn(t, tr, Settings{Name: "db1", Host: "10.0.3.21", User: "root", HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+		SSHOpts: []string{"ProxyJump=ops@bastion.example.org:2222"}})
+	got := effectiveConfig(t, c)
+	pc := got["proxycommand"]
+	for _, want := range []string{"BatchMode=yes", "StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + tr.KnownHostsFile, "-W %h:%p", "ops@bastion.example.org:2222"} {
+		if !strings.Contains(pc, want) {
+			t.Errorf("proxycommand %q lacks %q", pc, want)
+		}
+	}
+	if got["proxyjump"] != "" && got["proxyjump"] != "none" {
+		t.Errorf("direct ssh still has proxyjump %q", got["proxyjump"])
+	}
+	wantOpt(t, "jumped node", got, "stricthostkeychecking", "true")
+	if !strings.Contains(c.NixSSHOpts(), "ProxyJump=ops@bastion.example.org:2222") || strings.Contains(c.NixSSHOpts(), "ProxyCommand") {
+		t.Errorf("NIX_SSHOPTS = %q, want the ProxyJump as given", c.NixSSHOpts())
+	}
+}
+
+// An ssh_opts item in argv form is refused before anything runs.
+func TestTransportRefusesArgvItems(t *testing.T) {
+	if _, err := newTransport(t).Open(context.Background(), Settings{Name: "a", Host: "a", SSHOpts: []string{"-o Port=2222"}}); err == nil {
+		t.Fatal("accepted -o Port=2222")
+	}
+}
+
+func TestKnownHostsFileFor(t *testing.T) {
+	dir := t.TempDir()
+	if got := KnownHostsFileFor(filepath.Join(dir, "id")); got != filepath.Join(dir, KnownHostsFileName) {
+		t.Errorf("beside a writable key dir: %s", got)
+	}
+	if got := KnownHostsFileFor(""); got != filepath.Join(os.TempDir(), KnownHostsFileName) {
+		t.Errorf("no key file: %s", got)
+	}
+	if got := KnownHostsFileFor("/nonexistent/dir/id"); got != filepath.Join(os.TempDir(), KnownHostsFileName) {
+		t.Errorf("unwritable key dir: %s", got)
+	}
+}
