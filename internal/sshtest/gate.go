@@ -32,6 +32,7 @@ type Gate struct {
 
 	backend  string
 	mode     atomic.Int32
+	modeFunc func() GateMode // nil: mode decides
 	listener net.Listener
 
 	mu     sync.Mutex
@@ -41,9 +42,22 @@ type Gate struct {
 	once   sync.Once
 }
 
+// GateOption changes how NewGate sets up a gate.
+type GateOption func(*Gate)
+
+// WithModeFunc makes the gate ask f, for each new connection, what to do
+// with it; what SetMode set is then ignored for new connections (SetMode
+// still closes open ones). Connections already forwarded are left alone, as
+// a firewall that starts rejecting new connections leaves established ones,
+// so a host can cut itself off (f reads a file the host writes) while the
+// session that did it goes on. f runs on the gate's goroutines.
+func WithModeFunc(f func() GateMode) GateOption {
+	return func(g *Gate) { g.modeFunc = f }
+}
+
 // NewGate starts an open gate to backend ("host:port"), closed when the test
 // ends.
-func NewGate(tb TB, backend string) *Gate {
+func NewGate(tb TB, backend string, opts ...GateOption) *Gate {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,6 +66,9 @@ func NewGate(tb TB, backend string) *Gate {
 	port := portOf(tb, ln)
 	g := &Gate{Host: "127.0.0.1", Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		backend: backend, listener: ln, conns: map[net.Conn]struct{}{}}
+	for _, o := range opts {
+		o(g)
+	}
 	g.wg.Add(1)
 	go g.accept()
 	tb.Cleanup(g.Close)
@@ -121,7 +138,11 @@ func (g *Gate) accept() {
 }
 
 func (g *Gate) serve(c net.Conn) {
-	switch GateMode(g.mode.Load()) {
+	mode := GateMode(g.mode.Load())
+	if g.modeFunc != nil {
+		mode = g.modeFunc()
+	}
+	switch mode {
 	case GateReset:
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // close with RST, not FIN

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -428,4 +429,41 @@ func TestGate(t *testing.T) {
 	if err := dial(); err != nil {
 		t.Fatalf("reopened gate: %v", err)
 	}
+}
+
+// TestGateModeFunc: a mode function decides for each new connection and
+// leaves connections already forwarded alone.
+func TestGateModeFunc(t *testing.T) {
+	backend := NewServer(t, Healthy)
+	var mode atomic.Int32
+	g := NewGate(t, backend.Addr, WithModeFunc(func() GateMode { return GateMode(mode.Load()) }))
+	cfg := &ssh.ClientConfig{User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(backend.ClientKey.Signer)},
+		HostKeyCallback: ssh.FixedHostKey(backend.HostKey.Public), Timeout: time.Second}
+	established, err := ssh.Dial("tcp", g.Addr, cfg)
+	if err != nil {
+		t.Fatalf("open gate: %v", err)
+	}
+	defer established.Close()
+	mode.Store(int32(GateReset))
+	if c, err := ssh.Dial("tcp", g.Addr, cfg); err == nil || !strings.Contains(err.Error(), "reset") {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("mode func says reset: got %v, want a connection reset", err)
+	}
+	// The connection made while open still carries sessions.
+	sess, err := established.NewSession()
+	if err != nil {
+		t.Fatalf("established connection after the mode changed: %v", err)
+	}
+	if err := sess.Run("true"); err != nil {
+		t.Errorf("session on the established connection: %v", err)
+	}
+	sess.Close()
+	mode.Store(int32(GateOpen))
+	c, err := ssh.Dial("tcp", g.Addr, cfg)
+	if err != nil {
+		t.Fatalf("mode func says open again: %v", err)
+	}
+	c.Close()
 }
