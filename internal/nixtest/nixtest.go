@@ -1,0 +1,595 @@
+// Package nixtest makes "NixOS-like" deploy targets for tests: each Target
+// is a private mount namespace with its own empty Nix store on /nix and its
+// own /run (so /run/current-system and /nix/var/nix/profiles/system are the
+// target's), reached through its own real sshd, whose sessions find small
+// stand-ins for systemctl, systemd-run, systemd-detect-virt and journalctl
+// first on PATH and the real nix-store and nix-env of Debian's nix-bin
+// after them. System closures (Closure) are store paths in the deployer's
+// store, the host's /nix, whose bin/switch-to-configuration behaves as the
+// test asks, so a deployer using the system OpenSSH client,
+// nix-copy-closure --to, nix-env --set and switch-to-configuration can be
+// tested end to end.
+//
+// Nix never reaches a binary cache: the target's nix.conf and the
+// deployer's NIX_CONFIG (DeployerEnv) set no substituters.
+//
+// How a target is built: tmpfs mounts over /nix, /run and the user's home
+// in the namespace (an empty store that nix-store --init sets up, where
+// nix-copy-closure's remote `nix-store --serve --write` imports for real; a
+// home without the host's .bashrc); /run/nixtest links to the state
+// directory on the host; sshd runs in the namespace with SetEnv PATH and
+// NIX_CONF_DIR, which OpenSSH 9.2 applies after its own PATH. The test reads
+// the target's view through /proc/<holder>/root. Host and Port are a
+// sshtest.Gate in front of sshd, so a CutSSH activation can refuse new
+// connections while open ones carry on (SSHD.Port bypasses it).
+//
+// Like sshtest, it is imported only from tests (it takes sshtest.TB), and it
+// needs root: mount namespaces, and sshd logging in the current user.
+package nixtest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+// TB is the part of testing.TB the harness needs.
+type TB = sshtest.TB
+
+// stateLink is the target's state directory as its own processes see it:
+// a symlink in the target's private /run to the directory on the host where
+// the test reads it.
+const stateLink = "/run/nixtest"
+
+// SessionPath is PATH in the target's SSH sessions: the stand-ins first.
+const SessionPath = stateLink + "/bin:/usr/bin:/bin"
+
+// ProfilePath is the system profile on a target.
+const ProfilePath = "/nix/var/nix/profiles/system"
+
+// NixConfig is the Nix configuration of the deployer (see DeployerEnv) and
+// of every target: no substituters, so Nix never contacts a binary cache;
+// no signatures required, since closures made by Closure are unsigned; no
+// build users, which the image does not have.
+const NixConfig = "substituters =\nrequire-sigs = false\nbuild-users-group =\nsandbox = false\n"
+
+// DeployerEnv is this process's environment with NIX_CONFIG set to
+// NixConfig, for the deployer's nix-copy-closure and nix-store.
+func DeployerEnv() []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "NIX_CONFIG=") })
+	return append(env, "NIX_CONFIG="+NixConfig)
+}
+
+// Option changes how NewTarget sets up a target.
+type Option func(*config)
+
+type config struct {
+	systemd   bool
+	container string
+	env       []string
+	sshdOpts  []sshtest.SSHDOption
+}
+
+// WithoutSystemd makes a target where systemd does not run: no
+// /run/systemd/system, and systemctl and systemd-run fail as they do
+// without systemd as PID 1.
+func WithoutSystemd() Option { return func(c *config) { c.systemd = false } }
+
+// WithContainer makes the target a container of the given kind ("lxc",
+// "systemd-nspawn", ...): systemd-detect-virt --container prints it and
+// exits 0. By default a target is no container (it prints "none", exit 1).
+func WithContainer(kind string) Option { return func(c *config) { c.container = kind } }
+
+// WithSessionEnv sets NAME=VALUE in the target's SSH sessions (sshd
+// SetEnv), besides PATH and NIX_CONF_DIR. Values must hold no spaces.
+func WithSessionEnv(name, value string) Option {
+	return func(c *config) { c.env = append(c.env, name+"="+value) }
+}
+
+// WithSSHDOptions passes options to the target's sshtest.StartSSHD. A SetEnv
+// line among them is ignored (sshd keeps the first); use WithSessionEnv.
+func WithSSHDOptions(opts ...sshtest.SSHDOption) Option {
+	return func(c *config) { c.sshdOpts = append(c.sshdOpts, opts...) }
+}
+
+// Target is a NixOS-like host reached over SSH at Host:Port (a gate in front
+// of its sshd, so the host can cut itself off, see CutSSH).
+type Target struct {
+	Host string // "127.0.0.1"
+	Port int
+	User string // the user sshd logs in: the current user, root
+	// HostKey is the sshd's host key in authorized_keys form
+	// ("ssh-ed25519 AAAA..."), to pin.
+	HostKey string
+	// ClientKeyFile is a private key file (0600) authorised for User.
+	ClientKeyFile string
+	// StateDir is the target's state on the host: stand-ins, logs, boot
+	// entry. Its processes see it as /run/nixtest.
+	StateDir string
+
+	SSHD *sshtest.SSHD
+	NS   *sshtest.MountNamespace
+	Gate *sshtest.Gate
+
+	tb      TB
+	nsRoot  string // /proc/<holder>/root: the target's file system view
+	nsIdent string // the namespace's /proc/<pid>/ns/mnt link
+}
+
+// NewTarget starts a target and tears it down when the test ends. Missing
+// tools fail the test naming the Debian package that provides them.
+func NewTarget(tb TB, opts ...Option) *Target {
+	tb.Helper()
+	cfg := config{systemd: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	requireNix(tb)
+	for tool, pkg := range map[string]string{"setsid": "util-linux", "timeout": "coreutils", "mount": "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			tb.Fatalf("nixtest: %s not found: install Debian package %s", tool, pkg)
+		}
+	}
+	u, err := user.Current()
+	if err != nil {
+		tb.Fatalf("nixtest: current user: %v", err)
+	}
+
+	t := &Target{Host: "127.0.0.1", User: u.Username, StateDir: tb.TempDir(), tb: tb}
+	t.writeState(tb, cfg)
+
+	// The mount point must exist on the host; the deployer's store lives
+	// there too.
+	if err := os.MkdirAll("/nix", 0o755); err != nil {
+		tb.Fatalf("nixtest: create /nix: %v", err)
+	}
+	t.NS = sshtest.NewMountNamespace(tb)
+	t.nsRoot = "/proc/" + strconv.Itoa(t.NS.PID) + "/root"
+	t.nsIdent, err = os.Readlink("/proc/" + strconv.Itoa(t.NS.PID) + "/ns/mnt")
+	if err != nil {
+		tb.Fatalf("nixtest: read the target's mount namespace: %v", err)
+	}
+	// Runs after sshd has stopped (cleanups run last-in first-out): units
+	// that systemd-run detached from the sessions are sshd's no more.
+	tb.Cleanup(t.killDetached)
+
+	// An empty home (the host's, with its .bashrc, would change PATH in
+	// sessions), an empty store, and a /run of its own.
+	setup := []string{
+		"mount -t tmpfs -o mode=0755 nixtest-nix /nix",
+		"mount -t tmpfs -o mode=0755 nixtest-run /run",
+		"mount -t tmpfs -o mode=0700 nixtest-home " + shellQuote(u.HomeDir),
+		"mkdir -p /run/sshd", // sshd's privilege separation directory
+		"ln -s " + shellQuote(t.StateDir) + " " + stateLink,
+	}
+	if cfg.systemd {
+		setup = append(setup, "mkdir -p /run/systemd/system")
+	}
+	t.NS.Run(tb, "/bin/sh", "-ec", strings.Join(setup, "\n"))
+	if out, err := t.command("nix-store", "--init").CombinedOutput(); err != nil {
+		tb.Fatalf("nixtest: nix-store --init in the target's empty store: %v\n%s", err, out)
+	}
+
+	setEnv := append([]string{"PATH=" + SessionPath, "NIX_CONF_DIR=" + stateLink + "/etc/nix"}, cfg.env...)
+	sshdOpts := append([]sshtest.SSHDOption{
+		sshtest.WithMountNamespace(t.NS),
+		sshtest.WithConfigLines("SetEnv " + strings.Join(setEnv, " ")),
+	}, cfg.sshdOpts...)
+	// sntrup761 key exchange costs about 100ms a connection on a slow
+	// machine; the deployer's tests measure nothing about it. sshd keeps
+	// the first value it reads, so a test's own KexAlgorithms line wins.
+	sshdOpts = append(sshdOpts, sshtest.WithConfigLines("KexAlgorithms curve25519-sha256,curve25519-sha256@libssh.org"))
+	t.SSHD = sshtest.StartSSHD(tb, sshdOpts...)
+	t.HostKey = t.SSHD.HostKeys[0].AuthorizedLine()
+	t.ClientKeyFile = t.SSHD.ClientKey.WriteFile(tb, tb.TempDir())
+	t.Gate = sshtest.NewGate(tb, t.SSHD.Addr, sshtest.WithModeFunc(t.gateMode))
+	t.Port = t.Gate.Port
+	return t
+}
+
+func requireNix(tb TB) {
+	tb.Helper()
+	for _, tool := range []string{"nix-store", "nix-env", "nix-copy-closure"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			tb.Fatalf("nixtest: %s not found: install Debian package nix-bin", tool)
+		}
+	}
+}
+
+// writeState lays out the state directory: stand-ins, nix.conf, the
+// target's answers.
+func (t *Target) writeState(tb TB, cfg config) {
+	tb.Helper()
+	for _, d := range []string{"bin", "libexec", "etc/nix", "units", "counters", "systemd-run"} {
+		if err := os.MkdirAll(filepath.Join(t.StateDir, d), 0o755); err != nil {
+			tb.Fatalf("nixtest: %v", err)
+		}
+	}
+	files := []struct {
+		rel, text string
+		mode      os.FileMode
+	}{
+		{"bin/systemctl", systemctlScript, 0o755},
+		{"bin/systemd-run", systemdRunScript, 0o755},
+		{"bin/journalctl", journalctlScript, 0o755},
+		{"bin/systemd-detect-virt", detectVirtScript, 0o755},
+		{"libexec/unit-runner", unitRunnerScript, 0o755},
+		{"etc/nix/nix.conf", NixConfig, 0o644},
+		{"container", cfg.container + "\n", 0o644},
+		{"switch.log", "", 0o644},
+		{"activation.log", "", 0o644},
+		{"systemctl.log", "", 0o644},
+		{"failed-units", "", 0o644},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(t.StateDir, f.rel), []byte(f.text), f.mode); err != nil {
+			tb.Fatalf("nixtest: %v", err)
+		}
+	}
+}
+
+// env is the environment of commands the harness runs on the target, the
+// same as its SSH sessions get.
+func (t *Target) env() []string {
+	return []string{"PATH=" + SessionPath, "NIX_CONF_DIR=" + stateLink + "/etc/nix", "HOME=/root"}
+}
+
+// command is argv run inside the target's namespace with its environment.
+func (t *Target) command(argv ...string) *exec.Cmd {
+	full := t.NS.Command(argv...)
+	cmd := exec.Command(full[0], full[1:]...)
+	cmd.Env = t.env()
+	cmd.WaitDelay = time.Second
+	return cmd
+}
+
+// killDetached kills what is left in the target's namespace besides its
+// holder: units that systemd-run detached, a hung activation.
+func (t *Target) killDetached() {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pids := t.processes()
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "nixtest: cleanup: processes %v still in the target's namespace after 5s\n", pids)
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// processes lists the live processes in the target's namespace, but for
+// its holder.
+func (t *Target) processes() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == t.NS.PID {
+			continue
+		}
+		// A zombie has no namespace links left, so it is not listed.
+		if link, err := os.Readlink("/proc/" + e.Name() + "/ns/mnt"); err == nil && link == t.nsIdent {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// gateMode runs on the gate's goroutines, so it cannot fail the test: an
+// unreadable cut file leaves the gate open.
+func (t *Target) gateMode() sshtest.GateMode {
+	b, _ := os.ReadFile(filepath.Join(t.StateDir, "ssh-cut"))
+	switch Cut(strings.TrimSpace(string(b))) {
+	case CutReset:
+		return sshtest.GateReset
+	case CutBlackHole:
+		return sshtest.GateBlackHole
+	}
+	return sshtest.GateOpen
+}
+
+// Destination is User@Host, for ssh and nix-copy-closure --to.
+func (t *Target) Destination() string { return t.User + "@" + t.Host }
+
+// SSHOptions returns the OpenSSH client options a deployer pinning this
+// target's host key uses, as separate arguments: -F /dev/null, BatchMode,
+// the port, the client key only, and a temporary known_hosts holding only
+// "* <HostKey>" with StrictHostKeyChecking=yes and no global file, and
+// ConnectTimeout=10. Joined with spaces they are a NIX_SSHOPTS (no path in
+// them holds a space). ssh keeps the first value of an option: put
+// overrides before these.
+func (t *Target) SSHOptions(tb TB) []string {
+	tb.Helper()
+	knownHosts := filepath.Join(tb.TempDir(), "known_hosts")
+	if err := os.WriteFile(knownHosts, []byte("* "+t.HostKey+"\n"), 0o600); err != nil {
+		tb.Fatalf("nixtest: write known_hosts: %v", err)
+	}
+	return []string{
+		"-F", "/dev/null",
+		"-o", "BatchMode=yes",
+		"-o", "Port=" + strconv.Itoa(t.Port),
+		"-o", "IdentityFile=" + t.ClientKeyFile,
+		"-o", "IdentitiesOnly=yes",
+		"-o", "StrictHostKeyChecking=yes",
+		"-o", "UserKnownHostsFile=" + knownHosts,
+		"-o", "GlobalKnownHostsFile=/dev/null",
+		"-o", "ConnectTimeout=10",
+	}
+}
+
+// Boot makes system the target's running system, as if it had booted into
+// it: it copies system's closure from the deployer's store into the
+// target's (nix-store --export | --import, no SSH), sets the system profile
+// to it and points /run/current-system and the boot entry at it. It is not
+// recorded in Calls.
+func (t *Target) Boot(tb TB, system string) {
+	tb.Helper()
+	q := exec.Command("nix-store", "--query", "--requisites", system)
+	q.Env = DeployerEnv()
+	var qErr bytes.Buffer
+	q.Stderr = &qErr
+	paths, err := q.Output()
+	if err != nil {
+		tb.Fatalf("nixtest: Boot: %s is not in the deployer's store: %v\n%s", system, err, qErr.String())
+	}
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		tb.Fatalf("nixtest: Boot: %v", err)
+	}
+	export := exec.Command("nix-store", append([]string{"--export"}, strings.Fields(string(paths))...)...)
+	export.Env = DeployerEnv()
+	export.Stdout = w
+	var exportErr bytes.Buffer
+	export.Stderr = &exportErr
+	script := `nix-store --import >/dev/null && nix-env -p "$1" --set "$2" && ln -sfn "$2" /run/current-system`
+	imp := t.command("/bin/sh", "-ec", script, "sh", ProfilePath, system)
+	imp.Stdin = r
+	var impOut bytes.Buffer
+	imp.Stdout = &impOut
+	imp.Stderr = &impOut
+	if err := export.Start(); err != nil {
+		tb.Fatalf("nixtest: Boot: nix-store --export: %v", err)
+	}
+	w.Close()
+	impErr := imp.Start()
+	r.Close()
+	if impErr == nil {
+		impErr = imp.Wait()
+	}
+	exportWait := export.Wait()
+	if exportWait != nil || impErr != nil {
+		tb.Fatalf("nixtest: Boot %s: export: %v %s; import and set: %v %s", system, exportWait, exportErr.String(), impErr, impOut.String())
+	}
+	t.writeFile(tb, "boot-entry", system+"\n")
+}
+
+// HasPath reports whether path is a valid path in the target's own store.
+func (t *Target) HasPath(tb TB, path string) bool {
+	tb.Helper()
+	out, err := t.command("nix-store", "--check-validity", path).CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &exit) && exit.ExitCode() == 1:
+		return false
+	}
+	tb.Fatalf("nixtest: nix-store --check-validity %s on the target: %v\n%s", path, err, out)
+	return false
+}
+
+// Exists reports whether path exists in the target's file system view.
+func (t *Target) Exists(path string) bool {
+	_, err := os.Lstat(t.nsRoot + path)
+	return err == nil
+}
+
+// CurrentSystem is where /run/current-system points on the target, "" when
+// it does not exist.
+func (t *Target) CurrentSystem() string { return t.readlink("/run/current-system") }
+
+// ProfileLink is what the system profile link holds ("system-2-link"), ""
+// before there is one.
+func (t *Target) ProfileLink() string { return t.readlink(ProfilePath) }
+
+// ProfileSystem is the store path the system profile's current generation
+// points at, "" before there is one.
+func (t *Target) ProfileSystem() string {
+	link := t.ProfileLink()
+	if link == "" {
+		return ""
+	}
+	if !filepath.IsAbs(link) {
+		link = filepath.Join(filepath.Dir(ProfilePath), link)
+	}
+	return t.readlink(link)
+}
+
+// ProfileGeneration is the number of the system profile's current
+// generation, 0 before there is one.
+func (t *Target) ProfileGeneration() int {
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(t.ProfileLink(), "system-"), "-link"))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// readlink reads a symlink in the target's view; "" when there is none.
+func (t *Target) readlink(path string) string {
+	s, err := os.Readlink(t.nsRoot + path)
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	if err != nil {
+		t.tb.Fatalf("nixtest: readlink %s on the target: %v", path, err)
+	}
+	return s
+}
+
+// BootEntry is the system the bootloader would boot, "" before a `boot`.
+func (t *Target) BootEntry() string { return strings.TrimSpace(t.readFile("boot-entry")) }
+
+// Calls lists every switch-to-configuration call on the target, in order,
+// as "<action> <store path>".
+func (t *Target) Calls() []string { return lines(t.readFile("switch.log")) }
+
+// Journal is what the last activation logged (what journalctl prints).
+func (t *Target) Journal() string { return t.readFile("activation.log") }
+
+// UnitJournal is what the transient unit (a systemd-run --unit) logged:
+// its start, its output unless it ran with --pipe, and how it ended.
+func (t *Target) UnitJournal(unit string) string {
+	if !strings.Contains(unit, ".") {
+		unit += ".service"
+	}
+	return t.readFile(filepath.Join("units", unit, "journal"))
+}
+
+// SystemctlCalls lists the arguments of every systemctl call, in order.
+func (t *Target) SystemctlCalls() []string { return lines(t.readFile("systemctl.log")) }
+
+// SystemdRun is one systemd-run call.
+type SystemdRun struct {
+	Unit  string   // with its suffix: "fleet-activate.service"
+	Flags []string // as given: "--collect", "--pipe", "--service-type=exec", ...
+	Props []string // the -p/--property values: "RuntimeMaxSec=180"
+	Argv  []string // the command
+}
+
+// SystemdRuns lists every systemd-run call, in order.
+func (t *Target) SystemdRuns() []SystemdRun {
+	dir := filepath.Join(t.StateDir, "systemd-run")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.tb.Fatalf("nixtest: %v", err)
+	}
+	var runs []SystemdRun
+	for _, e := range entries { // ReadDir sorts by name: by time
+		rel := filepath.Join("systemd-run", e.Name())
+		runs = append(runs, SystemdRun{
+			Unit:  strings.TrimSpace(t.readFile(filepath.Join(rel, "unit"))),
+			Flags: lines(t.readFile(filepath.Join(rel, "flags"))),
+			Props: lines(t.readFile(filepath.Join(rel, "props"))),
+			Argv:  lines(t.readFile(filepath.Join(rel, "argv"))),
+		})
+	}
+	return runs
+}
+
+// SystemdRunProps is the properties the last systemd-run call was given,
+// nil before any call.
+func (t *Target) SystemdRunProps() []string {
+	runs := t.SystemdRuns()
+	if len(runs) == 0 {
+		return nil
+	}
+	return runs[len(runs)-1].Props
+}
+
+// AcceptedConnections counts the SSH logins sshd has accepted, each a new
+// connection (sessions multiplexed over one connection count once).
+func (t *Target) AcceptedConnections() int {
+	return strings.Count(t.SSHD.Log(), "Accepted publickey for ")
+}
+
+// SSHCut is how new connections are cut, "" while SSH is open.
+func (t *Target) SSHCut() Cut { return Cut(strings.TrimSpace(t.readFile("ssh-cut"))) }
+
+// CutSSH cuts new connections to the target as c says, as a CutSSH closure
+// does; open connections carry on.
+func (t *Target) CutSSH(tb TB, c Cut) {
+	tb.Helper()
+	if err := (Behaviour{Kind: CutSSH, Cut: c}).check(); err != nil || c == "" {
+		tb.Fatalf("nixtest: CutSSH(%q): want CutReset or CutBlackHole", c)
+	}
+	t.writeFile(tb, "ssh-cut", string(c)+"\n")
+}
+
+// RestoreSSH lets new connections through again.
+func (t *Target) RestoreSSH(tb TB) {
+	tb.Helper()
+	if err := os.Remove(filepath.Join(t.StateDir, "ssh-cut")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		tb.Fatalf("nixtest: %v", err)
+	}
+}
+
+// SetSystemState makes systemctl is-system-running answer state
+// ("starting", "degraded", "maintenance", ...); with --wait it waits while
+// the state is "initializing" or "starting". "" returns to the default:
+// "degraded" while units are failed, else "running".
+func (t *Target) SetSystemState(tb TB, state string) {
+	tb.Helper()
+	t.writeFile(tb, "system-state", state+"\n")
+}
+
+// SetFailedUnits replaces the units systemctl reports failed (until the
+// next activation sets them).
+func (t *Target) SetFailedUnits(tb TB, units ...string) {
+	tb.Helper()
+	text := strings.Join(units, "\n")
+	if text != "" {
+		text += "\n"
+	}
+	t.writeFile(tb, "failed-units", text)
+}
+
+func (t *Target) writeFile(tb TB, rel, text string) {
+	tb.Helper()
+	// Atomic, since the target's scripts may read it at any time.
+	path := filepath.Join(t.StateDir, rel)
+	tmp := path + ".nixtest-tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		tb.Fatalf("nixtest: %v", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		tb.Fatalf("nixtest: %v", err)
+	}
+}
+
+// readFile reads a file of the state directory; "" when it does not exist.
+func (t *Target) readFile(rel string) string {
+	b, err := os.ReadFile(filepath.Join(t.StateDir, rel))
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	if err != nil {
+		t.tb.Fatalf("nixtest: %v", err)
+	}
+	return string(b)
+}
+
+func lines(text string) []string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
