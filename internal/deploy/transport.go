@@ -121,8 +121,7 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 	} else {
 		hostKey = []string{"StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + t.KnownHostsFile}
 	}
-	head := []string{"BatchMode=yes", "User=" + s.User,
-		"ControlMaster=auto", "ControlPath=" + c.control, "ControlPersist=yes"}
+	head := []string{"BatchMode=yes", "User=" + s.User}
 	tail := []string{fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds),
 		fmt.Sprintf("ServerAliveInterval=%d", int(keepaliveInterval/time.Second)),
 		fmt.Sprintf("ServerAliveCountMax=%d", t.aliveCount())}
@@ -220,12 +219,31 @@ func (t *Transport) effective(ctx context.Context, config, host string) (map[str
 	return out, sc.Err()
 }
 
-// Args are the arguments of an ssh to the node, before the remote command:
-// -F, the options in order, the key, and the destination.
+// Args are the arguments of an ssh to the node over its master
+// connection (or a connection of its own while there is none), before the
+// remote command: -F, the options in order, the key, the destination.
 func (c *Conn) Args() []string {
+	return c.args("ControlMaster=no", "ControlPath="+c.control)
+}
+
+// MasterArgs start the node's master connection in the background (-f -N):
+// it persists until Close.
+func (c *Conn) MasterArgs() []string {
+	args := c.args("ControlMaster=yes", "ControlPath="+c.control, "ControlPersist=yes")
+	return append(args[:len(args)-1:len(args)-1], "-f", "-N", c.s.Host)
+}
+
+// FreshArgs are those of an ssh that makes a new connection, whatever the
+// master: the verdict's proof that the host still takes logins.
+func (c *Conn) FreshArgs() []string { return c.args("ControlMaster=no", "ControlPath=none") }
+
+func (c *Conn) args(control ...string) []string {
 	var args []string
 	if c.t.ConfigFile != "" {
 		args = append(args, "-F", c.t.ConfigFile)
+	}
+	for _, o := range control {
+		args = append(args, "-o", o)
 	}
 	for _, o := range c.opts {
 		args = append(args, "-o", o)
@@ -236,18 +254,22 @@ func (c *Conn) Args() []string {
 	return append(args, c.s.Host)
 }
 
-// NixSSHOpts is NIX_SSHOPTS for nix-copy-closure: the same options (a
-// ProxyJump as given), so the copy rides the node's master connection.
+// NixSSHOpts is NIX_SSHOPTS for nix-copy-closure, which rides the node's
+// master connection. Nix splits it on whitespace without quoting, so an
+// ssh_opts item holding a space is left out of it (the master already
+// carries what it set); a ProxyJump stays as given.
 func (c *Conn) NixSSHOpts() string {
-	var words []string
+	words := []string{}
 	if c.t.ConfigFile != "" {
-		words = append(words, "-F", shellWord(c.t.ConfigFile))
+		words = append(words, "-F", c.t.ConfigFile)
 	}
-	for _, o := range c.copyOpts {
-		words = append(words, "-o", shellWord(o))
+	for _, o := range append([]string{"ControlMaster=no", "ControlPath=" + c.control}, c.copyOpts...) {
+		if !strings.ContainsAny(o, " \t") {
+			words = append(words, "-o", o)
+		}
 	}
 	if c.s.PrivateKeyFile != "" {
-		words = append(words, "-i", shellWord(c.s.PrivateKeyFile))
+		words = append(words, "-i", c.s.PrivateKeyFile)
 	}
 	return strings.Join(words, " ")
 }
@@ -257,11 +279,17 @@ func (c *Conn) Command(ctx context.Context, remote string) *exec.Cmd {
 	return exec.CommandContext(ctx, c.t.ssh(), append(c.Args(), "--", remote)...)
 }
 
+// FreshCommand is an ssh running remote over a new connection.
+func (c *Conn) FreshCommand(ctx context.Context, remote string) *exec.Cmd {
+	return exec.CommandContext(ctx, c.t.ssh(), append(c.FreshArgs(), "--", remote)...)
+}
+
 // Close ends the node's master connection and removes its temporary
 // known_hosts.
 func (c *Conn) Close() {
 	if c.t != nil && len(c.opts) > 0 {
-		args := append(c.Args()[:len(c.Args())-1:len(c.Args())-1], "-O", "exit", c.s.Host)
+		args := c.Args()
+		args = append(args[:len(args)-1:len(args)-1], "-O", "exit", c.s.Host)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = exec.CommandContext(ctx, c.t.ssh(), args...).Run()
 		cancel()

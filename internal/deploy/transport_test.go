@@ -72,7 +72,10 @@ func TestTransportBaseOptions(t *testing.T) {
 	wantOpt(t, "base", got, "serveralivecountmax", "18")
 	wantOpt(t, "base", got, "user", "deploy")
 	wantOpt(t, "base", got, "hostname", "web1.example.org")
-	wantOpt(t, "base", got, "controlmaster", "auto")
+	wantOpt(t, "base", got, "controlmaster", "false")
+	if !strings.HasPrefix(got["controlpath"], tr.ControlDir) {
+		t.Errorf("controlpath %q is not in %s", got["controlpath"], tr.ControlDir)
+	}
 	wantOpt(t, "base", got, "stricthostkeychecking", "accept-new")
 	wantOpt(t, "base", got, "userknownhostsfile", tr.KnownHostsFile)
 	if got["identityfile"] != key {
@@ -164,7 +167,7 @@ func TestTransportProxyJump(t *testing.T) {
 		t.Errorf("direct ssh still has proxyjump %q", got["proxyjump"])
 	}
 	wantOpt(t, "jumped node", got, "stricthostkeychecking", "true")
-	if !strings.Contains(c.NixSSHOpts(), "ProxyJump=ops@bastion.example.org:2222") || strings.Contains(c.NixSSHOpts(), "ProxyCommand") {
+	if !strings.Contains(c.NixSSHOpts(), "-o ProxyJump=ops@bastion.example.org:2222") || strings.Contains(c.NixSSHOpts(), "ProxyCommand") {
 		t.Errorf("NIX_SSHOPTS = %q, want the ProxyJump as given", c.NixSSHOpts())
 	}
 }

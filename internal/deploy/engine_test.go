@@ -1,0 +1,344 @@
+package deploy_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// deployer for the targets of one test, with short timeouts.
+func deployer(t *testing.T, opts deploy.Options) *deploy.Deployer {
+	t.Helper()
+	dir := t.TempDir()
+	// Multiplexing sockets need a short path (at most 107 bytes with the
+	// 40 characters of %C and the suffix ssh adds while it creates one).
+	control, err := os.MkdirTemp("", "fd") //nolint:usetesting // t.TempDir() is too long for a socket path
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(control) })
+	opts.Env = append(opts.Env, "NIX_CONFIG="+nixtest.NixConfig)
+	if opts.Goal == "" {
+		opts.Goal = deploy.GoalSwitch
+	}
+	if opts.Holder == "" {
+		opts.Holder = t.Name()
+	}
+	opts.Log = func(node, msg string) { t.Logf("%s %s: %s", time.Now().Format("15:04:05.000"), node, msg) }
+	return &deploy.Deployer{
+		Transport: &deploy.Transport{KnownHostsFile: filepath.Join(dir, deploy.KnownHostsFileName), ControlDir: control, RemoteExecTimeout: 30 * time.Second},
+		Options:   opts,
+	}
+}
+
+func targetOf(tg *nixtest.Target, name, system string) deploy.Target {
+	return deploy.Target{System: system, Settings: deploy.Settings{
+		Name: name, Host: tg.Host, User: tg.User, PrivateKeyFile: tg.ClientKeyFile, HostKey: tg.HostKey,
+		SSHOpts: []string{"Port=" + strconv.Itoa(tg.Port), "IdentitiesOnly=yes"},
+	}}
+}
+
+// FR-001, FR-008, FR-010, US1-3: a switch copies, activates, judges and
+// makes the new system the boot default.
+func TestDeploySwitchSucceeds(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)
+	r := res[0]
+	if r.Phase != deploy.PhaseSucceeded {
+		t.Fatalf("phase %s: %s (hint %q)", r.Phase, r.Message, r.Hint)
+	}
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys || tg.ProfileSystem() != sys {
+		t.Errorf("host: current %s, boot %s, profile %s; want %s", tg.CurrentSystem(), tg.BootEntry(), tg.ProfileSystem(), sys)
+	}
+	if r.PreviousSystem != old {
+		t.Errorf("previous system %q, want %q", r.PreviousSystem, old)
+	}
+	for _, step := range []deploy.Step{deploy.StepReachable, deploy.StepCopied, deploy.StepActivated, deploy.StepVerdict, deploy.StepBootloader} {
+		if !r.Steps[step].Passed {
+			t.Errorf("step %s: %+v", step, r.Steps[step])
+		}
+	}
+	t.Logf("calls: %v; accepted connections: %d", tg.Calls(), tg.AcceptedConnections())
+}
+
+// A failing verdict (exit 4 with a unit not allowed) rolls back; the boot
+// entry never moved.
+func TestDeployFailedUnitsRollBack(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"nginx.service"}})
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 5 * time.Second, SettleTimeout: 2 * time.Second}})
+	r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+	if r.Phase != deploy.PhaseRolledBack || !strings.Contains(r.Message, "nginx.service") {
+		t.Fatalf("phase %s: %s", r.Phase, r.Message)
+	}
+	if tg.CurrentSystem() != old || tg.BootEntry() != old {
+		t.Errorf("after the rollback: current %s, boot %s; want %s", tg.CurrentSystem(), tg.BootEntry(), old)
+	}
+	if r.ExitCode != 4 {
+		t.Errorf("exit code %d, want 4", r.ExitCode)
+	}
+}
+
+// one deploys sys to a fresh target booted into a first system, and
+// returns the target, the first system and the result.
+func one(t *testing.T, b nixtest.Behaviour, opts deploy.Options, targetOpts ...nixtest.Option) (*nixtest.Target, string, string, deploy.Result) {
+	t.Helper()
+	tg := nixtest.NewTarget(t, targetOpts...)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, b)
+	if opts.Verdict.ConfirmTimeout == 0 {
+		opts.Verdict.ConfirmTimeout = 3 * time.Second
+	}
+	if opts.Verdict.SettleTimeout == 0 {
+		opts.Verdict.SettleTimeout = 2 * time.Second
+	}
+	r := deployer(t, opts).Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+	return tg, old, sys, r
+}
+
+func wantPhase(t *testing.T, r deploy.Result, phase deploy.Phase, words ...string) {
+	t.Helper()
+	if r.Phase != phase {
+		t.Fatalf("phase %s, want %s: %s (hint %q)", r.Phase, phase, r.Message, r.Hint)
+	}
+	for _, w := range words {
+		if !strings.Contains(r.Message+" | "+r.Hint, w) {
+			t.Errorf("%q / %q does not say %q", r.Message, r.Hint, w)
+		}
+	}
+}
+
+// FR-001, FR-002, US1-1, US1-2, SC-002: list order; a failed node stops
+// no later one; every node is reported.
+func TestDeployOrderAndFailureDoesNotStopLaterNodes(t *testing.T) {
+	var tgs []*nixtest.Target
+	var nodes []deploy.Target
+	for i, b := range []nixtest.Behaviour{{Kind: nixtest.Succeed}, {Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}}, {Kind: nixtest.Succeed}} {
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+		tgs = append(tgs, tg)
+		nodes = append(nodes, targetOf(tg, "n"+strconv.Itoa(i+1), nixtest.Closure(t, b)))
+	}
+	var order []string
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	res := d.Deploy(context.Background(), nodes, func(r deploy.Result) { order = append(order, r.Name+":"+string(r.Phase)) })
+	if got := strings.Join(order, " "); got != "n1:Succeeded n2:RolledBack n3:Succeeded" {
+		t.Fatalf("order and outcomes: %s", got)
+	}
+	if !res[1].Failed() || res[0].Failed() || res[2].Failed() {
+		t.Errorf("failed: %v %v %v", res[0].Failed(), res[1].Failed(), res[2].Failed())
+	}
+	if tgs[2].CurrentSystem() != nodes[2].System || tgs[2].BootEntry() != nodes[2].System {
+		t.Errorf("the node after the failed one was not switched")
+	}
+	if line := deploy.FailedLine(res[1].Name, res[1].ExitCode, res[1].Message); !strings.HasPrefix(line, "DEPLOY FAILED for n2 (exit 4): ") {
+		t.Errorf("failed line %q", line)
+	}
+}
+
+// FR-010, US3-1, SC-003: the boot lock is retried every interval up to
+// the attempts, and its budget ends the node.
+func TestDeployBootLockRetriesAndBudget(t *testing.T) {
+	opts := deploy.Options{BootLockAttempts: 4, BootLockInterval: 200 * time.Millisecond}
+	tg, _, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 2, LockedAction: "boot"}, opts)
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.BootEntry() != sys {
+		t.Errorf("boot entry %s after the retries", tg.BootEntry())
+	}
+	start := time.Now()
+	tg, old, _, r := one(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 10, LockedAction: "boot"}, opts)
+	wantPhase(t, r, deploy.PhaseFailed, "held for all 4 attempts", "another switch")
+	if r.ExitCode != 11 || tg.BootEntry() != old {
+		t.Errorf("exit %d, boot entry %s (want 11, %s)", r.ExitCode, tg.BootEntry(), old)
+	}
+	if took := time.Since(start); took < 3*opts.BootLockInterval {
+		t.Errorf("the budget of 4 attempts took %s, less than 3 intervals", took)
+	}
+}
+
+// Exit 11 during activation is retried like the boot lock.
+func TestDeployActivationLockRetried(t *testing.T) {
+	tg, _, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 2, LockedAction: "test"}, deploy.Options{BootLockInterval: 100 * time.Millisecond})
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys {
+		t.Errorf("current %s", tg.CurrentSystem())
+	}
+}
+
+// The verdict matrix, end to end: what fails, and that the host ends on
+// its previous system with the boot entry untouched.
+func TestDeployVerdictMatrix(t *testing.T) {
+	cases := []struct {
+		name  string
+		b     nixtest.Behaviour
+		opts  deploy.Options
+		phase deploy.Phase
+		words []string
+	}{
+		{"exit 4, unit allowed", nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"cups.service"}},
+			deploy.Options{Verdict: deploy.VerdictSpec{Rules: deploy.VerdictRules{AllowFailedUnits: []string{"cups.service"}}}}, deploy.PhaseSucceeded, nil},
+		{"reboot required", nixtest.Behaviour{Kind: nixtest.RebootRequired}, deploy.Options{}, deploy.PhaseRolledBack, []string{"reboot", "goal boot"}},
+		{"reboot required, allowed", nixtest.Behaviour{Kind: nixtest.RebootRequired},
+			deploy.Options{Verdict: deploy.VerdictSpec{Rules: deploy.VerdictRules{AllowRebootRequired: true}}}, deploy.PhaseSucceeded, nil},
+		{"hang past activation_timeout", nixtest.Behaviour{Kind: nixtest.Hang}, deploy.Options{ActivationTimeout: 2 * time.Second}, deploy.PhaseRolledBack, []string{"activation_timeout (2s)"}},
+		{"a failing command check", nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{Verdict: deploy.VerdictSpec{Command: []string{"test -e /nonexistent"}}}, deploy.PhaseRolledBack, []string{"test -e /nonexistent", "exited 1"}},
+		{"a failing tcp check", nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{Verdict: deploy.VerdictSpec{TCP: []int{1}}}, deploy.PhaseRolledBack, []string{"tcp 127.0.0.1:1", "refused"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tg, old, sys, r := one(t, c.b, c.opts)
+			wantPhase(t, r, c.phase, c.words...)
+			want := old
+			if c.phase == deploy.PhaseSucceeded {
+				want = sys
+			}
+			if tg.CurrentSystem() != want || tg.BootEntry() != want {
+				t.Errorf("host: current %s, boot %s; want both %s", tg.CurrentSystem(), tg.BootEntry(), want)
+			}
+		})
+	}
+}
+
+// A new system that cuts off SSH fails the verdict, and the host rolls
+// itself back without SSH when no confirmation arrives.
+func TestDeployCutSSHRollsBackOnTheHost(t *testing.T) {
+	tg, old, _, r := one(t, nixtest.Behaviour{Kind: nixtest.CutSSH}, deploy.Options{})
+	wantPhase(t, r, deploy.PhaseRolledBack, "new SSH connection after the activation failed", "rolls itself back")
+	deadline := time.Now().Add(15 * time.Second)
+	for tg.CurrentSystem() != old && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if tg.CurrentSystem() != old || tg.BootEntry() != old {
+		t.Errorf("the host did not roll itself back: current %s, boot %s, want %s", tg.CurrentSystem(), tg.BootEntry(), old)
+	}
+}
+
+// FR-009, US3-2, US3-3: in a container the activation has RuntimeMaxSec=180
+// and a failing bootloader install says to use goal test.
+func TestDeployContainer(t *testing.T) {
+	tg, _, _, r := one(t, nixtest.Behaviour{Kind: nixtest.BootloaderFails}, deploy.Options{}, nixtest.WithContainer("lxc"))
+	wantPhase(t, r, deploy.PhaseFailed, "goal = \"test\"")
+	var props []string
+	for _, run := range tg.SystemdRuns() {
+		if strings.HasPrefix(run.Unit, "fleet-activate-") {
+			props = append(props, run.Props...)
+		}
+	}
+	if strings.Join(props, " ") != "RuntimeMaxSec=180" {
+		t.Errorf("activation unit properties %q, want RuntimeMaxSec=180", props)
+	}
+	tg, _, _, r = one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{})
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	for _, run := range tg.SystemdRuns() {
+		if len(run.Props) > 0 {
+			t.Errorf("on bare metal the unit %s has properties %q", run.Unit, run.Props)
+		}
+	}
+}
+
+// Without systemd running, the activation runs directly.
+func TestDeployWithoutSystemd(t *testing.T) {
+	tg, _, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{}, nixtest.WithoutSystemd())
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if len(tg.SystemdRuns()) != 0 || tg.CurrentSystem() != sys {
+		t.Errorf("systemd-run calls %v, current %s", tg.SystemdRuns(), tg.CurrentSystem())
+	}
+}
+
+// The goals: boot touches only the boot entry; test only the running
+// system; dry-activate neither.
+func TestDeployGoals(t *testing.T) {
+	tg, old, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{Goal: deploy.GoalBoot})
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != old || tg.BootEntry() != sys {
+		t.Errorf("boot: current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+	}
+	tg, old, sys, r = one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{Goal: deploy.GoalTest})
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys || tg.BootEntry() != old {
+		t.Errorf("test: current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+	}
+	tg, old, _, r = one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{Goal: deploy.GoalDryActivate})
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != old || tg.BootEntry() != old || tg.ProfileSystem() != old {
+		t.Errorf("dry-activate changed the host: current %s, boot %s, profile %s", tg.CurrentSystem(), tg.BootEntry(), tg.ProfileSystem())
+	}
+}
+
+// FR-014, US4-1, SC-005: a host showing another key than its pin stops
+// that node before the login; nothing changes on it.
+func TestDeployHostKeyPinned(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	other := nixtest.NewTarget(t)
+	n := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n.HostKey = other.HostKey
+	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed, "Host key verification failed", "update host_key")
+	if len(tg.Calls()) != 0 || tg.CurrentSystem() != old || tg.HasPath(t, n.System) {
+		t.Errorf("the node was changed: calls %v, current %s", tg.Calls(), tg.CurrentSystem())
+	}
+}
+
+// FR-015, US4-2: without a pin the first key is remembered, and a later
+// deploy that reads the same file refuses another key at that address.
+func TestDeployAcceptNewRemembered(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n.HostKey = ""
+	d := deployer(t, deploy.Options{})
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseSucceeded)
+	// The same address now answers with another host's key.
+	imposter := nixtest.NewTarget(t)
+	imposter.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	tg.SSHD.Stop()
+	m := targetOf(imposter, "web1", n.System)
+	m.HostKey, m.SSHOpts = "", []string{"Port=" + strconv.Itoa(imposter.Port), "IdentitiesOnly=yes", "HostKeyAlias=[127.0.0.1]:" + strconv.Itoa(tg.Port)}
+	r := d.Deploy(context.Background(), []deploy.Target{m}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed, "known_hosts")
+	if len(imposter.Calls()) != 0 {
+		t.Errorf("the imposter was deployed to: %v", imposter.Calls())
+	}
+}
+
+// The host lock: a second deploy of the same host waits up to its
+// lock_timeout, then fails naming the holder.
+func TestDeployHostLock(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	slow := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Hang}))
+	first := deployer(t, deploy.Options{Holder: "apply A", ActivationTimeout: 4 * time.Second})
+	done := make(chan deploy.Result, 1)
+	go func() { done <- first.Deploy(context.Background(), []deploy.Target{slow}, nil)[0] }()
+	time.Sleep(1500 * time.Millisecond)
+	second := deployer(t, deploy.Options{Holder: "apply B", LockTimeout: time.Second})
+	r := second.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed, "held by apply A", "lock_timeout (1s)")
+	<-done
+}
+
+// Drift: the current system is read from the host.
+func TestReadCurrent(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, sys)
+	got, err := deployer(t, deploy.Options{}).ReadCurrent(context.Background(), targetOf(tg, "web1", sys).Settings)
+	if err != nil || got != sys {
+		t.Errorf("ReadCurrent = %q, %v; want %s", got, err, sys)
+	}
+}

@@ -1,0 +1,68 @@
+package deploy
+
+import (
+	"fmt"
+	"strings"
+)
+
+// pathFallback lets a remote command find nix-env, systemd-run and friends
+// on a target whose login shell lacks the deployer's PATH.
+const pathFallback = `PATH="$PATH:/run/current-system/sw/bin:/nix/var/nix/profiles/system/sw/bin:/run/wrappers/bin"; export PATH; `
+
+// ProfilePath is the system profile switched to each new system.
+const ProfilePath = "/nix/var/nix/profiles/system"
+
+// lockFile and holderFile are the host's deploy lock: flock(1) on the file,
+// held by a session that lives as long as the node's deploy; the holder
+// file names who holds it.
+const (
+	lockFile   = "/run/fleet-deploy.lock"
+	holderFile = "/run/fleet-deploy.holder"
+	stateDir   = "/run/fleet-deploy"
+)
+
+func remote(script string) string { return pathFallback + script }
+
+// q quotes s for the remote POSIX shell.
+func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// lockScript takes the host's deploy lock, waiting up to wait seconds, and
+// holds it until its standard input closes. It prints "locked", or "busy
+// <holder>" and exits 3.
+func lockScript(holder string, waitSeconds int) string {
+	return remote(fmt.Sprintf(`exec 9>>%[1]s || exit 2
+if flock -w %[3]d 9; then printf '%%s\n' %[4]s > %[2]s; echo locked; cat >/dev/null; rm -f %[2]s; exit 0; fi
+echo "busy $(cat %[2]s 2>/dev/null)"; exit 3`, lockFile, holderFile, waitSeconds, q(holder)))
+}
+
+// readScript prints the current system, whether the host is a container
+// and whether systemd runs, a line each.
+const readScript = `readlink -f /run/current-system || echo
+if systemd-detect-virt --container >/dev/null 2>&1; then echo container; else echo bare; fi
+if [ -d /run/systemd/system ]; then echo systemd; else echo nosystemd; fi`
+
+// readCurrentScript prints the current system only (refresh, drift).
+const readCurrentScript = `readlink -f /run/current-system`
+
+// watchdogScript waits for the activation of run to end, then for the
+// deployer's confirmation; without one within confirm seconds (or on an
+// explicit "rollback" request) it switches back to prev on the host itself,
+// so a configuration that cuts off SSH is still rolled back.
+func watchdogScript(run, prev string, activationSeconds, confirmSeconds int) string {
+	d := stateDir + "/" + run
+	return fmt.Sprintf(`d=%[1]s
+n=0; while [ ! -f "$d/activated" ] && [ $n -lt %[3]d ]; do sleep 1; n=$((n+1)); done
+n=0; while [ ! -f "$d/confirm" ] && [ ! -f "$d/rollback" ] && [ $n -lt %[4]d ]; do sleep 1; n=$((n+1)); done
+[ -f "$d/confirm" ] && { echo confirmed > "$d/watchdog"; exit 0; }
+echo rolling-back > "$d/watchdog"
+nix-env -p %[5]s --set %[2]s && %[2]s/bin/switch-to-configuration test; echo "$?" > "$d/rolledback"`,
+		q(d), q(prev), activationSeconds, confirmSeconds, ProfilePath)
+}
+
+// activationScript runs switch-to-configuration action of system and
+// records its exit status for the watchdog and for a deployer that lost
+// its session.
+func activationScript(run, system, action string) string {
+	d := stateDir + "/" + run
+	return fmt.Sprintf(`%[2]s/bin/switch-to-configuration %[3]s; rc=$?; echo "$rc" > %[1]s/activated; exit "$rc"`, q(d), q(system), action)
+}
