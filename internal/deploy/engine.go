@@ -105,6 +105,10 @@ type Options struct {
 type Target struct {
 	Settings
 	System string
+	// SkipIfCurrent leaves a host that already runs System alone: the
+	// caller has no record of the node (a new one, or a deployment
+	// replaced after a failed create) and asks the host instead.
+	SkipIfCurrent bool
 }
 
 // Result is a node's record after its deploy.
@@ -205,6 +209,10 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 	r.PreviousSystem = strings.TrimSpace(lines[0])
 	r.CurrentSystem = r.PreviousSystem
 	container, systemd := lines[1] == "container", lines[2] == "systemd"
+	if n.SkipIfCurrent && r.PreviousSystem == n.System {
+		r.Phase, r.Message = PhaseSucceeded, "the host already runs this system: nothing to do"
+		return r
+	}
 
 	// Copy.
 	d.log(n.Name, "copying %s (current %s)", n.System, r.PreviousSystem)

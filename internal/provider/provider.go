@@ -101,6 +101,9 @@ type providerData struct {
 	prober   *reachability.Prober
 	health   *health.Evaluator
 	defaults connectionDefaults
+	// interrupt ends when the process is interrupted (Ctrl-C); nil when
+	// only callers cancel.
+	interrupt context.Context
 	// run identifies the Terraform or OpenTofu command this configuration
 	// serves (see warnings.go).
 	run string
@@ -238,10 +241,11 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 
 	p.slotsOnce.Do(func() { p.slots = semaphore.NewWeighted(concurrency.Slots) })
 	data := &providerData{
-		clock:    p.clock,
-		interval: interval,
-		defaults: defaults,
-		run:      p.run(),
+		clock:     p.clock,
+		interval:  interval,
+		defaults:  defaults,
+		run:       p.run(),
+		interrupt: p.interrupt,
 		prober: &reachability.Prober{
 			Dialer:    &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: !chosen}},
 			Slots:     p.slots,
@@ -305,7 +309,7 @@ func stringOr(v types.String, env, def string) string {
 }
 
 func (p *fleetProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{newExecutorResource, newNodeHealthPolicyResource}
+	return []func() resource.Resource{newExecutorResource, newNodeHealthPolicyResource, newDeploymentResource}
 }
 
 func (p *fleetProvider) DataSources(context.Context) []func() datasource.DataSource {

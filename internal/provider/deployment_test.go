@@ -1,0 +1,107 @@
+package provider_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+func deploymentConfig(nodes []*nixtest.Target, systems []string, extra string) string {
+	var b strings.Builder
+	for i, tg := range nodes {
+		fmt.Fprintf(&b, `    {
+      name             = "n%d"
+      host             = %q
+      system           = %q
+      host_key         = %q
+      user             = %q
+      private_key_file = %q
+      ssh_opts         = ["Port=%d", "IdentitiesOnly=yes"]
+    },
+`, i+1, tg.Host, systems[i], tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port)
+	}
+	return fmt.Sprintf(`
+resource "fleet_ssh_deployment" "prod" {
+  nodes = [
+%s  ]
+  verdict = {
+    confirm_timeout = "3s"
+    settle_timeout  = "2s"
+  }
+%s}
+`, b.String(), extra)
+}
+
+// Two hosts in order through both CLIs: a failed node does not stop the
+// next and fails the apply, with state saved; the next plan retries
+// exactly the failed node; a host switched by hand shows as a switch in
+// the next plan; a held node is skipped.
+func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
+			first := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg1.Boot(t, first)
+			tg2.Boot(t, first)
+			good1 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			bad2 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}})
+			nodes := []*nixtest.Target{tg1, tg2}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig(nodes, []string{good1, bad2}, ""))
+			s.Run("init", "-input=false")
+
+			out, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			if code == 0 || !strings.Contains(errOut, "DEPLOY FAILED for n2 (exit 4)") || !strings.Contains(errOut, "db.service") {
+				t.Fatalf("apply with a failing node: exit %d\n%s\n%s", code, out, errOut)
+			}
+			if tg1.CurrentSystem() != good1 || tg1.BootEntry() != good1 {
+				t.Errorf("n1, before the failing n2, was not switched")
+			}
+			if tg2.CurrentSystem() != first || tg2.BootEntry() != first {
+				t.Errorf("n2 was not rolled back: current %s", tg2.CurrentSystem())
+			}
+			v := s.Values("fleet_ssh_deployment.prod")
+			if got := fmt.Sprint(v["actions"]); got != "map[n1:switch n2:failed]" {
+				t.Errorf("actions in state after the failed apply: %s", got)
+			}
+
+			// The next plan retries exactly n2.
+			plan, _, code := s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
+			if code != 2 || !strings.Contains(plan, `"n2" = "failed" -> "switch"`) || strings.Contains(plan, `"n1" = "switch" -> `) {
+				t.Errorf("plan after the failure (exit %d):\n%s", code, plan)
+			}
+			calls1 := len(tg1.Calls())
+			good2 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s.WriteConfig(deploymentConfig(nodes, []string{good1, good2}, ""))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tg2.CurrentSystem() != good2 || tg2.BootEntry() != good2 || len(tg1.Calls()) != calls1 {
+				t.Errorf("retry: n2 current %s boot %s; n1 calls %d -> %d", tg2.CurrentSystem(), tg2.BootEntry(), calls1, len(tg1.Calls()))
+			}
+			s.WantNoChanges()
+
+			// Drift: n1 switched by hand.
+			tg1.Boot(t, first)
+			plan, _, code = s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
+			if code != 2 || !strings.Contains(plan, `"n1" = "drift" -> "switch"`) {
+				t.Errorf("plan after n1 was switched by hand (exit %d):\n%s", code, plan)
+			}
+			// Held, n1 is skipped.
+			s.WriteConfig(deploymentConfig(nodes, []string{good1, good2}, `  hold = ["n1"]`+"\n"))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tg1.CurrentSystem() != first {
+				t.Errorf("the held n1 was deployed")
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			s.WriteConfig(deploymentConfig(nodes, []string{good1, good2}, ""))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tg1.CurrentSystem() != good1 {
+				t.Errorf("n1 after the hold was lifted: %s", tg1.CurrentSystem())
+			}
+			s.WantNoChanges()
+		})
+	}
+}

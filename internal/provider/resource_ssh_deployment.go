@@ -1,0 +1,674 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+)
+
+var (
+	_ resource.ResourceWithConfigure  = (*deploymentResource)(nil)
+	_ resource.ResourceWithModifyPlan = (*deploymentResource)(nil)
+)
+
+func newDeploymentResource() resource.Resource { return &deploymentResource{} }
+
+type deploymentResource struct{ data *providerData }
+
+type deploymentModel struct {
+	ID                types.String   `tfsdk:"id"`
+	Defaults          types.Object   `tfsdk:"defaults"`
+	SSHConfigFile     types.String   `tfsdk:"ssh_config_file"`
+	KnownHostsFile    types.String   `tfsdk:"known_hosts_file"`
+	Nodes             types.List     `tfsdk:"nodes"`
+	Goal              types.String   `tfsdk:"goal"`
+	OnFailure         types.String   `tfsdk:"on_failure"`
+	Hold              types.List     `tfsdk:"hold"`
+	RemoteExecTimeout types.Int64    `tfsdk:"remote_exec_timeout"`
+	BootLockAttempts  types.Int64    `tfsdk:"boot_lock_attempts"`
+	ActivationTimeout types.String   `tfsdk:"activation_timeout"`
+	LockTimeout       types.String   `tfsdk:"lock_timeout"`
+	Verdict           types.Object   `tfsdk:"verdict"`
+	Timeouts          timeouts.Value `tfsdk:"timeouts"`
+	Actions           types.Map      `tfsdk:"actions"`
+	Status            types.List     `tfsdk:"status"`
+	SucceededNodes    types.List     `tfsdk:"succeeded_nodes"`
+	FailedNodes       types.List     `tfsdk:"failed_nodes"`
+	SkippedNodes      types.List     `tfsdk:"skipped_nodes"`
+	Phase             types.String   `tfsdk:"phase"`
+}
+
+type deployNodeModel struct {
+	Name           types.String `tfsdk:"name"`
+	System         types.String `tfsdk:"system"`
+	Host           types.String `tfsdk:"host"`
+	HostKey        types.String `tfsdk:"host_key"`
+	User           types.String `tfsdk:"user"`
+	PrivateKeyFile types.String `tfsdk:"private_key_file"`
+	SSHOpts        types.List   `tfsdk:"ssh_opts"`
+}
+
+type deployDefaultsModel struct {
+	User           types.String `tfsdk:"user"`
+	PrivateKeyFile types.String `tfsdk:"private_key_file"`
+	SSHOpts        types.List   `tfsdk:"ssh_opts"`
+}
+
+type verdictModel struct {
+	ConfirmTimeout      types.String `tfsdk:"confirm_timeout"`
+	SettleTimeout       types.String `tfsdk:"settle_timeout"`
+	AllowFailedUnits    types.List   `tfsdk:"allow_failed_units"`
+	AllowRebootRequired types.Bool   `tfsdk:"allow_reboot_required"`
+	HTTP                types.List   `tfsdk:"http"`
+	TCP                 types.List   `tfsdk:"tcp"`
+	Command             types.List   `tfsdk:"command"`
+}
+
+// Actions a plan takes on a node, and the outcomes state records.
+const (
+	actionSwitch = "switch"
+	actionNone   = "none"
+	actionSkip   = "skip"
+	// In state only: the last switch failed (the next plan retries it), or
+	// the host runs another system than the last deploy left (drift).
+	actionFailed = "failed"
+	actionDrift  = "drift"
+)
+
+var deployStatusAttrTypes = map[string]attr.Type{
+	"name": types.StringType, "host": types.StringType, "action": types.StringType, "phase": types.StringType,
+	"system": types.StringType, "current_system": types.StringType, "previous_system": types.StringType,
+	"exit_code": types.Int64Type, "message": types.StringType, "hint": types.StringType,
+	"started_at": types.StringType, "finished_at": types.StringType,
+	"conditions": types.ListType{ElemType: conditionObjectType},
+}
+
+var deployStatusType = types.ObjectType{AttrTypes: deployStatusAttrTypes}
+
+func (r *deploymentResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_ssh_deployment"
+}
+
+func sshOptsAttribute(desc string) schema.ListAttribute {
+	return schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: desc,
+		Validators: []validator.List{listvalidator.ValueStringsAre(sshOptValidator{})}}
+}
+
+func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	str := func(desc string) schema.StringAttribute {
+		return schema.StringAttribute{Optional: true, MarkdownDescription: desc}
+	}
+	computedStr := func(desc string) schema.StringAttribute {
+		return schema.StringAttribute{Computed: true, MarkdownDescription: desc}
+	}
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Rolls NixOS system closures onto existing hosts over SSH with the system OpenSSH client and `nix-copy-closure`, " +
+			"one host after the other in list order, each with a verdict: the bootloader is finalised only after a passing verdict, a failing host is rolled back " +
+			"(on the host itself when the new system cuts off SSH), and a failure never stops the hosts after it. Plans show each node's action in `actions`.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "Identifier generated at create.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}},
+			"defaults": schema.SingleNestedAttribute{Optional: true, MarkdownDescription: "SSH settings every node inherits unless it sets its own (built-in: user `FLEET_SSH_USER`, else `root`; key `FLEET_SSH_PRIVATE_KEY_FILE`, else the ssh-agent).",
+				Attributes: map[string]schema.Attribute{
+					"user":             str("User to log in as."),
+					"private_key_file": str("Private key file."),
+					"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`."),
+				}},
+			"ssh_config_file":  str("An OpenSSH client configuration file, given to every ssh as `-F`. Host-key options it sets are left to it."),
+			"known_hosts_file": str("The accept-new trust store for nodes without `host_key` and for jump hosts. Default: `fleet-known-hosts` beside the key file, else in the temporary directory."),
+			"nodes": schema.ListNestedAttribute{Required: true, MarkdownDescription: "The nodes, deployed in this order.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"name":             schema.StringAttribute{Required: true, MarkdownDescription: "Node name, unique; the host when `host` is not set."},
+					"system":           schema.StringAttribute{Required: true, MarkdownDescription: "The system closure to switch to (a `/nix/store/...-nixos-system-...` path built on this machine)."},
+					"host":             str("Host name or address. Default: `name`."),
+					"host_key":         str("The host's public key (`ssh-ed25519 AAAA...`): only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file`."),
+					"user":             str("User to log in as."),
+					"private_key_file": str("Private key file."),
+					"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
+				}}},
+			"goal": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString(string(deploy.GoalSwitch)),
+				MarkdownDescription: "`switch` (activate, judge, make the boot default), `boot` (boot default only), `test` (activate and judge only) or `dry-activate`.",
+				Validators:          []validator.String{stringvalidator.OneOf("switch", "boot", "test", "dry-activate")}},
+			"on_failure": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("rollback"),
+				MarkdownDescription: "`rollback` (default): a failing verdict switches the node back. `keep`: leave the new system active for inspection.",
+				Validators:          []validator.String{stringvalidator.OneOf("rollback", "keep")}},
+			"hold": schema.ListAttribute{Optional: true, ElementType: types.StringType,
+				MarkdownDescription: "Nodes to skip, with the reason shown in the plan: for example `fleet_node_health_policy.x.error_nodes`."},
+			"remote_exec_timeout": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(60),
+				MarkdownDescription: "Seconds a remote command may stay silent before the keepalive ends it. Default 60.", Validators: []validator.Int64{int64validator.Between(5, 3600)}},
+			"boot_lock_attempts": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(60),
+				MarkdownDescription: "Attempts, 5 s apart, while the switch lock is held (exit 11). Default 60.", Validators: []validator.Int64{int64validator.Between(1, 1000)}},
+			"activation_timeout": str("How long an activation may take, as a Go duration. Default `5m`."),
+			"lock_timeout":       str("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder."),
+			"verdict": schema.SingleNestedAttribute{Optional: true, MarkdownDescription: "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system.",
+				Attributes: map[string]schema.Attribute{
+					"confirm_timeout":       str("How long the host waits for the deployer's confirmation before rolling itself back. Default `30s`."),
+					"settle_timeout":        str("How long `systemctl is-system-running --wait` may take. Default `90s`."),
+					"allow_failed_units":    schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units that may fail (exit 4 and `degraded` pass with only these)."},
+					"allow_reboot_required": schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false), MarkdownDescription: "Let exit 100 (reboot required) pass."},
+					"http": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "URLs requested from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+						"url":           schema.StringAttribute{Required: true, MarkdownDescription: "URL."},
+						"expect_status": schema.Int64Attribute{Optional: true, MarkdownDescription: "Expected status. Default 200."},
+					}}},
+					"tcp": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Ports on the node's host, connected to from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+						"port": schema.Int64Attribute{Required: true, MarkdownDescription: "Port.", Validators: []validator.Int64{int64validator.Between(1, 65535)}},
+					}}},
+					"command": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Commands run on the node; each must exit 0.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+						"run": schema.StringAttribute{Required: true, MarkdownDescription: "Shell command."},
+					}}},
+				}},
+			"timeouts": timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
+			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
+				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `failed`: the next plan retries it, `drift`: the host was changed outside, `skip`)."},
+			"status": schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"name": computedStr("Node name."), "host": computedStr("Host."), "action": computedStr("Action of the last apply."),
+					"phase":  computedStr("`Succeeded`, `Failed`, `RolledBack`, `Skipped`, `Pending`, or the step an interrupted deploy stopped in."),
+					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
+					"previous_system": computedStr("The system before the last deploy."),
+					"exit_code":       schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success."},
+					"message":         computedStr("What happened."), "hint": computedStr("How to fix a failure, where one helps."),
+					"started_at": computedStr("When the node's deploy started (RFC 3339)."), "finished_at": computedStr("When it ended."),
+					"conditions": conditionsAttribute("`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`"),
+				}}},
+			"succeeded_nodes": schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy succeeded."},
+			"failed_nodes":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy failed."},
+			"skipped_nodes":   schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes held back."},
+			"phase":           schema.StringAttribute{Computed: true, MarkdownDescription: "`Succeeded` when every node is, `Failed` when one failed, else `Partial`."},
+		},
+	}
+}
+
+func (r *deploymentResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.data = configuredData(req.ProviderData, &resp.Diagnostics)
+}
+
+// priorNode is what state says of a node.
+type priorNode struct {
+	action, phase, system, current string
+	conds                          []conditions.Condition
+}
+
+func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) map[string]priorNode {
+	out := map[string]priorNode{}
+	if m == nil || m.Status.IsNull() || m.Status.IsUnknown() {
+		return out
+	}
+	actions := map[string]string{}
+	if !m.Actions.IsNull() && !m.Actions.IsUnknown() {
+		diags.Append(m.Actions.ElementsAs(ctx, &actions, false)...)
+	}
+	for _, v := range m.Status.Elements() {
+		o, ok := v.(types.Object)
+		if !ok {
+			continue
+		}
+		a := o.Attributes()
+		get := func(k string) string {
+			if s, ok := a[k].(types.String); ok {
+				return s.ValueString()
+			}
+			return ""
+		}
+		p := priorNode{action: actions[get("name")], phase: get("phase"), system: get("system"), current: get("current_system")}
+		if l, ok := a["conditions"].(types.List); ok {
+			p.conds, _ = conditionsFrom(ctx, l)
+		}
+		out[get("name")] = p
+	}
+	return out
+}
+
+func (r *deploymentResource) nodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) []deployNodeModel {
+	var nodes []deployNodeModel
+	if !m.Nodes.IsNull() && !m.Nodes.IsUnknown() {
+		diags.Append(m.Nodes.ElementsAs(ctx, &nodes, false)...)
+	}
+	return nodes
+}
+
+func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || r.data == nil {
+		return
+	}
+	var plan deploymentModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	var prior *deploymentModel
+	if !req.State.Raw.IsNull() {
+		prior = &deploymentModel{}
+		resp.Diagnostics.Append(req.State.Get(ctx, prior)...)
+	}
+	if resp.Diagnostics.HasError() || plan.Nodes.IsUnknown() {
+		return
+	}
+	nodes := r.nodes(ctx, &plan, &resp.Diagnostics)
+	seen := map[string]bool{}
+	for i, n := range nodes {
+		if n.Name.IsUnknown() {
+			continue
+		}
+		if seen[n.Name.ValueString()] {
+			resp.Diagnostics.AddAttributeError(path.Root("nodes").AtListIndex(i).AtName("name"), "Duplicate node", fmt.Sprintf("node %q is listed twice", n.Name.ValueString()))
+		}
+		seen[n.Name.ValueString()] = true
+		if sys := n.System.ValueString(); !n.System.IsUnknown() {
+			if _, err := os.Stat(sys); err != nil {
+				resp.Diagnostics.AddAttributeError(path.Root("nodes").AtListIndex(i).AtName("system"), "System not built",
+					fmt.Sprintf("node %s: system %s does not exist on this machine: build it first (for example nix build .#nixosConfigurations.%s.config.system.build.toplevel)", n.Name.ValueString(), sys, n.Name.ValueString()))
+			}
+		}
+	}
+	for _, d := range []struct{ name, v string }{{"activation_timeout", plan.ActivationTimeout.ValueString()}, {"lock_timeout", plan.LockTimeout.ValueString()}} {
+		if d.v != "" {
+			if _, err := time.ParseDuration(d.v); err != nil {
+				resp.Diagnostics.AddAttributeError(path.Root(d.name), "Invalid duration", fmt.Sprintf("%s: %q is not a Go duration such as \"5m\"", d.name, d.v))
+			}
+		}
+	}
+	hold, holdKnown := stringSet(ctx, plan.Hold, &resp.Diagnostics)
+	priors := priorNodes(ctx, prior, &resp.Diagnostics)
+	actions := map[string]attr.Value{}
+	for _, n := range nodes {
+		if n.Name.IsUnknown() {
+			plan.Actions = types.MapUnknown(types.StringType)
+			resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+			return
+		}
+		name := n.Name.ValueString()
+		p, known := priors[name]
+		switch {
+		case !holdKnown || n.System.IsUnknown():
+			actions[name] = types.StringUnknown()
+		case hold[name]:
+			actions[name] = types.StringValue(actionSkip)
+			resp.Diagnostics.AddAttributeWarning(path.Root("hold"), "Node "+name+" is held", fmt.Sprintf("Node %s is in hold: it will not be deployed in this apply.", name))
+		case needsSwitch(p, known, n.System.ValueString()):
+			actions[name] = types.StringValue(actionSwitch)
+		case p.action == actionSwitch || p.action == actionNone:
+			actions[name] = types.StringValue(p.action) // nothing to do: the last outcome stands
+		default:
+			actions[name] = types.StringValue(actionNone)
+		}
+	}
+	plan.Actions = types.MapValueMust(types.StringType, actions)
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+// needsSwitch says whether a node must be switched: it is new, its last
+// switch failed, it drifted, or its host runs another system. Plan and
+// apply decide with it alike: a plan keeps a node's last outcome when it
+// needs nothing, and apply must then not switch it again.
+func needsSwitch(p priorNode, known bool, system string) bool {
+	return !known || p.action == actionFailed || p.action == actionDrift || p.current != system
+}
+
+func stringSet(ctx context.Context, l types.List, diags *diag.Diagnostics) (map[string]bool, bool) {
+	out := map[string]bool{}
+	if l.IsUnknown() || !fullyKnown(l) {
+		return out, false
+	}
+	for _, s := range stringsOf(ctx, l, diags) {
+		out[s] = true
+	}
+	return out, true
+}
+
+func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var m deploymentModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot generate an ID", err.Error())
+		return
+	}
+	m.ID = types.StringValue(id.String())
+	timeout, diags := m.Timeouts.Create(ctx, 60*time.Minute)
+	resp.Diagnostics.Append(diags...)
+	r.apply(ctx, timeout, &m, nil, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var m, prior deploymentModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	m.ID = prior.ID
+	timeout, diags := m.Timeouts.Update(ctx, 60*time.Minute)
+	resp.Diagnostics.Append(diags...)
+	r.apply(ctx, timeout, &m, &prior, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// apply deploys the nodes planned to switch, in order, and records every
+// node; failures are error diagnostics after all nodes ran, and the state
+// is saved whatever happened.
+func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m, prior *deploymentModel, diags *diag.Diagnostics) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if r.data.interrupt != nil {
+		stop := context.AfterFunc(r.data.interrupt, cancel)
+		defer stop()
+	}
+	nodes := r.nodes(ctx, m, diags)
+	priors := priorNodes(ctx, prior, diags)
+	planned := map[string]string{}
+	diags.Append(m.Actions.ElementsAs(ctx, &planned, false)...)
+	hold, _ := stringSet(ctx, m.Hold, diags)
+	d, cleanup, err := r.deployer(ctx, m)
+	if err != nil {
+		diags.AddError("Deployment not started", err.Error())
+		return
+	}
+	defer cleanup()
+	builtin := deploy.BuiltinFromEnv(os.Getenv)
+	defaults := r.defaults(ctx, m, diags)
+	var targets []deploy.Target
+	for _, n := range nodes {
+		name := n.Name.ValueString()
+		p, known := priors[name]
+		if hold[name] || planned[name] != actionSwitch || !needsSwitch(p, known, n.System.ValueString()) {
+			continue
+		}
+		targets = append(targets, deploy.Target{System: n.System.ValueString(), SkipIfCurrent: !known, Settings: deploy.Resolve(builtin, defaults, deploy.Node{
+			Name: name, Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
+			Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, diags)},
+		})})
+	}
+	byName := map[string]deploy.Result{}
+	for _, res := range d.Deploy(ctx, targets, nil) {
+		byName[res.Name] = res
+	}
+	now := time.Now().UTC()
+	actions := map[string]attr.Value{}
+	var statuses []attr.Value
+	var succeeded, failed, skipped []string
+	var summary []string
+	for _, n := range nodes {
+		name := n.Name.ValueString()
+		p := priors[name]
+		res, ran := byName[name]
+		action := planned[name]
+		switch {
+		case hold[name]:
+			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in hold", CurrentSystem: p.current, PreviousSystem: p.current}
+			action = actionSkip
+			skipped = append(skipped, name)
+		case !ran:
+			// Nothing to do: the last record stands.
+			res = deploy.Result{Name: name, Phase: deploy.Phase(orStr(p.phase, string(deploy.PhaseSucceeded))), CurrentSystem: p.current, PreviousSystem: p.current, Message: "nothing to do: the host runs this system"}
+			succeeded = append(succeeded, name)
+		case res.Failed():
+			action = actionFailed
+			failed = append(failed, name)
+			diags.AddAttributeError(path.Root("nodes"), deploy.FailedLine(name, res.ExitCode, res.Message), orStr(res.Hint, "See status for this node."))
+		default:
+			succeeded = append(succeeded, name)
+		}
+		actions[name] = types.StringValue(action)
+		conds, err := deploy.Conditions(p.conds, res, 1, now)
+		if err != nil {
+			diags.AddError("Node record not written", err.Error())
+			return
+		}
+		cv, d := conditionsValue(conds)
+		diags.Append(d...)
+		statuses = append(statuses, types.ObjectValueMust(deployStatusAttrTypes, map[string]attr.Value{
+			"name": types.StringValue(name), "host": types.StringValue(orStr(n.Host.ValueString(), name)), "action": types.StringValue(action),
+			"phase": types.StringValue(string(res.Phase)), "system": n.System, "current_system": types.StringValue(res.CurrentSystem),
+			"previous_system": types.StringValue(res.PreviousSystem), "exit_code": types.Int64Value(int64(res.ExitCode)),
+			"message": types.StringValue(res.Message), "hint": types.StringValue(res.Hint),
+			"started_at": types.StringValue(timeString(res.Started)), "finished_at": types.StringValue(timeString(res.Finished)),
+			"conditions": cv,
+		}))
+		summary = append(summary, fmt.Sprintf("%-20s %-10s %s", name, res.Phase, res.Message))
+		tflog.Info(ctx, "node deployed", map[string]any{"node": name, "phase": string(res.Phase), "message": res.Message})
+	}
+	m.Actions = types.MapValueMust(types.StringType, actions)
+	m.Status = types.ListValueMust(deployStatusType, orEmpty(statuses))
+	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = stringList(orNil(succeeded)), stringList(orNil(failed)), stringList(orNil(skipped))
+	switch {
+	case len(failed) > 0:
+		m.Phase = types.StringValue("Failed")
+	case len(skipped) > 0:
+		m.Phase = types.StringValue("Partial")
+	default:
+		m.Phase = types.StringValue("Succeeded")
+	}
+	if len(targets) > 0 {
+		diags.AddWarning("Deployment summary", strings.Join(summary, "\n"))
+	}
+}
+
+func orNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func orStr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func timeString(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timestampLayout)
+}
+
+func ptrOf(s types.String) *string {
+	if s.IsNull() || s.IsUnknown() {
+		return nil
+	}
+	v := s.ValueString()
+	return &v
+}
+
+func optsOf(ctx context.Context, l types.List, diags *diag.Diagnostics) []string {
+	if l.IsNull() || l.IsUnknown() {
+		return nil
+	}
+	return stringsOf(ctx, l, diags)
+}
+
+func (r *deploymentResource) defaults(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) *deploy.Layer {
+	if m.Defaults.IsNull() || m.Defaults.IsUnknown() {
+		return nil
+	}
+	var d deployDefaultsModel
+	diags.Append(m.Defaults.As(ctx, &d, objectAsOptions)...)
+	return &deploy.Layer{User: ptrOf(d.User), PrivateKeyFile: ptrOf(d.PrivateKeyFile), SSHOpts: optsOf(ctx, d.SSHOpts, diags)}
+}
+
+// deployer builds the engine for m: its transport (a control directory of
+// its own, removed by cleanup) and options.
+func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (*deploy.Deployer, func(), error) {
+	control, err := os.MkdirTemp("", "fleet-ssh-")
+	if err != nil {
+		return nil, nil, err
+	}
+	var diags diag.Diagnostics
+	defaults := r.defaults(ctx, m, &diags)
+	keyFile := os.Getenv(deploy.EnvSSHPrivateKeyFile)
+	if defaults != nil && defaults.PrivateKeyFile != nil {
+		keyFile = *defaults.PrivateKeyFile
+	}
+	known := m.KnownHostsFile.ValueString()
+	if known == "" {
+		known = deploy.KnownHostsFileFor(keyFile)
+	}
+	dur := func(s string, def time.Duration) time.Duration {
+		if v, err := time.ParseDuration(s); err == nil && s != "" {
+			return v
+		}
+		return def
+	}
+	opts := deploy.Options{
+		Goal:              deploy.Goal(m.Goal.ValueString()),
+		Keep:              m.OnFailure.ValueString() == "keep",
+		BootLockAttempts:  int(m.BootLockAttempts.ValueInt64()),
+		ActivationTimeout: dur(m.ActivationTimeout.ValueString(), 5*time.Minute),
+		LockTimeout:       dur(m.LockTimeout.ValueString(), 0),
+		Holder:            fmt.Sprintf("fleet_ssh_deployment %s (pid %d)", m.ID.ValueString(), os.Getpid()),
+		Log:               func(node, msg string) { tflog.Info(ctx, msg, map[string]any{"node": node}) },
+	}
+	if !m.Verdict.IsNull() && !m.Verdict.IsUnknown() {
+		var v verdictModel
+		diags.Append(m.Verdict.As(ctx, &v, objectAsOptions)...)
+		opts.Verdict.ConfirmTimeout = dur(v.ConfirmTimeout.ValueString(), 0)
+		opts.Verdict.SettleTimeout = dur(v.SettleTimeout.ValueString(), 0)
+		opts.Verdict.Rules = deploy.VerdictRules{AllowFailedUnits: optsOf(ctx, v.AllowFailedUnits, &diags), AllowRebootRequired: v.AllowRebootRequired.ValueBool()}
+		var https []struct {
+			URL          types.String `tfsdk:"url"`
+			ExpectStatus types.Int64  `tfsdk:"expect_status"`
+		}
+		if !v.HTTP.IsNull() {
+			diags.Append(v.HTTP.ElementsAs(ctx, &https, false)...)
+		}
+		for _, h := range https {
+			opts.Verdict.HTTP = append(opts.Verdict.HTTP, deploy.HTTPCheck{URL: h.URL.ValueString(), ExpectStatus: int(h.ExpectStatus.ValueInt64())})
+		}
+		var tcps []struct {
+			Port types.Int64 `tfsdk:"port"`
+		}
+		if !v.TCP.IsNull() {
+			diags.Append(v.TCP.ElementsAs(ctx, &tcps, false)...)
+		}
+		for _, t := range tcps {
+			opts.Verdict.TCP = append(opts.Verdict.TCP, int(t.Port.ValueInt64()))
+		}
+		var cmds []struct {
+			Run types.String `tfsdk:"run"`
+		}
+		if !v.Command.IsNull() {
+			diags.Append(v.Command.ElementsAs(ctx, &cmds, false)...)
+		}
+		for _, c := range cmds {
+			opts.Verdict.Command = append(opts.Verdict.Command, c.Run.ValueString())
+		}
+	}
+	if diags.HasError() {
+		_ = os.RemoveAll(control)
+		return nil, nil, fmt.Errorf("reading the configuration: %v", diags)
+	}
+	d := &deploy.Deployer{
+		Transport: &deploy.Transport{ConfigFile: m.SSHConfigFile.ValueString(), RemoteExecTimeout: time.Duration(m.RemoteExecTimeout.ValueInt64()) * time.Second,
+			KnownHostsFile: known, ControlDir: control},
+		Options: opts,
+	}
+	return d, func() { _ = os.RemoveAll(control) }, nil
+}
+
+// Read reads each node's current system: a host switched by hand shows in
+// the next plan. An unreachable host keeps its last known value, with a
+// warning.
+func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var m deploymentModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() || m.Status.IsNull() {
+		return
+	}
+	d, cleanup, err := r.deployer(ctx, &m)
+	if err != nil {
+		resp.Diagnostics.AddWarning("Hosts not read", err.Error())
+		return
+	}
+	defer cleanup()
+	builtin := deploy.BuiltinFromEnv(os.Getenv)
+	defaults := r.defaults(ctx, &m, &resp.Diagnostics)
+	actions := map[string]string{}
+	resp.Diagnostics.Append(m.Actions.ElementsAs(ctx, &actions, false)...)
+	nodes := map[string]deployNodeModel{}
+	for _, n := range r.nodes(ctx, &m, &resp.Diagnostics) {
+		nodes[n.Name.ValueString()] = n
+	}
+	var statuses []attr.Value
+	for _, v := range m.Status.Elements() {
+		o, _ := v.(types.Object)
+		a := o.Attributes()
+		name := a["name"].(types.String).ValueString() //nolint:forcetypeassert // the schema's type
+		n, ok := nodes[name]
+		if !ok || actions[name] == actionSkip {
+			statuses = append(statuses, o)
+			continue
+		}
+		s := deploy.Resolve(builtin, defaults, deploy.Node{Name: name, Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
+			Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, &resp.Diagnostics)}})
+		current, err := d.ReadCurrent(ctx, s)
+		if err != nil {
+			resp.Diagnostics.AddWarning("Node "+name+" not read", fmt.Sprintf("node %s: %s; its last known system is kept", name, err))
+			statuses = append(statuses, o)
+			continue
+		}
+		attrs := map[string]attr.Value{}
+		for k, v := range a {
+			attrs[k] = v
+		}
+		attrs["current_system"] = types.StringValue(current)
+		if sys := a["system"].(types.String).ValueString(); current != sys && actions[name] == actionSwitch { //nolint:forcetypeassert // the schema's type
+			actions[name] = actionDrift
+		}
+		statuses = append(statuses, types.ObjectValueMust(deployStatusAttrTypes, attrs))
+	}
+	m.Status = types.ListValueMust(deployStatusType, orEmpty(statuses))
+	av := map[string]attr.Value{}
+	for k, v := range actions {
+		av[k] = types.StringValue(v)
+	}
+	m.Actions = types.MapValueMust(types.StringType, av)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// Delete forgets the deployment; hosts keep running what they run.
+func (r *deploymentResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {
+}
+
+// sshOptValidator refuses ssh_opts items that are not a bare Key=Value.
+type sshOptValidator struct{}
+
+func (sshOptValidator) Description(context.Context) string {
+	return "a bare OpenSSH option Key=Value matching " + deploy.SSHOptPattern
+}
+func (v sshOptValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (sshOptValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if err := deploy.CheckSSHOpt(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid ssh_opts item", err.Error())
+	}
+}
