@@ -2,10 +2,12 @@ package provider_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
 
@@ -103,5 +105,16 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 			}
 			s.WantNoChanges()
 		})
+	}
+}
+
+// The ssh_opts pattern the docs publish is the validator's.
+func TestDocsPublishTheSSHOptPattern(t *testing.T) {
+	b, err := os.ReadFile("../../docs/resources/ssh_deployment.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "`"+deploy.SSHOptPattern+"`"); n < 2 {
+		t.Errorf("docs/resources/ssh_deployment.md shows the pattern %s %d times, want it in the text and in the schema", deploy.SSHOptPattern, n)
 	}
 }
