@@ -1,0 +1,141 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// BenchmarkDeploy deploys n NixOS-like targets with the engine and, side
+// by side, does the same work by hand over one master connection per node
+// (nix-copy-closure, nix-env --set, switch-to-configuration test,
+// readlink, switch-to-configuration boot). It reports SSH connections the
+// targets accepted per deployed node (target 2: the master and the
+// verdict's new one) and the engine's wall time against the raw commands'
+// (target at most 1.2).
+func BenchmarkDeploy(b *testing.B) {
+	for _, n := range []int{1, 5, 20} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			b.Setenv("NIX_CONFIG", nixtest.NixConfig)
+			var engine, raw time.Duration
+			var conns int
+			for range b.N {
+				b.StopTimer()
+				tgs := make([]*nixtest.Target, n)
+				old := nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+				for i := range tgs {
+					tgs[i] = nixtest.NewTarget(b)
+					tgs[i].Boot(b, old)
+				}
+				nodes := make([]deploy.Target, n)
+				for i, tg := range tgs {
+					nodes[i] = benchTarget(tg, "n"+strconv.Itoa(i), nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed}))
+				}
+				d := benchDeployer(b)
+				before := accepted(tgs)
+				b.StartTimer()
+				start := time.Now()
+				res := d.Deploy(context.Background(), nodes, nil)
+				engine += time.Since(start)
+				b.StopTimer()
+				for _, r := range res {
+					if r.Phase != deploy.PhaseSucceeded {
+						b.Fatalf("%s: %s %s", r.Name, r.Phase, r.Message)
+					}
+				}
+				conns += accepted(tgs) - before
+
+				// The same work by hand, to fresh systems.
+				for _, tg := range tgs {
+					tg.Boot(b, old)
+				}
+				systems := make([]string, n)
+				for i := range systems {
+					systems[i] = nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+				}
+				start = time.Now()
+				for i, tg := range tgs {
+					rawDeploy(b, tg, systems[i])
+				}
+				raw += time.Since(start)
+				for i, tg := range tgs {
+					if tg.BootEntry() != systems[i] {
+						b.Fatalf("raw deploy of node %d did not finish", i)
+					}
+				}
+			}
+			b.ReportMetric(float64(conns)/float64(b.N*n), "conns_per_node")
+			b.ReportMetric(float64(engine.Milliseconds())/float64(b.N), "engine_ms")
+			b.ReportMetric(float64(raw.Milliseconds())/float64(b.N), "raw_ms")
+			b.ReportMetric(engine.Seconds()/raw.Seconds(), "ratio")
+		})
+	}
+}
+
+func accepted(tgs []*nixtest.Target) int {
+	n := 0
+	for _, tg := range tgs {
+		n += tg.AcceptedConnections()
+	}
+	return n
+}
+
+func benchTarget(tg *nixtest.Target, name, system string) deploy.Target {
+	return deploy.Target{System: system, Settings: deploy.Settings{Name: name, Host: tg.Host, User: tg.User, PrivateKeyFile: tg.ClientKeyFile,
+		HostKey: tg.HostKey, SSHOpts: []string{"Port=" + strconv.Itoa(tg.Port), "IdentitiesOnly=yes"}}}
+}
+
+func benchDeployer(b *testing.B) *deploy.Deployer {
+	control, err := os.MkdirTemp("", "fb") //nolint:usetesting // t.TempDir() is too long for a socket path
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(control) })
+	return &deploy.Deployer{
+		Transport: &deploy.Transport{KnownHostsFile: filepath.Join(b.TempDir(), "kh"), ControlDir: control},
+		Options:   deploy.Options{Goal: deploy.GoalSwitch, Holder: "bench", Verdict: deploy.VerdictSpec{ConfirmTimeout: 5 * time.Second, SettleTimeout: 2 * time.Second}},
+	}
+}
+
+// rawDeploy is what an operator would type, over one master connection.
+func rawDeploy(b *testing.B, tg *nixtest.Target, system string) {
+	control, err := os.MkdirTemp("", "fr") //nolint:usetesting // t.TempDir() is too long for a socket path
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(control)
+	opts := append([]string{"-o", "ControlPath=" + filepath.Join(control, "m")}, tg.SSHOptions(b)...)
+	run := func(env []string, name string, args ...string) {
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	env := nixtest.DeployerEnv()
+	run(env, "ssh", append(append([]string{"-o", "ControlMaster=yes", "-o", "ControlPersist=yes", "-f", "-N"}, opts...), tg.Destination())...)
+	defer func() {
+		_ = exec.Command("ssh", append(append([]string{}, opts...), "-O", "exit", tg.Destination())...).Run()
+	}()
+	sshopts := ""
+	for _, o := range opts {
+		sshopts += o + " "
+	}
+	run(append(env, "NIX_SSHOPTS="+sshopts), "nix-copy-closure", "--to", "--gzip", "--use-substitutes", tg.Destination(), system)
+	for _, remote := range []string{
+		"nix-env -p /nix/var/nix/profiles/system --set " + system,
+		system + "/bin/switch-to-configuration test",
+		"readlink -f /run/current-system",
+		system + "/bin/switch-to-configuration boot",
+	} {
+		run(env, "ssh", append(append([]string{}, opts...), tg.Destination(), remote)...)
+	}
+}
