@@ -342,3 +342,58 @@ func TestReadCurrent(t *testing.T) {
 		t.Errorf("ReadCurrent = %q, %v; want %s", got, err, sys)
 	}
 }
+
+// US2, SC-006: a node reached on a port only the ssh_config_file names
+// (its name an alias there), the copy included.
+func TestDeployThroughSSHConfigFile(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	d.Transport.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
+	config := "Host alias-web1\n  HostName " + tg.Host + "\n  Port " + strconv.Itoa(tg.Port) + "\n  IdentitiesOnly yes\n"
+	if err := os.WriteFile(d.Transport.ConfigFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := targetOf(tg, "web1", sys)
+	n.Host, n.SSHOpts = "alias-web1", nil
+	var logged []string
+	d.Options.Log = func(_, msg string) { logged = append(logged, msg) }
+	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("current %s boot %s", tg.CurrentSystem(), tg.BootEntry())
+	}
+	if !strings.Contains(strings.Join(logged, "\n"), "ssh_config_file sends alias-web1 -> 127.0.0.1") {
+		t.Errorf("the redirect was not logged: %q", logged)
+	}
+}
+
+// An interrupted deploy stops after the current node's current step: the
+// node interrupted in its activation is recorded as such with what the
+// host runs, and the nodes after it are not started.
+func TestDeployInterrupted(t *testing.T) {
+	tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg1.Boot(t, old)
+	tg2.Boot(t, old)
+	nodes := []deploy.Target{
+		targetOf(tg1, "n1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Hang})),
+		targetOf(tg2, "n2", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})),
+	}
+	d := deployer(t, deploy.Options{ActivationTimeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(3*time.Second, cancel)
+	start := time.Now()
+	res := d.Deploy(ctx, nodes, nil)
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the interrupted deploy took %s", took)
+	}
+	wantPhase(t, res[0], deploy.PhaseFailed, "interrupted during activation", "it runs "+old)
+	if res[1].Phase != deploy.PhasePending || len(tg2.Calls()) != 0 {
+		t.Errorf("n2 after the interrupt: %s, calls %v", res[1].Phase, tg2.Calls())
+	}
+	if tg1.BootEntry() != old {
+		t.Errorf("n1's boot entry moved: %s", tg1.BootEntry())
+	}
+}
