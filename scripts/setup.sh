@@ -36,6 +36,24 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 [ -x /usr/sbin/sshd ] || { echo "setup: /usr/sbin/sshd missing after installing openssh-server" >&2; exit 1; }
 
+# PostgreSQL for the pg state backend tests (two applies at once): the
+# machine image has it with initdb and pg_ctl on PATH; Debian's package
+# keeps them in /usr/lib/postgresql/<version>/bin.
+if ! command -v initdb >/dev/null || ! command -v pg_ctl >/dev/null; then
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null || { echo "setup: PostgreSQL (initdb, pg_ctl) missing: install Debian package postgresql as root" >&2; exit 1; }
+    echo "setup: installing postgresql" >&2
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+    rm -f /usr/sbin/policy-rc.d
+  fi
+  bin=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n 1)")
+  ln -sf "$bin/initdb" /usr/local/bin/initdb
+  ln -sf "$bin/pg_ctl" /usr/local/bin/pg_ctl
+  ln -sf "$bin/postgres" /usr/local/bin/postgres
+fi
+id postgres >/dev/null 2>&1 || { echo "setup: no postgres user (Debian package postgresql creates it)" >&2; exit 1; }
+
 command -v go >/dev/null || { echo "setup: go is not on PATH" >&2; exit 1; }
 if ! command -v terraform >/dev/null; then
   echo "setup: terraform is not on PATH; the machine image provides Terraform 1.11 (it is not a Debian package)" >&2

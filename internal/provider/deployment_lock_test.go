@@ -1,0 +1,120 @@
+package provider_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// startPostgres runs a throwaway PostgreSQL on a free loopback port, as the
+// postgres user (initdb refuses root), and stops it when the test ends.
+func startPostgres(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"initdb", "pg_ctl", "runuser"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: the machine image provides PostgreSQL (initdb, pg_ctl); runuser is in util-linux", tool)
+		}
+	}
+	dir, err := os.MkdirTemp("", "fleet-pg-") //nolint:usetesting // the postgres user must reach it, and the socket path must be short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if out, err := exec.Command("chown", "postgres:", dir).CombinedOutput(); err != nil {
+		t.Fatalf("chown %s: %v\n%s", dir, err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	data := filepath.Join(dir, "data")
+	as := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("runuser", append([]string{"-u", "postgres", "--"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	as("initdb", "-D", data, "-U", "postgres", "--auth=trust")
+	as("pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1", port, dir), "start")
+	t.Cleanup(func() {
+		_ = exec.Command("runuser", "-u", "postgres", "--", "pg_ctl", "-D", data, "-m", "immediate", "stop").Run()
+	})
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+}
+
+// Two applies from two states deploy the same host at once: the host's
+// deploy lock lets one switch it; the other waits its lock_timeout and
+// fails that node naming the holder. With the pg backend of a real
+// PostgreSQL (two schemas: two states) and with two local states.
+func TestDeploymentTwoAppliesAtOnce(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		for _, backend := range []string{"pg", "local"} {
+			t.Run(cli.Name+"/"+backend, func(t *testing.T) {
+				conn := ""
+				if backend == "pg" {
+					conn = startPostgres(t)
+				}
+				tg := nixtest.NewTarget(t)
+				old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+				tg.Boot(t, old)
+				slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Hang})
+				next := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+				session := func(name, system, extra string) *acctest.Session {
+					s := acctest.NewSession(t, cli, server())
+					block := ""
+					if conn != "" {
+						block = fmt.Sprintf("terraform {\n  backend \"pg\" {\n    conn_str    = %q\n    schema_name = %q\n  }\n}\n", conn, name)
+					}
+					s.WriteConfig(block)
+					s.Run("init", "-input=false")
+					// Both states exist before the race: the pg backend locks
+					// workspace creation across schemas.
+					s.Run("apply", "-auto-approve", "-input=false")
+					s.WriteConfig(block + deploymentConfig([]*nixtest.Target{tg}, []string{system}, extra))
+					return s
+				}
+				first := session("first", slow, `  activation_timeout = "8s"`+"\n")
+				second := session("second", next, `  lock_timeout = "1s"`+"\n")
+				var wg sync.WaitGroup
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					first.ExitCode("apply", "-auto-approve", "-input=false") // fails: the hung activation
+				}()
+				// The first holds the lock once its node's activation started.
+				for i := 0; i < 200 && !strings.Contains(strings.Join(tg.Calls(), " "), "test "+slow); i++ {
+					sleepBriefly()
+				}
+				outSecond, errOut, code := second.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+				errOut = outSecond + errOut
+				wg.Wait()
+				if code == 0 || !strings.Contains(errOut, "deploy lock is held by fleet_ssh_deployment") || !strings.Contains(errOut, "lock_timeout (1s)") {
+					t.Errorf("the second apply (exit %d) did not fail naming the holder:\n%s", code, errOut)
+				}
+				if strings.Contains(strings.Join(tg.Calls(), " "), next) {
+					t.Errorf("the second apply switched the host while the first held it: %v", tg.Calls())
+				}
+				// Once the first is done, the second goes through.
+				second.Run("apply", "-auto-approve", "-input=false")
+				if tg.CurrentSystem() != next || tg.BootEntry() != next {
+					t.Errorf("after the first finished: current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+				}
+			})
+		}
+	}
+}
+
+func sleepBriefly() { <-time.After(50 * time.Millisecond) }
