@@ -44,7 +44,7 @@ if ! command -v initdb >/dev/null || ! command -v pg_ctl >/dev/null; then
     [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null || { echo "setup: PostgreSQL (initdb, pg_ctl) missing: install Debian package postgresql as root" >&2; exit 1; }
     echo "setup: installing postgresql" >&2
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
     rm -f /usr/sbin/policy-rc.d
   fi
   bin=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n 1)")
