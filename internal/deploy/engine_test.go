@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
 // deployer for the targets of one test, with short timeouts.
@@ -396,4 +397,31 @@ func TestDeployInterrupted(t *testing.T) {
 	if tg1.BootEntry() != old {
 		t.Errorf("n1's boot entry moved: %s", tg1.BootEntry())
 	}
+}
+
+// FR-017: a node behind a ProxyJump: the jump host is trusted on first use
+// in the deployment's known_hosts file, and the node's own pinned key is
+// still checked end to end.
+func TestDeployThroughProxyJump(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, tg.SSHD.ClientKey)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	n := targetOf(tg, "web1", sys)
+	n.SSHOpts = append(n.SSHOpts, "ProxyJump=jump@"+bastion.Addr)
+	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if bastion.Accepted() == 0 {
+		t.Errorf("the deploy did not go through the bastion")
+	}
+	kh, err := os.ReadFile(d.Transport.KnownHostsFile)
+	if err != nil || !strings.Contains(string(kh), strings.Fields(bastion.HostKey.AuthorizedLine())[1]) {
+		t.Errorf("the bastion's key was not remembered in %s: %q, %v", d.Transport.KnownHostsFile, kh, err)
+	}
+	// Through the same bastion, a node pinned to another key is refused.
+	other := nixtest.NewTarget(t)
+	m := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	m.HostKey, m.SSHOpts = other.HostKey, append(m.SSHOpts, "ProxyJump=jump@"+bastion.Addr)
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{m}, nil)[0], deploy.PhaseFailed, "Host key verification failed")
 }

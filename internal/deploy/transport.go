@@ -139,7 +139,7 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 			// The jump host gets accept-new with the deployment's file;
 			// the node's own key is still checked end to end by the outer
 			// ssh, which a ProxyJump would hand the pinned file to.
-			direct = append(direct, "ProxyCommand="+t.jumpCommand(value))
+			direct = append(direct, "ProxyCommand="+t.jumpCommand(value, s.PrivateKeyFile))
 			continue
 		}
 		direct = append(direct, o)
@@ -150,16 +150,26 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 }
 
 // jumpCommand is the ProxyCommand for a jump host: BatchMode, accept-new
-// with the deployment's known_hosts file, the config file.
-func (t *Transport) jumpCommand(jump string) string {
+// with the deployment's known_hosts file, the config file, the node's key.
+func (t *Transport) jumpCommand(jump, keyFile string) string {
 	args := []string{t.ssh()}
 	if t.ConfigFile != "" {
 		args = append(args, "-F", shellWord(t.ConfigFile))
 	}
+	if keyFile != "" {
+		args = append(args, "-i", shellWord(keyFile))
+	}
 	args = append(args, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
 		"-o", "UserKnownHostsFile="+shellWord(t.KnownHostsFile),
-		"-o", fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds), "-W", "%h:%p", shellWord(jump))
-	return strings.Join(args, " ")
+		"-o", fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds))
+	// ProxyJump takes [user@]host[:port] hops, comma-separated; a
+	// destination takes a port only as an ssh:// URI.
+	hops := strings.Split(jump, ",")
+	if len(hops) > 1 {
+		args = append(args, "-J", shellWord(strings.Join(hops[:len(hops)-1], ",")))
+	}
+	last := strings.TrimPrefix(hops[len(hops)-1], "ssh://")
+	return strings.Join(append(args, "-W", "%h:%p", shellWord("ssh://"+last)), " ")
 }
 
 // shellWord quotes s for the shell ssh runs a ProxyCommand with, when it

@@ -158,7 +158,7 @@ func TestTransportProxyJump(t *testing.T) {
 		SSHOpts: []string{"ProxyJump=ops@bastion.example.org:2222"}})
 	got := effectiveConfig(t, c)
 	pc := got["proxycommand"]
-	for _, want := range []string{"BatchMode=yes", "StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + tr.KnownHostsFile, "-W %h:%p", "ops@bastion.example.org:2222"} {
+	for _, want := range []string{"BatchMode=yes", "StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + tr.KnownHostsFile, "-W %h:%p", "ssh://ops@bastion.example.org:2222"} {
 		if !strings.Contains(pc, want) {
 			t.Errorf("proxycommand %q lacks %q", pc, want)
 		}
