@@ -118,3 +118,35 @@ func TestDocsPublishTheSSHOptPattern(t *testing.T) {
 		t.Errorf("docs/resources/ssh_deployment.md shows the pattern %s %d times, want it in the text and in the schema", deploy.SSHOptPattern, n)
 	}
 }
+
+// Plan probes every node it would switch and warns about those it cannot
+// reach; the apply then fails that node and switches the others.
+func TestDeploymentPlanWarnsAboutUnreachableNodes(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			up, down := nixtest.NewTarget(t), nixtest.NewTarget(t)
+			first := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			up.Boot(t, first)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			down.CutSSH(t, nixtest.CutReset)
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{up, down}, []string{sys, sys}, ""))
+			s.Run("init", "-input=false")
+			out, _ := s.Run("plan", "-json", "-input=false")
+			var about []string
+			for _, w := range warnings(t, out) {
+				if strings.HasSuffix(w.Summary, "is unreachable") {
+					about = append(about, w.Summary)
+				}
+			}
+			if strings.Join(about, ",") != "Node n2 is unreachable" {
+				t.Errorf("plan warnings about unreachable nodes: %q, want n2 only", about)
+			}
+			_, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			if code == 0 || !strings.Contains(errOut, "DEPLOY FAILED for n2") || up.CurrentSystem() != sys {
+				t.Errorf("apply: exit %d, n1 current %s\n%s", code, up.CurrentSystem(), errOut)
+			}
+		})
+	}
+}

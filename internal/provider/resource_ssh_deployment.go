@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -316,6 +317,68 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	}
 	plan.Actions = types.MapValueMust(types.StringType, actions)
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	if !resp.Diagnostics.HasError() {
+		r.probe(ctx, &plan, nodes, actions, &resp.Diagnostics)
+	}
+}
+
+// probe logs in to every node the plan switches, under the provider's
+// probe semaphore, and warns about those it cannot reach: the apply would
+// fail them.
+func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, actions map[string]attr.Value, diags *diag.Diagnostics) {
+	var switching []deployNodeModel
+	for _, n := range nodes {
+		if a, ok := actions[n.Name.ValueString()].(types.String); ok && a.ValueString() == actionSwitch && fullyKnownNode(n) {
+			switching = append(switching, n)
+		}
+	}
+	if len(switching) == 0 || !fullyKnown(m.Defaults) || m.SSHConfigFile.IsUnknown() || m.KnownHostsFile.IsUnknown() {
+		return
+	}
+	d, cleanup, err := r.deployer(ctx, m)
+	if err != nil {
+		return
+	}
+	defer cleanup()
+	builtin := deploy.BuiltinFromEnv(os.Getenv)
+	var nd diag.Diagnostics
+	defaults := r.defaults(ctx, m, &nd)
+	failures := make([]string, len(switching))
+	var wg sync.WaitGroup
+	for i, n := range switching {
+		s := deploy.Resolve(builtin, defaults, deploy.Node{Name: n.Name.ValueString(), Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
+			Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, &nd)}})
+		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.data.prober.Slots.Release(1)
+			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if _, err := d.ReadCurrent(pctx, s); err != nil {
+				failures[i] = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	for i, f := range failures {
+		if f != "" {
+			name := switching[i].Name.ValueString()
+			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" is unreachable",
+				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, f))
+		}
+	}
+}
+
+func fullyKnownNode(n deployNodeModel) bool {
+	for _, v := range []attr.Value{n.Name, n.System, n.Host, n.HostKey, n.User, n.PrivateKeyFile, n.SSHOpts} {
+		if !fullyKnown(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // needsSwitch says whether a node must be switched: it is new, its last
