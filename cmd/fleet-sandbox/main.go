@@ -3,7 +3,9 @@
 // behind a bastion, all on 127.0.0.1; and three storage nodes sharing one
 // storage layout, each an sshd in a mount namespace of its own: one healthy,
 // one whose uploads mount is read-only, one whose instance storage hangs
-// (a FIFO as its heartbeat file). It needs root (mount namespaces). It
+// (a FIFO as its heartbeat file); and two NixOS-like deploy targets with
+// the systems to switch them to. It needs root (mount namespaces) and
+// Debian's nix-bin. It
 // writes a Terraform variables file
 // describing them, prints "ready", and stops every host on SIGINT, SIGTERM or
 // when its standard input closes.
@@ -21,6 +23,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
@@ -38,6 +41,17 @@ type vars struct {
 	Hosts          map[string]host `json:"hosts"`
 	StorageRoot    string          `json:"storage_root"`
 	Nodes          map[string]host `json:"nodes"`
+	// Deploy targets: NixOS-like hosts and the systems to switch them to.
+	DeployTargets []deployTarget `json:"deploy_targets"`
+}
+
+type deployTarget struct {
+	Name           string `json:"name"`
+	Host           string `json:"host"`
+	Port           int    `json:"port"`
+	HostKey        string `json:"host_key"`
+	PrivateKeyFile string `json:"private_key_file"`
+	System         string `json:"system"`
 }
 
 func main() {
@@ -74,6 +88,7 @@ func main() {
 	}
 	v.StorageRoot, v.Nodes = storageNodes(sb, client)
 	v.Nodes["sf-down"] = v.Hosts["down"]
+	v.DeployTargets = deployTargets(sb)
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		sb.Fatalf("encoding variables: %v", err)
@@ -94,6 +109,27 @@ func main() {
 	case <-stop:
 	case <-stdinClosed:
 	}
+}
+
+// deployTargets starts two NixOS-like hosts, each booted into a first
+// system, and builds the systems to switch them to: a good one for web1,
+// and for web2 one whose activation fails a unit (it is rolled back).
+func deployTargets(sb *sandbox) []deployTarget {
+	first := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})
+	var out []deployTarget
+	for _, t := range []struct {
+		name string
+		b    nixtest.Behaviour
+	}{
+		{"web1", nixtest.Behaviour{Kind: nixtest.Succeed}},
+		{"web2", nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"nginx.service"}}},
+	} {
+		tg := nixtest.NewTarget(sb)
+		tg.Boot(sb, first)
+		out = append(out, deployTarget{Name: t.name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
+			PrivateKeyFile: tg.ClientKeyFile, System: nixtest.Closure(sb, t.b)})
+	}
+	return out
 }
 
 // storageNodes starts the three storage nodes. They share the layout

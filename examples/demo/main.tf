@@ -147,3 +147,39 @@ output "node_health" {
 output "schedulable_nodes" {
   value = fleet_node_health_policy.cloud.schedulable_nodes
 }
+
+# Deployment: two NixOS-like hosts of the sandbox, switched one after the
+# other. web2's new system fails a unit: its verdict fails, it is rolled
+# back, and the apply fails at the end, after web1 was switched.
+variable "deploy_targets" {
+  description = "NixOS-like hosts and the systems to switch them to, in order."
+  type = list(object({
+    name             = string
+    host             = string
+    port             = number
+    host_key         = string
+    private_key_file = string
+    system           = string
+  }))
+}
+
+resource "fleet_ssh_deployment" "demo" {
+  nodes = [for t in var.deploy_targets : {
+    name             = t.name
+    host             = t.host
+    system           = t.system
+    host_key         = t.host_key
+    user             = var.user
+    private_key_file = t.private_key_file
+    ssh_opts         = ["Port=${t.port}"]
+  }]
+  verdict = {
+    confirm_timeout = "5s"
+    settle_timeout  = "5s"
+  }
+}
+
+output "deployment" {
+  description = "Each node's phase and message."
+  value       = { for s in fleet_ssh_deployment.demo.status : s.name => "${s.phase}: ${s.message}" }
+}
