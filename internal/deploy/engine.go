@@ -184,6 +184,9 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 		d.log(n.Name, "ssh_config_file sends %s", c.Redirected)
 	}
 	if exit, msg := d.startMaster(ctx, c); exit != 0 {
+		if n.HostKey != "" && (strings.Contains(msg, "Host key verification failed") || strings.Contains(msg, "HOST IDENTIFICATION HAS CHANGED")) {
+			return fail(exit, StepReachable, "HostKeyMismatch", fmt.Sprintf("Host key verification failed: the host did not show the key pinned in host_key (%s); nothing was done on it", abbreviateKey(n.HostKey)), sshHint(msg))
+		}
 		return fail(exit, StepReachable, "ConnectionFailed", "cannot reach the host: "+msg, sshHint(msg))
 	}
 	r.Steps[StepReachable] = StepResult{Passed: true, Reason: "Connected", Message: "logged in over SSH"}
@@ -203,13 +206,13 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 		return fail(exit, StepReachable, "ReadFailed", "cannot read the current system: "+msg, "")
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for len(lines) < 3 {
+	for len(lines) < 4 {
 		lines = append(lines, "")
 	}
 	r.PreviousSystem = strings.TrimSpace(lines[0])
 	r.CurrentSystem = r.PreviousSystem
 	container, systemd := lines[1] == "container", lines[2] == "systemd"
-	if n.SkipIfCurrent && r.PreviousSystem == n.System {
+	if n.SkipIfCurrent && r.PreviousSystem == n.System && strings.TrimSpace(lines[3]) == n.System {
 		r.Phase, r.Message = PhaseSucceeded, "the host already runs this system: nothing to do"
 		return r
 	}
@@ -235,11 +238,15 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 		return r
 	}
 
-	// Profile.
-	if out, err := d.output(c.Command(ctx, remote("nix-env -p "+ProfilePath+" --set "+q(n.System)))); err != nil {
-		exit, msg := exitOf(err, out)
-		return fail(exit, StepActivated, "ProfileFailed", "nix-env --set failed: "+msg, "")
+	// Profile (not for goal test, which leaves the boot default alone, as
+	// nixos-rebuild test does).
+	if d.Options.Goal != GoalTest {
+		if out, err := d.output(c.Command(ctx, remote("nix-env -p "+ProfilePath+" --set "+q(n.System)))); err != nil {
+			exit, msg := exitOf(err, out)
+			return fail(exit, StepActivated, "ProfileFailed", "nix-env --set failed: "+msg, "")
+		}
 	}
+
 	if d.Options.Goal == GoalBoot {
 		return d.finalise(ctx, c, n, &r, container)
 	}
@@ -312,6 +319,7 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 	}
 	r.Steps[StepVerdict] = StepResult{Passed: true, Reason: v.Reason, Message: v.Message}
 	if d.Options.Goal == GoalTest {
+		d.markSucceeded(ctx, c, n.System)
 		r.Phase, r.Message = PhaseSucceeded, "activated and verified (goal test: the boot default is unchanged)"
 		return r
 	}
@@ -528,6 +536,7 @@ func (d *Deployer) finalise(ctx context.Context, c *Conn, n Target, r *Result, c
 		out, err := d.output(c.Command(ctx, cmd))
 		exit, msg := exitOf(err, out)
 		if exit == 0 {
+			d.markSucceeded(ctx, c, n.System)
 			r.Steps[StepBootloader] = StepResult{Passed: true, Reason: "BootDefault", Message: "the boot entry points at the new system"}
 			r.Phase, r.Message = PhaseSucceeded, fmt.Sprintf("switched to %s", n.System)
 			if d.Options.Goal == GoalBoot {
@@ -554,6 +563,12 @@ func (d *Deployer) finalise(ctx context.Context, c *Conn, n Target, r *Result, c
 		r.Phase, r.ExitCode, r.Message, r.Hint = PhaseFailed, exit, "switch-to-configuration boot failed: "+msg, hint
 		return *r
 	}
+}
+
+// markSucceeded records on the host that system was deployed with a
+// passing verdict (see succeededFile).
+func (d *Deployer) markSucceeded(ctx context.Context, c *Conn, system string) {
+	_, _ = d.output(c.Command(ctx, remote("mkdir -p "+q(stateDir)+" && printf '%s\\n' "+q(system)+" > "+succeededFile)))
 }
 
 // startMaster opens the node's master connection. ssh backgrounds it (-f)
@@ -686,6 +701,15 @@ func sshHint(msg string) string {
 		return "the key was refused: check user and private_key_file, or the ssh-agent"
 	}
 	return ""
+}
+
+// abbreviateKey shows a public key line's type and the start of its data.
+func abbreviateKey(line string) string {
+	f := strings.Fields(line)
+	if len(f) < 2 || len(f[1]) < 24 {
+		return line
+	}
+	return f[0] + " " + f[1][:24] + "…"
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

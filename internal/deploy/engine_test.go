@@ -269,8 +269,8 @@ func TestDeployGoals(t *testing.T) {
 	}
 	tg, old, sys, r = one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{Goal: deploy.GoalTest})
 	wantPhase(t, r, deploy.PhaseSucceeded)
-	if tg.CurrentSystem() != sys || tg.BootEntry() != old {
-		t.Errorf("test: current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+	if tg.CurrentSystem() != sys || tg.BootEntry() != old || tg.ProfileSystem() != old {
+		t.Errorf("test: current %s, boot %s, profile %s (the profile must stay, as with nixos-rebuild test)", tg.CurrentSystem(), tg.BootEntry(), tg.ProfileSystem())
 	}
 	tg, old, _, r = one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{Goal: deploy.GoalDryActivate})
 	wantPhase(t, r, deploy.PhaseSucceeded)
@@ -424,4 +424,25 @@ func TestDeployThroughProxyJump(t *testing.T) {
 	m := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	m.HostKey, m.SSHOpts = other.HostKey, append(m.SSHOpts, "ProxyJump=jump@"+bastion.Addr)
 	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{m}, nil)[0], deploy.PhaseFailed, "Host key verification failed")
+}
+
+// A host left running a system whose verdict failed (on_failure = keep)
+// is not taken as done by a deploy that asks the host (SkipIfCurrent):
+// only a passing verdict marks a system done there.
+func TestDeployKeptFailureIsNotDone(t *testing.T) {
+	tg, _, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}}, deploy.Options{Keep: true})
+	wantPhase(t, r, deploy.PhaseFailed, "kept active")
+	if tg.CurrentSystem() != sys {
+		t.Fatalf("keep: current %s", tg.CurrentSystem())
+	}
+	n := targetOf(tg, "web1", sys)
+	n.SkipIfCurrent = true
+	d := deployer(t, deploy.Options{Keep: true, Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseFailed, "db.service")
+	// A system that passed is done.
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	g := targetOf(tg, "web1", good)
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{g}, nil)[0], deploy.PhaseSucceeded, "switched")
+	g.SkipIfCurrent = true
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{g}, nil)[0], deploy.PhaseSucceeded, "nothing to do")
 }

@@ -39,7 +39,13 @@ echo "busy $(cat %[2]s 2>/dev/null)"; exit 3`, lockFile, holderFile, waitSeconds
 // and whether systemd runs, a line each.
 const readScript = `readlink -f /run/current-system || echo
 if systemd-detect-virt --container >/dev/null 2>&1; then echo container; else echo bare; fi
-if [ -d /run/systemd/system ]; then echo systemd; else echo nosystemd; fi`
+if [ -d /run/systemd/system ]; then echo systemd; else echo nosystemd; fi
+cat ` + succeededFile + ` 2>/dev/null || echo`
+
+// succeededFile names the last system a deploy finished on the host with a
+// passing verdict: a host that runs a system kept after a failing verdict
+// (on_failure = keep) does not count as done.
+const succeededFile = stateDir + "/succeeded"
 
 // readCurrentScript prints the current system only (refresh, drift).
 const readCurrentScript = `readlink -f /run/current-system`

@@ -150,3 +150,24 @@ func TestDeploymentPlanWarnsAboutUnreachableNodes(t *testing.T) {
 		})
 	}
 }
+
+// Goals boot and test converge: a plan after their apply is empty (the
+// running system differs from the deployed one with boot, by design).
+func TestDeploymentGoalsConverge(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		for _, goal := range []string{"boot", "test"} {
+			t.Run(cli.Name+"/"+goal, func(t *testing.T) {
+				tg := nixtest.NewTarget(t)
+				tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+				sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+				s := acctest.NewSession(t, cli, server())
+				s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, fmt.Sprintf("  goal = %q\n", goal)))
+				s.Run("init", "-input=false")
+				s.Run("apply", "-auto-approve", "-input=false")
+				s.WantNoChanges()
+				s.WantNoChanges("-refresh=false")
+			})
+		}
+	}
+}

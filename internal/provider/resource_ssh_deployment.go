@@ -98,6 +98,8 @@ const (
 	// the host runs another system than the last deploy left (drift).
 	actionFailed = "failed"
 	actionDrift  = "drift"
+	// In state only: the node was not reached (an interrupted apply).
+	actionPending = "pending"
 )
 
 var deployStatusAttrTypes = map[string]attr.Type{
@@ -277,22 +279,54 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 		seen[n.Name.ValueString()] = true
 		if sys := n.System.ValueString(); !n.System.IsUnknown() {
-			if _, err := os.Stat(sys); err != nil {
+			if !strings.HasPrefix(sys, "/nix/store/") {
+				resp.Diagnostics.AddAttributeError(path.Root("nodes").AtListIndex(i).AtName("system"), "Not a system closure",
+					fmt.Sprintf("node %s: system %q is not a path in the Nix store (/nix/store/...-nixos-system-...)", n.Name.ValueString(), sys))
+			} else if _, err := os.Stat(sys); err != nil {
 				resp.Diagnostics.AddAttributeError(path.Root("nodes").AtListIndex(i).AtName("system"), "System not built",
 					fmt.Sprintf("node %s: system %s does not exist on this machine: build it first (for example nix build .#nixosConfigurations.%s.config.system.build.toplevel)", n.Name.ValueString(), sys, n.Name.ValueString()))
 			}
 		}
 	}
-	for _, d := range []struct{ name, v string }{{"activation_timeout", plan.ActivationTimeout.ValueString()}, {"lock_timeout", plan.LockTimeout.ValueString()}} {
-		if d.v != "" {
-			if _, err := time.ParseDuration(d.v); err != nil {
-				resp.Diagnostics.AddAttributeError(path.Root(d.name), "Invalid duration", fmt.Sprintf("%s: %q is not a Go duration such as \"5m\"", d.name, d.v))
-			}
+	durations := []struct {
+		at    path.Path
+		v     string
+		least time.Duration
+	}{{path.Root("activation_timeout"), plan.ActivationTimeout.ValueString(), time.Second}, {path.Root("lock_timeout"), plan.LockTimeout.ValueString(), 0}}
+	if !plan.Verdict.IsNull() && !plan.Verdict.IsUnknown() {
+		var v verdictModel
+		resp.Diagnostics.Append(plan.Verdict.As(ctx, &v, objectAsOptions)...)
+		durations = append(durations,
+			struct {
+				at    path.Path
+				v     string
+				least time.Duration
+			}{path.Root("verdict").AtName("confirm_timeout"), v.ConfirmTimeout.ValueString(), time.Second},
+			struct {
+				at    path.Path
+				v     string
+				least time.Duration
+			}{path.Root("verdict").AtName("settle_timeout"), v.SettleTimeout.ValueString(), time.Second})
+	}
+	for _, d := range durations {
+		if d.v == "" {
+			continue
+		}
+		if v, err := time.ParseDuration(d.v); err != nil || v < d.least {
+			resp.Diagnostics.AddAttributeError(d.at, "Invalid duration", fmt.Sprintf("%s: %q is not a Go duration of at least %s, such as \"5m\"", d.at, d.v, d.least))
 		}
 	}
 	hold, holdKnown := stringSet(ctx, plan.Hold, &resp.Diagnostics)
+	if holdKnown {
+		for name := range hold {
+			if !seen[name] {
+				resp.Diagnostics.AddAttributeWarning(path.Root("hold"), "Unknown node in hold", fmt.Sprintf("hold names %q, which is not in nodes.", name))
+			}
+		}
+	}
 	priors := priorNodes(ctx, prior, &resp.Diagnostics)
 	actions := map[string]attr.Value{}
+	switching := false
 	for _, n := range nodes {
 		if n.Name.IsUnknown() {
 			plan.Actions = types.MapUnknown(types.StringType)
@@ -304,10 +338,13 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		switch {
 		case !holdKnown || n.System.IsUnknown():
 			actions[name] = types.StringUnknown()
+			switching = true
 		case hold[name]:
 			actions[name] = types.StringValue(actionSkip)
+			switching = switching || p.action != actionSkip
 			resp.Diagnostics.AddAttributeWarning(path.Root("hold"), "Node "+name+" is held", fmt.Sprintf("Node %s is in hold: it will not be deployed in this apply.", name))
-		case needsSwitch(p, known, n.System.ValueString()):
+		case needsSwitch(p, known, n.System.ValueString(), deploy.Goal(plan.Goal.ValueString())):
+			switching = true
 			actions[name] = types.StringValue(actionSwitch)
 		case p.action == actionSwitch || p.action == actionNone:
 			actions[name] = types.StringValue(p.action) // nothing to do: the last outcome stands
@@ -316,6 +353,12 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 	}
 	plan.Actions = types.MapValueMust(types.StringType, actions)
+	if switching || prior == nil {
+		// The apply records what it does: every record is new.
+		plan.Status = types.ListUnknown(deployStatusType)
+		plan.Phase = types.StringUnknown()
+		plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
+	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 	if !resp.Diagnostics.HasError() {
 		r.probe(ctx, &plan, nodes, actions, &resp.Diagnostics)
@@ -385,8 +428,16 @@ func fullyKnownNode(n deployNodeModel) bool {
 // switch failed, it drifted, or its host runs another system. Plan and
 // apply decide with it alike: a plan keeps a node's last outcome when it
 // needs nothing, and apply must then not switch it again.
-func needsSwitch(p priorNode, known bool, system string) bool {
-	return !known || p.action == actionFailed || p.action == actionDrift || p.current != system
+func needsSwitch(p priorNode, known bool, system string, goal deploy.Goal) bool {
+	if !known || p.action == actionFailed || p.action == actionDrift || p.action == actionPending {
+		return true
+	}
+	if goal == deploy.GoalBoot || goal == deploy.GoalDryActivate {
+		// The running system stays the old one: what counts is the system
+		// the last deploy aimed at.
+		return p.system != system
+	}
+	return p.current != system
 }
 
 func stringSet(ctx context.Context, l types.List, diags *diag.Diagnostics) (map[string]bool, bool) {
@@ -459,7 +510,7 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 	for _, n := range nodes {
 		name := n.Name.ValueString()
 		p, known := priors[name]
-		if hold[name] || planned[name] != actionSwitch || !needsSwitch(p, known, n.System.ValueString()) {
+		if hold[name] || planned[name] != actionSwitch || !needsSwitch(p, known, n.System.ValueString(), deploy.Goal(m.Goal.ValueString())) {
 			continue
 		}
 		targets = append(targets, deploy.Target{System: n.System.ValueString(), SkipIfCurrent: !known, Settings: deploy.Resolve(builtin, defaults, deploy.Node{
@@ -490,6 +541,9 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 			// Nothing to do: the last record stands.
 			res = deploy.Result{Name: name, Phase: deploy.Phase(orStr(p.phase, string(deploy.PhaseSucceeded))), CurrentSystem: p.current, PreviousSystem: p.current, Message: "nothing to do: the host runs this system"}
 			succeeded = append(succeeded, name)
+		case res.Phase == deploy.PhasePending:
+			action = actionPending
+			failed = append(failed, name)
 		case res.Failed():
 			action = actionFailed
 			failed = append(failed, name)
@@ -702,8 +756,14 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			attrs[k] = v
 		}
 		attrs["current_system"] = types.StringValue(current)
-		if sys := a["system"].(types.String).ValueString(); current != sys && actions[name] == actionSwitch { //nolint:forcetypeassert // the schema's type
-			actions[name] = actionDrift
+		if goal := deploy.Goal(m.Goal.ValueString()); goal == deploy.GoalSwitch || goal == deploy.GoalTest {
+			sys := a["system"].(types.String).ValueString() //nolint:forcetypeassert // the schema's type
+			switch {
+			case current != sys && (actions[name] == actionSwitch || actions[name] == actionNone):
+				actions[name] = actionDrift // switched by hand since
+			case current == sys && actions[name] == actionSwitch:
+				actions[name] = actionNone // done: a plan shows switch only for what it will switch
+			}
 		}
 		statuses = append(statuses, types.ObjectValueMust(deployStatusAttrTypes, attrs))
 	}
