@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -106,55 +107,44 @@ func resourceNodeStatusAttributes() map[string]rschema.Attribute {
 	}
 }
 
+// dataSourceNodeStatusAttributes are the resource's status fields, as a
+// data source's: one schema, converted.
 func dataSourceNodeStatusAttributes() map[string]dschema.Attribute {
-	str := func(k string) dschema.StringAttribute {
-		return dschema.StringAttribute{Computed: true, MarkdownDescription: statusDesc(k)}
-	}
-	ts := func(k string) dschema.StringAttribute {
-		return dschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: statusDesc(k)}
-	}
-	cond := conditionsAttribute("`Evaluated`, `Healthy`, `Schedulable`")
-	return map[string]dschema.Attribute{
-		"state": str("state"), "reason": str("reason"),
-		"roles": dschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("roles")},
-		"checks": dschema.ListNestedAttribute{Computed: true, MarkdownDescription: statusDesc("checks"), NestedObject: dschema.NestedAttributeObject{Attributes: map[string]dschema.Attribute{
-			"id": str("check.id"), "kind": str("check.kind"), "target": str("check.target"),
-			"names":   dschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("check.names")},
-			"healthy": dschema.BoolAttribute{Computed: true, MarkdownDescription: statusDesc("check.healthy")},
-			"detail":  str("check.detail"), "tier": str("check.tier"),
-			"duration_ms": dschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("check.duration_ms")},
-		}}},
-		"object_types": dschema.ListNestedAttribute{Computed: true, MarkdownDescription: statusDesc("object_types"), NestedObject: dschema.NestedAttributeObject{Attributes: map[string]dschema.Attribute{
-			"name":          str("type.name"),
-			"healthy":       dschema.BoolAttribute{Computed: true, MarkdownDescription: statusDesc("type.healthy")},
-			"failed_checks": dschema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: statusDesc("type.failed")},
-		}}},
-		"last_heartbeat_at": dschema.MapAttribute{Computed: true, ElementType: timetypes.RFC3339Type{}, MarkdownDescription: statusDesc("last_heartbeat_at")},
-		"error_since":       ts("error_since"),
-		"last_clear": dschema.SingleNestedAttribute{Computed: true, MarkdownDescription: statusDesc("last_clear"), Attributes: map[string]dschema.Attribute{
-			"note": dschema.StringAttribute{Computed: true, MarkdownDescription: "The clear's note."},
-			"at":   dschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When the clear took effect."},
-		}},
-		"healthy_streak": dschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("healthy_streak")},
-		"evaluated_at":   ts("evaluated_at"),
-		"conditions": dschema.ListNestedAttribute{Computed: true, MarkdownDescription: cond.MarkdownDescription,
-			NestedObject: dschema.NestedAttributeObject{Attributes: dataSourceConditionAttributes(cond)}},
-	}
-}
-
-// dataSourceConditionAttributes are the resource's condition fields, as a
-// data source's.
-func dataSourceConditionAttributes(cond rschema.ListNestedAttribute) map[string]dschema.Attribute {
 	out := map[string]dschema.Attribute{}
-	for name, a := range cond.NestedObject.Attributes {
-		switch a := a.(type) {
-		case rschema.StringAttribute:
-			out[name] = dschema.StringAttribute{Computed: true, CustomType: a.CustomType, MarkdownDescription: a.MarkdownDescription}
-		case rschema.Int64Attribute:
-			out[name] = dschema.Int64Attribute{Computed: true, MarkdownDescription: a.MarkdownDescription}
-		}
+	for name, a := range resourceNodeStatusAttributes() {
+		out[name] = computedForDataSource(a)
 	}
 	return out
+}
+
+// computedForDataSource converts a computed attribute of a resource schema
+// into the same attribute of a data source schema.
+func computedForDataSource(a rschema.Attribute) dschema.Attribute {
+	switch a := a.(type) {
+	case rschema.StringAttribute:
+		return dschema.StringAttribute{Computed: true, CustomType: a.CustomType, MarkdownDescription: a.MarkdownDescription}
+	case rschema.BoolAttribute:
+		return dschema.BoolAttribute{Computed: true, MarkdownDescription: a.MarkdownDescription}
+	case rschema.Int64Attribute:
+		return dschema.Int64Attribute{Computed: true, MarkdownDescription: a.MarkdownDescription}
+	case rschema.ListAttribute:
+		return dschema.ListAttribute{Computed: true, ElementType: a.ElementType, MarkdownDescription: a.MarkdownDescription}
+	case rschema.MapAttribute:
+		return dschema.MapAttribute{Computed: true, ElementType: a.ElementType, MarkdownDescription: a.MarkdownDescription}
+	case rschema.SingleNestedAttribute:
+		attrs := map[string]dschema.Attribute{}
+		for n, x := range a.Attributes {
+			attrs[n] = computedForDataSource(x)
+		}
+		return dschema.SingleNestedAttribute{Computed: true, Attributes: attrs, MarkdownDescription: a.MarkdownDescription}
+	case rschema.ListNestedAttribute:
+		attrs := map[string]dschema.Attribute{}
+		for n, x := range a.NestedObject.Attributes {
+			attrs[n] = computedForDataSource(x)
+		}
+		return dschema.ListNestedAttribute{Computed: true, NestedObject: dschema.NestedAttributeObject{Attributes: attrs}, MarkdownDescription: a.MarkdownDescription}
+	}
+	panic(fmt.Sprintf("computedForDataSource: unexpected attribute %T", a))
 }
 
 func stringList(s []string) types.List {
