@@ -167,6 +167,10 @@ func TestDeploymentGoalsConverge(t *testing.T) {
 				s.Run("apply", "-auto-approve", "-input=false")
 				s.WantNoChanges()
 				s.WantNoChanges("-refresh=false")
+				// A change that switches nothing applies cleanly too.
+				s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, fmt.Sprintf("  goal = %q\n  remote_exec_timeout = 90\n", goal)))
+				s.Run("apply", "-auto-approve", "-input=false")
+				s.WantNoChanges()
 			})
 		}
 	}

@@ -353,8 +353,8 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 	}
 	plan.Actions = types.MapValueMust(types.StringType, actions)
-	if switching || prior == nil {
-		// The apply records what it does: every record is new.
+	if switching || prior == nil || !req.Plan.Raw.Equal(req.State.Raw) {
+		// Any apply records what it does: every record is new.
 		plan.Status = types.ListUnknown(deployStatusType)
 		plan.Phase = types.StringUnknown()
 		plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
