@@ -2,10 +2,13 @@ package deploy_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -445,4 +448,32 @@ func TestDeployKeptFailureIsNotDone(t *testing.T) {
 	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{g}, nil)[0], deploy.PhaseSucceeded, "switched")
 	g.SkipIfCurrent = true
 	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{g}, nil)[0], deploy.PhaseSucceeded, "nothing to do")
+}
+
+// The verdict's http checks, from the deployer: a URL answering what is
+// expected passes; one that answers otherwise fails the node and rolls
+// it back.
+func TestDeployHTTPVerdictCheck(t *testing.T) {
+	var mu sync.Mutex
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	opts := deploy.Options{Verdict: deploy.VerdictSpec{HTTP: []deploy.HTTPCheck{{URL: srv.URL + "/health", ExpectStatus: 200}}}}
+	tg, _, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, opts)
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys {
+		t.Errorf("current %s", tg.CurrentSystem())
+	}
+	mu.Lock()
+	status = http.StatusNotFound
+	mu.Unlock()
+	tg, old, _, r := one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, opts)
+	wantPhase(t, r, deploy.PhaseRolledBack, "status 404, expected 200")
+	if tg.CurrentSystem() != old || tg.BootEntry() != old {
+		t.Errorf("after a failing http check: current %s, boot %s, want %s", tg.CurrentSystem(), tg.BootEntry(), old)
+	}
 }

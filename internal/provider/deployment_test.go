@@ -175,3 +175,30 @@ func TestDeploymentGoalsConverge(t *testing.T) {
 		}
 	}
 }
+
+// A system that comes from another resource is unknown at plan: the
+// node's action is unknown until apply, which switches it; nothing
+// planned is contradicted, and the plan after it is empty.
+func TestDeploymentSystemFromAnotherResource(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s := acctest.NewSession(t, cli, server())
+			config := strings.Replace(deploymentConfig([]*nixtest.Target{tg}, []string{"SYSTEM"}, ""), `"SYSTEM"`, "terraform_data.build.output", 1)
+			s.WriteConfig(fmt.Sprintf("resource \"terraform_data\" \"build\" {\n  input = %q\n}\n", sys) + config)
+			s.Run("init", "-input=false")
+			plan, _ := s.Run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, "actions") || !strings.Contains(plan, "(known after apply)") {
+				t.Errorf("plan:\n%s", plan)
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+				t.Errorf("current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+			}
+			s.WantNoChanges()
+		})
+	}
+}
