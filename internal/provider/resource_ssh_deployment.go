@@ -190,7 +190,7 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"status": schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"name": computedStr("Node name."), "host": computedStr("Host."), "action": computedStr("Action of the last apply."),
-					"phase":  computedStr("`Succeeded`, `Failed`, `RolledBack`, `Skipped`, `Pending`, or the step an interrupted deploy stopped in."),
+					"phase":  computedStr("`Succeeded`, `Failed` (an interrupted node too: its message names the step it stopped in and what the host runs), `RolledBack`, `Skipped`, or `Pending` (not reached before an interrupt)."),
 					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
 					"previous_system": computedStr("The system before the last deploy."),
 					"exit_code":       schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success."},
