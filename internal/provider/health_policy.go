@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -311,7 +312,7 @@ func (d policyDoc) policy(defaults connectionDefaults, dialCheck func(health.Nod
 	for name, r := range d.Roles {
 		p.Roles[name] = health.Role{Hosts: r.Hosts, Description: r.Description}
 	}
-	for _, name := range sortedNames(d.Nodes) {
+	for _, name := range slices.Sorted(maps.Keys(d.Nodes)) {
 		n := d.Nodes[name]
 		at := path.Root("nodes").AtMapKey(name)
 		node := health.Node{Roles: n.Roles, Local: n.Local}
@@ -377,13 +378,4 @@ func (c checkDoc) spec() (health.Spec, error) {
 		return health.Spec{}, fmt.Errorf("set exactly one of path, command, tcp, http, systemd_unit (%d set)", len(specs))
 	}
 	return specs[0], nil
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

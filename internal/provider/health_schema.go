@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"fmt"
+
 	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	dschema "github.com/hashicorp/terraform-plugin-framework/datasource/schema"
@@ -117,31 +119,48 @@ func dataSourcePolicyAttributes() map[string]dschema.Attribute {
 	return out
 }
 
-// toDataSource converts an input attribute of the resource into the data
-// source's, keeping descriptions and validators; top makes it optional.
+// toDataSource converts an attribute of the resource's schema into the
+// same attribute of a data source's, keeping descriptions, validators and
+// whether it is computed; top makes an input optional (the data source
+// takes its policy inline or as a document).
 func toDataSource(a rschema.Attribute, top bool) dschema.Attribute {
+	opt := func(optional, required bool) (bool, bool) { return optional || top, required && !top }
 	switch a := a.(type) {
 	case rschema.StringAttribute:
-		return dschema.StringAttribute{Optional: a.Optional || top, Required: a.Required && !top, CustomType: a.CustomType, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+		o, r := opt(a.Optional, a.Required)
+		return dschema.StringAttribute{Optional: o, Required: r, Computed: a.Computed, CustomType: a.CustomType, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
 	case rschema.Int64Attribute:
-		return dschema.Int64Attribute{Optional: a.Optional || top, Required: a.Required && !top, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+		o, r := opt(a.Optional, a.Required)
+		return dschema.Int64Attribute{Optional: o, Required: r, Computed: a.Computed, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
 	case rschema.BoolAttribute:
-		return dschema.BoolAttribute{Optional: a.Optional || top, Required: a.Required && !top, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+		o, r := opt(a.Optional, a.Required)
+		return dschema.BoolAttribute{Optional: o, Required: r, Computed: a.Computed, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
 	case rschema.ListAttribute:
-		return dschema.ListAttribute{Optional: a.Optional || top, Required: a.Required && !top, ElementType: a.ElementType, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+		o, r := opt(a.Optional, a.Required)
+		return dschema.ListAttribute{Optional: o, Required: r, Computed: a.Computed, ElementType: a.ElementType, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+	case rschema.MapAttribute:
+		o, r := opt(a.Optional, a.Required)
+		return dschema.MapAttribute{Optional: o, Required: r, Computed: a.Computed, ElementType: a.ElementType, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
 	case rschema.SingleNestedAttribute:
-		attrs := map[string]dschema.Attribute{}
-		for n, x := range a.Attributes {
-			attrs[n] = toDataSource(x, false)
-		}
-		return dschema.SingleNestedAttribute{Optional: a.Optional || top, Required: a.Required && !top, Attributes: attrs, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+		o, r := opt(a.Optional, a.Required)
+		return dschema.SingleNestedAttribute{Optional: o, Required: r, Computed: a.Computed, Attributes: nestedForDataSource(a.Attributes),
+			MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+	case rschema.ListNestedAttribute:
+		o, r := opt(a.Optional, a.Required)
+		return dschema.ListNestedAttribute{Optional: o, Required: r, Computed: a.Computed, MarkdownDescription: a.MarkdownDescription,
+			NestedObject: dschema.NestedAttributeObject{Attributes: nestedForDataSource(a.NestedObject.Attributes), Validators: a.NestedObject.Validators}}
 	case rschema.MapNestedAttribute:
-		attrs := map[string]dschema.Attribute{}
-		for n, x := range a.NestedObject.Attributes {
-			attrs[n] = toDataSource(x, false)
-		}
-		return dschema.MapNestedAttribute{Optional: a.Optional || top, Required: a.Required && !top, MarkdownDescription: a.MarkdownDescription,
-			NestedObject: dschema.NestedAttributeObject{Attributes: attrs, Validators: a.NestedObject.Validators}}
+		o, r := opt(a.Optional, a.Required)
+		return dschema.MapNestedAttribute{Optional: o, Required: r, Computed: a.Computed, MarkdownDescription: a.MarkdownDescription,
+			NestedObject: dschema.NestedAttributeObject{Attributes: nestedForDataSource(a.NestedObject.Attributes), Validators: a.NestedObject.Validators}}
 	}
-	panic("toDataSource: unexpected attribute type")
+	panic(fmt.Sprintf("toDataSource: unexpected attribute %T", a))
+}
+
+func nestedForDataSource(attrs map[string]rschema.Attribute) map[string]dschema.Attribute {
+	out := make(map[string]dschema.Attribute, len(attrs))
+	for n, x := range attrs {
+		out[n] = toDataSource(x, false)
+	}
+	return out
 }

@@ -2,7 +2,8 @@ package provider
 
 import (
 	"context"
-	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,41 +111,7 @@ func resourceNodeStatusAttributes() map[string]rschema.Attribute {
 // dataSourceNodeStatusAttributes are the resource's status fields, as a
 // data source's: one schema, converted.
 func dataSourceNodeStatusAttributes() map[string]dschema.Attribute {
-	out := map[string]dschema.Attribute{}
-	for name, a := range resourceNodeStatusAttributes() {
-		out[name] = computedForDataSource(a)
-	}
-	return out
-}
-
-// computedForDataSource converts a computed attribute of a resource schema
-// into the same attribute of a data source schema.
-func computedForDataSource(a rschema.Attribute) dschema.Attribute {
-	switch a := a.(type) {
-	case rschema.StringAttribute:
-		return dschema.StringAttribute{Computed: true, CustomType: a.CustomType, MarkdownDescription: a.MarkdownDescription}
-	case rschema.BoolAttribute:
-		return dschema.BoolAttribute{Computed: true, MarkdownDescription: a.MarkdownDescription}
-	case rschema.Int64Attribute:
-		return dschema.Int64Attribute{Computed: true, MarkdownDescription: a.MarkdownDescription}
-	case rschema.ListAttribute:
-		return dschema.ListAttribute{Computed: true, ElementType: a.ElementType, MarkdownDescription: a.MarkdownDescription}
-	case rschema.MapAttribute:
-		return dschema.MapAttribute{Computed: true, ElementType: a.ElementType, MarkdownDescription: a.MarkdownDescription}
-	case rschema.SingleNestedAttribute:
-		attrs := map[string]dschema.Attribute{}
-		for n, x := range a.Attributes {
-			attrs[n] = computedForDataSource(x)
-		}
-		return dschema.SingleNestedAttribute{Computed: true, Attributes: attrs, MarkdownDescription: a.MarkdownDescription}
-	case rschema.ListNestedAttribute:
-		attrs := map[string]dschema.Attribute{}
-		for n, x := range a.NestedObject.Attributes {
-			attrs[n] = computedForDataSource(x)
-		}
-		return dschema.ListNestedAttribute{Computed: true, NestedObject: dschema.NestedAttributeObject{Attributes: attrs}, MarkdownDescription: a.MarkdownDescription}
-	}
-	panic(fmt.Sprintf("computedForDataSource: unexpected attribute %T", a))
+	return nestedForDataSource(resourceNodeStatusAttributes())
 }
 
 func stringList(s []string) types.List {
@@ -264,7 +231,7 @@ func nodeRecordFrom(ctx context.Context, o types.Object) (*health.Record, diag.D
 // remote command is `sh -s` reading one script of these checks. A policy
 // holds no secret.
 func logPlanned(ctx context.Context, p *health.Policy) {
-	for _, name := range sortedNames(p.Nodes) {
+	for _, name := range slices.Sorted(maps.Keys(p.Nodes)) {
 		n := p.Nodes[name]
 		where := "local /bin/sh -s"
 		if !n.Local {

@@ -3,6 +3,9 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
@@ -100,7 +103,7 @@ func (r *nodeHealthPolicyResource) ValidateConfig(ctx context.Context, req resou
 		for name := range m.ClearErrors.Elements() {
 			if _, ok := m.Nodes.Elements()[name]; !ok {
 				resp.Diagnostics.AddAttributeError(path.Root("clear_errors").AtMapKey(name), "Unknown node in clear_errors",
-					fmt.Sprintf("clear_errors names node %q, which is not in nodes (%s).", name, list(sortedNames(m.Nodes.Elements()))))
+					fmt.Sprintf("clear_errors names node %q, which is not in nodes (%s).", name, list(slices.Sorted(maps.Keys(m.Nodes.Elements())))))
 			}
 		}
 	}
@@ -124,14 +127,7 @@ func list(s []string) string {
 	if len(s) == 0 {
 		return "none"
 	}
-	out := ""
-	for i, v := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += v
-	}
-	return out
+	return strings.Join(s, ", ")
 }
 
 // compile builds the policy the evaluator runs, with static connection

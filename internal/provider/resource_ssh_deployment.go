@@ -288,25 +288,18 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 			}
 		}
 	}
-	durations := []struct {
+	type duration struct {
 		at    path.Path
 		v     string
 		least time.Duration
-	}{{path.Root("activation_timeout"), plan.ActivationTimeout.ValueString(), time.Second}, {path.Root("lock_timeout"), plan.LockTimeout.ValueString(), 0}}
+	}
+	durations := []duration{{path.Root("activation_timeout"), plan.ActivationTimeout.ValueString(), time.Second}, {path.Root("lock_timeout"), plan.LockTimeout.ValueString(), 0}}
 	if !plan.Verdict.IsNull() && !plan.Verdict.IsUnknown() {
 		var v verdictModel
 		resp.Diagnostics.Append(plan.Verdict.As(ctx, &v, objectAsOptions)...)
 		durations = append(durations,
-			struct {
-				at    path.Path
-				v     string
-				least time.Duration
-			}{path.Root("verdict").AtName("confirm_timeout"), v.ConfirmTimeout.ValueString(), time.Second},
-			struct {
-				at    path.Path
-				v     string
-				least time.Duration
-			}{path.Root("verdict").AtName("settle_timeout"), v.SettleTimeout.ValueString(), time.Second})
+			duration{path.Root("verdict").AtName("confirm_timeout"), v.ConfirmTimeout.ValueString(), time.Second},
+			duration{path.Root("verdict").AtName("settle_timeout"), v.SettleTimeout.ValueString(), time.Second})
 	}
 	for _, d := range durations {
 		if d.v == "" {
