@@ -20,9 +20,9 @@ package health
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 )
@@ -130,12 +130,7 @@ func Register(kind string, f Factory) {
 func Kinds() []string {
 	kindsMu.RLock()
 	defer kindsMu.RUnlock()
-	out := make([]string, 0, len(kinds))
-	for k := range kinds {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(kinds))
 }
 
 // Build makes a check from its declaration.
@@ -147,14 +142,4 @@ func Build(s Spec, storageRoot string) (Check, error) {
 		return nil, fmt.Errorf("unknown check kind %q (known: %v)", s.Kind, Kinds())
 	}
 	return f(s.Settings, storageRoot)
-}
-
-// sortedKeys returns a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

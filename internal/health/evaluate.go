@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,7 +72,7 @@ func (e *Evaluator) now() time.Time {
 // nothing and must record nothing.
 func (e *Evaluator) Evaluate(ctx context.Context, p *Policy, names []string) ([]Report, error) {
 	if names == nil {
-		names = sortedKeys(p.Nodes)
+		names = slices.Sorted(maps.Keys(p.Nodes))
 	}
 	if e.Interrupt != nil {
 		var cancel context.CancelFunc

@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -73,7 +74,7 @@ func (p *Policy) Validate() []FieldError {
 	if p.StorageRoot != "" && !path.IsAbs(p.StorageRoot) {
 		errs = append(errs, FieldError{Path: []string{"storage_root"}, Msg: fmt.Sprintf("%q is not an absolute path, for example \"/srv/cloud\"", p.StorageRoot)})
 	}
-	for _, name := range sortedKeys(p.Checks) {
+	for _, name := range slices.Sorted(maps.Keys(p.Checks)) {
 		if p.Checks[name].Spec.Kind == "" {
 			continue // no kind: the reader of the declaration said why
 		}
@@ -91,17 +92,17 @@ func (p *Policy) Validate() []FieldError {
 			}
 		}
 	}
-	for _, name := range sortedKeys(p.ObjectTypes) {
+	for _, name := range slices.Sorted(maps.Keys(p.ObjectTypes)) {
 		refs("check", []string{"object_types", name, "checks"}, p.ObjectTypes[name].Checks,
-			func(n string) bool { _, ok := p.Checks[n]; return ok }, "checks", sortedKeys(p.Checks))
+			func(n string) bool { _, ok := p.Checks[n]; return ok }, "checks", slices.Sorted(maps.Keys(p.Checks)))
 	}
-	for _, name := range sortedKeys(p.Roles) {
+	for _, name := range slices.Sorted(maps.Keys(p.Roles)) {
 		refs("object type", []string{"roles", name, "hosts"}, p.Roles[name].Hosts,
-			func(n string) bool { _, ok := p.ObjectTypes[n]; return ok }, "object_types", sortedKeys(p.ObjectTypes))
+			func(n string) bool { _, ok := p.ObjectTypes[n]; return ok }, "object_types", slices.Sorted(maps.Keys(p.ObjectTypes)))
 	}
-	for _, name := range sortedKeys(p.Nodes) {
+	for _, name := range slices.Sorted(maps.Keys(p.Nodes)) {
 		refs("role", []string{"nodes", name, "roles"}, p.Nodes[name].Roles,
-			func(n string) bool { _, ok := p.Roles[n]; return ok }, "roles", sortedKeys(p.Roles))
+			func(n string) bool { _, ok := p.Roles[n]; return ok }, "roles", slices.Sorted(maps.Keys(p.Roles)))
 	}
 	return errs
 }
@@ -161,7 +162,7 @@ func (p *Policy) Plan(node string) []Planned {
 		}
 	}
 	out := make([]Planned, 0, len(byID))
-	for _, id := range sortedKeys(byID) {
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
 		out = append(out, *byID[id])
 	}
 	return out

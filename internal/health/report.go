@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -210,7 +211,7 @@ type Summary struct {
 // Summarize sorts nodes into the summary lists by their states.
 func Summarize(states map[string]State) Summary {
 	s := Summary{Healthy: []string{}, Schedulable: []string{}, Error: []string{}, Missing: []string{}}
-	for _, n := range sortedKeys(states) {
+	for _, n := range slices.Sorted(maps.Keys(states)) {
 		st := states[n]
 		if st == StateHealthy {
 			s.Healthy = append(s.Healthy, n)
