@@ -104,7 +104,8 @@ awk '
 # Deployment: SSH connections the targets accepted per deployed node
 # (target 2: the master and the verdict's new connection), and the engine's
 # wall time against the same raw commands typed over one master connection
-# (target at most 1.2), for 1, 5 and 20 NixOS-like targets.
+# (target at most 1.2), and against the raw commands plus the verdict's new
+# login, for 1, 5 and 20 NixOS-like targets.
 deploy_out=bench/out/deploy.txt
 go test -run '^$' -bench BenchmarkDeploy -benchtime 1x -timeout 30m ./internal/deploy/ 2>&1 | tee "$deploy_out"
 awk '
@@ -112,13 +113,14 @@ awk '
       split($1, part, "/"); n = part[2]; sub(/-[0-9]+$/, "", n); sub(/^nodes=/, "", n)
       delete m
       for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
-      rows[++k] = sprintf("%-6s %15.2f %10.0f %8.0f %7.2f", n, m["conns_per_node"], m["engine_ms"], m["raw_ms"], m["ratio"])
+      rows[++k] = sprintf("%-6s %15.2f %10.0f %8.0f %7.2f %13.0f %12.2f", n, m["conns_per_node"], m["engine_ms"], m["raw_ms"], m["ratio"], m["raw_login_ms"], m["ratio_login"])
     }
     END {
       if (k == 0) { print "bench: no deployment benchmark results" > "/dev/stderr"; exit 1 }
       print ""
       print "Deployment: connections per node and wall time against the raw commands over one master"
-      printf "%-6s %15s %10s %8s %7s\n", "nodes", "conns_per_node", "engine_ms", "raw_ms", "ratio"
+      printf "%-6s %15s %10s %8s %7s %13s %12s\n", "nodes", "conns_per_node", "engine_ms", "raw_ms", "ratio", "raw_login_ms", "ratio_login"
       for (i = 1; i <= k; i++) print rows[i]
       print "conns_per_node: target 2. ratio = engine / raw: target at most 1.2."
+      print "raw_login: the raw commands plus the one new login after activation that the verdict needs; ratio_login = engine / raw_login."
     }' "$deploy_out" | tee -a "$deploy_out"

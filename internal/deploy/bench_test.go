@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,12 +21,13 @@ import (
 // readlink, switch-to-configuration boot). It reports SSH connections the
 // targets accepted per deployed node (target 2: the master and the
 // verdict's new one) and the engine's wall time against the raw commands'
-// (target at most 1.2).
+// (target at most 1.2), and against the raw commands plus the one new
+// login the verdict needs, which no master connection can replace.
 func BenchmarkDeploy(b *testing.B) {
 	for _, n := range []int{1, 5, 20} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			b.Setenv("NIX_CONFIG", nixtest.NixConfig)
-			var engine, raw time.Duration
+			var engine, raw, rawLogin time.Duration
 			var conns int
 			for range b.N {
 				b.StopTimer()
@@ -63,7 +65,7 @@ func BenchmarkDeploy(b *testing.B) {
 				}
 				start = time.Now()
 				for i, tg := range tgs {
-					rawDeploy(b, tg, systems[i])
+					rawDeploy(b, tg, systems[i], false)
 				}
 				raw += time.Since(start)
 				for i, tg := range tgs {
@@ -71,11 +73,24 @@ func BenchmarkDeploy(b *testing.B) {
 						b.Fatalf("raw deploy of node %d did not finish", i)
 					}
 				}
+
+				// Again, with the verdict's new login by hand too.
+				for i, tg := range tgs {
+					tg.Boot(b, old)
+					systems[i] = nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+				}
+				start = time.Now()
+				for i, tg := range tgs {
+					rawDeploy(b, tg, systems[i], true)
+				}
+				rawLogin += time.Since(start)
 			}
 			b.ReportMetric(float64(conns)/float64(b.N*n), "conns_per_node")
 			b.ReportMetric(float64(engine.Milliseconds())/float64(b.N), "engine_ms")
 			b.ReportMetric(float64(raw.Milliseconds())/float64(b.N), "raw_ms")
 			b.ReportMetric(engine.Seconds()/raw.Seconds(), "ratio")
+			b.ReportMetric(float64(rawLogin.Milliseconds())/float64(b.N), "raw_login_ms")
+			b.ReportMetric(engine.Seconds()/rawLogin.Seconds(), "ratio_login")
 		})
 	}
 }
@@ -105,8 +120,9 @@ func benchDeployer(b *testing.B) *deploy.Deployer {
 	}
 }
 
-// rawDeploy is what an operator would type, over one master connection.
-func rawDeploy(b *testing.B, tg *nixtest.Target, system string) {
+// rawDeploy is what an operator would type, over one master connection;
+// with login, a new login after the activation too, as the verdict makes.
+func rawDeploy(b *testing.B, tg *nixtest.Target, system string, login bool) {
 	control, err := os.MkdirTemp("", "fr") //nolint:usetesting // t.TempDir() is too long for a socket path
 	if err != nil {
 		b.Fatal(err)
@@ -137,5 +153,8 @@ func rawDeploy(b *testing.B, tg *nixtest.Target, system string) {
 		system + "/bin/switch-to-configuration boot",
 	} {
 		run(env, "ssh", append(append([]string{}, opts...), tg.Destination(), remote)...)
+		if login && strings.HasSuffix(remote, " test") {
+			run(env, "ssh", append(append([]string{"-o", "ControlPath=none"}, tg.SSHOptions(b)...), tg.Destination(), "true")...)
+		}
 	}
 }

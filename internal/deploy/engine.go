@@ -191,21 +191,32 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 	}
 	r.Steps[StepReachable] = StepResult{Passed: true, Reason: "Connected", Message: "logged in over SSH"}
 
-	d.log(n.Name, "connected; taking the host's deploy lock")
-	// Lock: held by a session for the whole deploy of the node.
-	release, err := d.lock(ctx, c)
+	d.log(n.Name, "connected; taking the host's deploy lock and copying %s", n.System)
+	// The copy only adds paths to the host's store, which is safe whoever
+	// holds the lock: it runs while the lock is taken, and is abandoned if
+	// the lock is not.
+	copyCtx, stopCopy := context.WithCancel(ctx)
+	defer stopCopy()
+	copied := make(chan copyResult, 1)
+	go func() {
+		cmd := exec.CommandContext(copyCtx, d.nixCopyClosure(), "--to", "--gzip", "--use-substitutes", n.Host, n.System)
+		cmd.Env = append(append(os.Environ(), d.Options.Env...), "NIX_SSHOPTS="+c.NixSSHOpts())
+		out, err := d.run(cmd)
+		copied <- copyResult{out, err}
+	}()
+	abandonCopy := func() { stopCopy(); <-copied }
+	// Lock: held by a session for the whole deploy of the node; the same
+	// round trip reads the host.
+	release, lines, err := d.lock(ctx, c)
 	if err != nil {
-		return fail(3, StepReachable, "DeployLockBusy", err.Error(), "another deployment of this host is running; it ends, or its lock_timeout must be longer")
+		abandonCopy()
+		var busy lockBusyError
+		if errors.As(err, &busy) {
+			return fail(3, StepReachable, "DeployLockBusy", err.Error(), "another deployment of this host is running; it ends, or its lock_timeout must be longer")
+		}
+		return fail(1, StepReachable, "LockFailed", err.Error(), "")
 	}
 	defer release()
-
-	// Read.
-	out, err := d.output(c.Command(ctx, remote(readScript)))
-	if err != nil {
-		exit, msg := exitOf(err, out)
-		return fail(exit, StepReachable, "ReadFailed", "cannot read the current system: "+msg, "")
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
 	for len(lines) < 4 {
 		lines = append(lines, "")
 	}
@@ -213,17 +224,16 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 	r.CurrentSystem = r.PreviousSystem
 	container, systemd := lines[1] == "container", lines[2] == "systemd"
 	if n.SkipIfCurrent && r.PreviousSystem == n.System && strings.TrimSpace(lines[3]) == n.System {
+		abandonCopy()
 		r.Phase, r.Message = PhaseSucceeded, "the host already runs this system: nothing to do"
 		return r
 	}
 
 	// Copy.
-	d.log(n.Name, "copying %s (current %s)", n.System, r.PreviousSystem)
+	d.log(n.Name, "locked (current system %s); waiting for the copy", orNone(r.PreviousSystem))
 	r.Phase = PhaseCopying
-	copyCmd := exec.CommandContext(ctx, d.nixCopyClosure(), "--to", "--gzip", "--use-substitutes", n.Host, n.System)
-	copyCmd.Env = append(append(os.Environ(), d.Options.Env...), "NIX_SSHOPTS="+c.NixSSHOpts())
-	if out, err := d.run(copyCmd); err != nil {
-		exit, msg := exitOf(err, out)
+	if res := <-copied; res.err != nil {
+		exit, msg := exitOf(res.err, res.out)
 		return fail(exit, StepCopied, "CopyFailed", "nix-copy-closure failed: "+msg, "")
 	}
 	r.Steps[StepCopied] = StepResult{Passed: true, Reason: "Copied", Message: "the closure is in the host's store"}
@@ -234,39 +244,49 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 			exit, msg := exitOf(err, out)
 			return fail(exit, StepActivated, "DryActivationFailed", "dry-activate failed: "+msg, "")
 		}
-		r.Phase, r.Message = PhaseSucceeded, "dry-activate: "+lastLines(out, 3)
+		r.Phase, r.Message = PhaseSucceeded, "dry-activate: "+lastLines(out, 20)
 		return r
 	}
 
 	// Profile (not for goal test, which leaves the boot default alone, as
 	// nixos-rebuild test does).
-	if d.Options.Goal != GoalTest {
-		if out, err := d.output(c.Command(ctx, remote("nix-env -p "+ProfilePath+" --set "+q(n.System)))); err != nil {
+	profile := "nix-env -p " + ProfilePath + " --set " + q(n.System) + " || { echo " + q(profileFailed) + " >&2; exit 1; }; "
+	if d.Options.Goal == GoalTest {
+		profile = ""
+	}
+	if d.Options.Goal == GoalBoot {
+		if out, err := d.output(c.Command(ctx, remote(profile))); err != nil {
 			exit, msg := exitOf(err, out)
 			return fail(exit, StepActivated, "ProfileFailed", "nix-env --set failed: "+msg, "")
 		}
+		return d.finalise(ctx, c, n, &r, container, "")
 	}
 
-	if d.Options.Goal == GoalBoot {
-		return d.finalise(ctx, c, n, &r, container)
-	}
-
-	// Activate, with the host-side watchdog that rolls back unconfirmed.
+	// Activate, with the host-side watchdog that rolls back unconfirmed;
+	// the profile and the watchdog start in one round trip.
 	d.log(n.Name, "activating")
 	r.Phase = PhaseActivating
 	run := runID()
 	prev := r.PreviousSystem
 	watch := !d.Options.Keep && prev != "" && prev != n.System
+	prepare := "mkdir -p " + q(stateDir+"/"+run)
 	if watch {
-		if out, err := d.output(c.Command(ctx, remote(d.startDetached(run, systemd,
-			watchdogScript(run, prev, int(d.activationTimeout()/time.Second)+5, int(d.confirmTimeout()/time.Second)))))); err != nil {
-			exit, msg := exitOf(err, out)
-			return fail(exit, StepActivated, "WatchdogFailed", "cannot start the rollback watchdog on the host: "+msg, "")
-		}
-	} else if _, err := d.output(c.Command(ctx, remote("mkdir -p "+q(stateDir+"/"+run)))); err != nil {
-		return fail(1, StepActivated, "ActivationFailed", "cannot prepare the activation: "+err.Error(), "")
+		prepare = d.startDetached(run, systemd,
+			watchdogScript(run, prev, int(d.activationTimeout()/time.Second)+5, int(d.confirmTimeout()/time.Second)))
 	}
-	exit, actMsg, timedOut := d.activate(ctx, c, run, n.System, systemd, container)
+	// A subshell: the watchdog's start exits it on failure, and the
+	// marker then names the step.
+	prepare = profile + "(\n" + prepare + "\n) || { echo " + q(prepareFailed) + " >&2; exit 1; }; "
+	exit, actMsg, timedOut := d.activate(ctx, c, run, n.System, systemd, container, prepare)
+	if exit != 0 && (strings.Contains(actMsg, profileFailed) || strings.Contains(actMsg, prepareFailed)) {
+		switch {
+		case strings.Contains(actMsg, profileFailed):
+			return fail(exit, StepActivated, "ProfileFailed", "nix-env --set failed: "+actMsg, "")
+		case watch:
+			return fail(exit, StepActivated, "WatchdogFailed", "cannot start the rollback watchdog on the host: "+actMsg, "")
+		}
+		return fail(exit, StepActivated, "ActivationFailed", "cannot prepare the activation: "+actMsg, "")
+	}
 	if ctx.Err() != nil {
 		return fail(-1, StepActivated, "Interrupted", "interrupted during activation; the host decides: "+d.hostState(c, n.System), "")
 	}
@@ -279,7 +299,20 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 		}
 		return r
 	}
+	dropped := exit == -1
+	if dropped {
+		// Decided from the host, not from the exit status the drop lost:
+		// the activation runs on, and records its exit status there.
+		d.log(n.Name, "%s; asking the host how the activation ended", actMsg)
+		if hostExit, said, ok := d.activationExit(ctx, c, run); ok {
+			exit = hostExit
+			actMsg = fmt.Sprintf("the SSH session dropped during activation; the host recorded exit %d: %s", exit, said)
+		}
+	}
 	r.Steps[StepActivated] = StepResult{Passed: exit == 0, Reason: activationReason(exit), Message: actMsg}
+	if dropped && exit != -1 {
+		r.Steps[StepActivated] = StepResult{Passed: exit == 0, Reason: activationReason(exit) + "AfterSessionDropped", Message: actMsg}
+	}
 
 	// Verdict.
 	d.log(n.Name, "verifying (activation: %s)", actMsg)
@@ -288,42 +321,67 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 	r.CurrentSystem = obs.CurrentSystem
 	v := Decide(n.System, obs, d.Options.Verdict.Rules)
 	if exit == -1 && obs.Reconnected && obs.CurrentSystem == n.System {
-		// Decided from the host, not from the exit status the drop lost.
+		// The host kept no exit status (no systemd to outlive the
+		// session): what it runs decides.
 		r.Steps[StepActivated] = StepResult{Passed: true, Reason: "ActivatedSessionDropped",
 			Message: "the session dropped during activation; the host runs the new system"}
 	}
-	if v.Passed {
-		// Over the master: the verdict's new connection has shown the host
-		// still takes logins.
-		if out, err := d.output(c.Command(ctx, remote("touch "+q(stateDir+"/"+run+"/confirm")))); err != nil {
+	// Over the master: the verdict's new connection has shown the host
+	// still takes logins.
+	if v.Passed && d.Options.Goal == GoalTest {
+		if out, err := d.output(c.Command(ctx, remote(confirmScript(run)+markScript(n.System)))); err != nil && strings.Contains(out, confirmFailed) {
 			_, msg := exitOf(err, out)
 			v = Verdict{Reason: "ConfirmFailed", Message: "the confirmation did not reach the host: " + msg}
 		}
 	}
 	if !v.Passed {
-		r.Steps[StepVerdict] = StepResult{Reason: v.Reason, Message: v.Message}
-		r.Phase, r.ExitCode, r.Message, r.Hint = PhaseFailed, max(exit, 1), v.Message, v.Hint
-		if exit > 1 {
-			r.ExitCode = exit
-		}
-		if watch {
-			d.rollback(ctx, c, run, &r, obs.Reconnected)
-		} else if !d.Options.Keep {
-			r.Message += "; nothing to roll back to"
-		}
-		if d.Options.Keep {
-			_, _ = d.output(c.FreshCommand(ctx, remote("touch "+q(stateDir+"/"+run+"/confirm"))))
-			r.Message += "; kept active for inspection (on_failure = keep)"
-		}
+		d.failVerdict(ctx, c, run, &r, v, exit, watch, obs.Reconnected)
 		return r
 	}
 	r.Steps[StepVerdict] = StepResult{Passed: true, Reason: v.Reason, Message: v.Message}
 	if d.Options.Goal == GoalTest {
-		d.markSucceeded(ctx, c, n.System)
 		r.Phase, r.Message = PhaseSucceeded, "activated and verified (goal test: the boot default is unchanged)"
 		return r
 	}
-	return d.finalise(ctx, c, n, &r, container)
+	return d.finalise(ctx, c, n, &r, container, run)
+}
+
+// failVerdict records a failing verdict and rolls the node back, or keeps
+// the new system with on_failure = keep.
+func (d *Deployer) failVerdict(ctx context.Context, c *Conn, run string, r *Result, v Verdict, exit int, watch, reachable bool) {
+	r.Steps[StepVerdict] = StepResult{Reason: v.Reason, Message: v.Message}
+	r.Phase, r.ExitCode, r.Message, r.Hint = PhaseFailed, max(exit, 1), v.Message, v.Hint
+	switch {
+	case watch:
+		d.rollback(ctx, c, run, r, reachable)
+	case !d.Options.Keep:
+		r.Message += "; nothing to roll back to"
+	}
+	if d.Options.Keep {
+		_, _ = d.output(c.FreshCommand(ctx, remote("touch "+q(stateDir+"/"+run+"/confirm"))))
+		r.Message += "; kept active for inspection (on_failure = keep)"
+	}
+}
+
+// activationExit waits, over new connections, for the exit status the
+// activation of run records on the host, up to activation_timeout, and
+// returns it with the activation's last words; false when none comes (no
+// systemd kept the activation alive, or the host cannot be reached).
+func (d *Deployer) activationExit(ctx context.Context, c *Conn, run string) (int, string, bool) {
+	dir := stateDir + "/" + run
+	deadline := time.Now().Add(d.activationTimeout())
+	for {
+		out, err := d.output(c.FreshCommand(ctx, remote("cat "+q(dir+"/activated")+" 2>/dev/null || echo pending; tail -n 3 "+q(dir+"/output")+" 2>/dev/null")))
+		if err == nil {
+			first, rest, _ := strings.Cut(out, "\n")
+			if n, err := strconv.Atoi(strings.TrimSpace(first)); err == nil {
+				return n, lastLines(rest, 3), true
+			}
+		}
+		if time.Now().After(deadline) || !sleep(ctx, time.Second) {
+			return -1, "", false
+		}
+	}
 }
 
 // startDetached runs script on the host in the background, as a transient
@@ -342,7 +400,8 @@ func (d *Deployer) startDetached(run string, systemd bool, script string) string
 // systemd runs (RuntimeMaxSec=180 in a container), retrying exit 11 like
 // the boot lock. It returns the exit status (-1 when the session dropped:
 // the host decides) and what happened.
-func (d *Deployer) activate(ctx context.Context, c *Conn, run, system string, systemd, container bool) (exit int, msg string, timedOut bool) {
+// prepare runs first, in the same round trip as the first attempt.
+func (d *Deployer) activate(ctx context.Context, c *Conn, run, system string, systemd, container bool, prepare string) (exit int, msg string, timedOut bool) {
 	script := activationScript(run, system, "test")
 	cmd := "sh -c " + q(script)
 	if systemd {
@@ -354,9 +413,17 @@ func (d *Deployer) activate(ctx context.Context, c *Conn, run, system string, sy
 	}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, d.activationTimeout())
-		out, err := d.output(c.Command(actx, remote(cmd)))
+		first := ""
+		if attempt == 1 {
+			first = prepare
+		}
+		out, err := d.output(c.Command(actx, remote(first+cmd)))
 		expired := actx.Err() != nil && ctx.Err() == nil
 		cancel()
+		if attempt == 1 && err != nil && (strings.Contains(out, profileFailed) || strings.Contains(out, prepareFailed)) {
+			_, msg := exitOf(err, out)
+			return 1, msg + " (" + strings.TrimSpace(out) + ")", false
+		}
 		if expired {
 			return 1, fmt.Sprintf("the activation did not finish within activation_timeout (%s)", d.activationTimeout()), true
 		}
@@ -394,9 +461,9 @@ func activationReason(exit int) string {
 	return "ActivationFailed"
 }
 
-// observe gathers the verdict's inputs over a new connection: the current
-// system, the system state within the settle timeout, the failed units,
-// then the user checks.
+// observe gathers the verdict's inputs: a new connection must succeed, and
+// the current system, the system state within the settle timeout and the
+// failed units are read, then the user checks run.
 func (d *Deployer) observe(ctx context.Context, c *Conn, n Target, exit int, systemd bool) Observed {
 	o := Observed{ActivationExit: exit}
 	settle := int(d.settleTimeout() / time.Second)
@@ -409,7 +476,21 @@ systemctl --failed --plain --no-legend 2>/dev/null | awk '{print $1}'`, settle)
 		// system and the user checks decide.
 		script = "readlink -f /run/current-system || echo\necho running\necho --failed--"
 	}
-	out, err := d.output(c.FreshCommand(ctx, remote(script)))
+	// The new login and the reading over the master run side by side.
+	fresh := make(chan error, 1)
+	go func() {
+		out, err := d.output(c.FreshCommand(ctx, "true"))
+		if err != nil {
+			_, msg := exitOf(err, out)
+			err = errors.New(msg)
+		}
+		fresh <- err
+	}()
+	out, err := d.output(c.Command(ctx, remote(script)))
+	if ferr := <-fresh; ferr != nil {
+		o.ReconnectError = ferr.Error()
+		return o
+	}
 	if err != nil {
 		_, o.ReconnectError = exitOf(err, out)
 		return o
@@ -528,20 +609,32 @@ func (d *Deployer) rollback(ctx context.Context, c *Conn, run string, r *Result,
 
 // finalise makes the system the boot default: switch-to-configuration boot
 // under timeout 120, exit 11 retried every interval up to the attempts.
-func (d *Deployer) finalise(ctx context.Context, c *Conn, n Target, r *Result, container bool) Result {
+// With a run, its first attempt confirms the verdict to the run's
+// watchdog in the same round trip.
+func (d *Deployer) finalise(ctx context.Context, c *Conn, n Target, r *Result, container bool, run string) Result {
 	d.log(n.Name, "finalising the boot entry")
 	r.Phase = PhaseFinalizing
-	cmd := remote("timeout 120 " + q(n.System) + "/bin/switch-to-configuration boot")
+	boot := "timeout 120 " + q(n.System) + "/bin/switch-to-configuration boot; rc=$?; [ $rc -ne 0 ] || " + markScript(n.System) + "; exit $rc"
 	for attempt := 1; ; attempt++ {
-		out, err := d.output(c.Command(ctx, cmd))
+		cmd := boot
+		if attempt == 1 && run != "" {
+			cmd = confirmScript(run) + boot
+		}
+		out, err := d.output(c.Command(ctx, remote(cmd)))
 		exit, msg := exitOf(err, out)
 		if exit == 0 {
-			d.markSucceeded(ctx, c, n.System)
 			r.Steps[StepBootloader] = StepResult{Passed: true, Reason: "BootDefault", Message: "the boot entry points at the new system"}
 			r.Phase, r.Message = PhaseSucceeded, fmt.Sprintf("switched to %s", n.System)
 			if d.Options.Goal == GoalBoot {
 				r.Message = fmt.Sprintf("%s is the boot default from the next boot", n.System)
 			}
+			return *r
+		}
+		if attempt == 1 && run != "" && strings.Contains(out, confirmFailed) {
+			// The watchdog was not confirmed: the host rolls back.
+			r.Phase, r.ExitCode, r.Message = PhaseFailed, 1, "the confirmation did not reach the host: "+msg
+			r.Steps[StepVerdict] = StepResult{Reason: "ConfirmFailed", Message: r.Message}
+			d.rollback(ctx, c, run, r, false)
 			return *r
 		}
 		if exit == ExitSwitchLocked && attempt < d.bootLockAttempts() {
@@ -559,16 +652,19 @@ func (d *Deployer) finalise(ctx context.Context, c *Conn, n Target, r *Result, c
 			msg = fmt.Sprintf("the switch lock was held for all %d attempts, %s apart", d.bootLockAttempts(), d.bootLockInterval())
 			hint = "another switch is running on the host"
 		}
+		if exit == 255 {
+			msg += "; the host decides: " + d.hostState(c, n.System)
+		}
 		r.Steps[StepBootloader] = StepResult{Reason: "BootloaderFailed", Message: msg}
 		r.Phase, r.ExitCode, r.Message, r.Hint = PhaseFailed, exit, "switch-to-configuration boot failed: "+msg, hint
 		return *r
 	}
 }
 
-// markSucceeded records on the host that system was deployed with a
-// passing verdict (see succeededFile).
-func (d *Deployer) markSucceeded(ctx context.Context, c *Conn, system string) {
-	_, _ = d.output(c.Command(ctx, remote("mkdir -p "+q(stateDir)+" && printf '%s\\n' "+q(system)+" > "+succeededFile)))
+// markScript records on the host that system was deployed with a passing
+// verdict (see succeededFile).
+func markScript(system string) string {
+	return "{ mkdir -p " + q(stateDir) + " && printf '%s\\n' " + q(system) + " > " + succeededFile + "; }"
 }
 
 // startMaster opens the node's master connection. ssh backgrounds it (-f)
@@ -591,34 +687,59 @@ func (d *Deployer) startMaster(ctx context.Context, c *Conn) (int, string) {
 	return exitOf(err, string(b))
 }
 
-// lock takes the host's deploy lock in a session held open until release.
-func (d *Deployer) lock(ctx context.Context, c *Conn) (func(), error) {
+// copyResult is how nix-copy-closure ended.
+type copyResult struct {
+	out string
+	err error
+}
+
+// lockBusyError is a deploy lock another deployment held past lock_timeout.
+type lockBusyError struct{ msg string }
+
+func (e lockBusyError) Error() string { return e.msg }
+
+// lock takes the host's deploy lock in a session held open until release,
+// and returns what readScript printed in that session.
+func (d *Deployer) lock(ctx context.Context, c *Conn) (func(), []string, error) {
 	wait := max(int(d.Options.LockTimeout/time.Second), 0)
-	cmd := c.Command(context.WithoutCancel(ctx), remote(lockScript(d.Options.Holder, wait)))
+	cmd := c.Command(context.WithoutCancel(ctx), lockScript(d.Options.Holder, wait))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	out := bufio.NewReader(stdout)
+	line, _ := out.ReadString('\n')
 	line = strings.TrimSpace(line)
 	if line == "locked" {
-		return func() { _ = stdin.Close(); _ = cmd.Wait() }, nil
+		release := func() { _ = stdin.Close(); _ = cmd.Wait() }
+		var read []string
+		for {
+			l, err := out.ReadString('\n')
+			if strings.TrimSpace(l) == readEnd {
+				return release, read, nil
+			}
+			if err != nil {
+				release()
+				return nil, nil, fmt.Errorf("cannot read the current system: %s", orNone(strings.TrimSpace(stderr.String())))
+			}
+			read = append(read, strings.TrimSpace(l))
+		}
 	}
 	_ = stdin.Close()
 	_ = cmd.Wait()
 	if holder, busy := strings.CutPrefix(line, "busy"); busy {
-		return nil, fmt.Errorf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(strings.TrimSpace(holder)), d.Options.LockTimeout)
+		return nil, nil, lockBusyError{fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(strings.TrimSpace(holder)), d.Options.LockTimeout)}
 	}
-	return nil, fmt.Errorf("cannot take the host's deploy lock: %s", strings.TrimSpace(line+" "+stderr.String()))
+	return nil, nil, fmt.Errorf("cannot take the host's deploy lock: %s", strings.TrimSpace(line+" "+stderr.String()))
 }
 
 // hostState says what the host runs now, over a new connection.

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -227,6 +228,61 @@ func TestDeployCutSSHRollsBackOnTheHost(t *testing.T) {
 	}
 	if tg.CurrentSystem() != old || tg.BootEntry() != old {
 		t.Errorf("the host did not roll itself back: current %s, boot %s, want %s", tg.CurrentSystem(), tg.BootEntry(), old)
+	}
+}
+
+// The SSH session drops during activation (every connection to the host
+// is cut while switch-to-configuration runs): the deployer reconnects and
+// decides from what the host recorded, never from the lost exit status.
+func TestDeploySessionDroppedMidActivation(t *testing.T) {
+	cases := []struct {
+		name   string
+		b      nixtest.Behaviour
+		phase  deploy.Phase
+		exit   int
+		reason string
+	}{
+		{"the activation succeeds", nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 2 * time.Second}, deploy.PhaseSucceeded, 0, "ActivatedAfterSessionDropped"},
+		{"the activation fails units", nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}, Delay: 2 * time.Second},
+			deploy.PhaseRolledBack, deploy.ExitUnitsFailed, "UnitsFailedAfterSessionDropped"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			sys := nixtest.Closure(t, c.b)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var dropped sync.WaitGroup
+			dropped.Add(1)
+			go func() {
+				defer dropped.Done()
+				for ctx.Err() == nil && !strings.Contains(tg.Journal(), "activating the configuration") {
+					time.Sleep(50 * time.Millisecond)
+				}
+				// Closes every established connection; new ones still pass.
+				tg.Gate.SetMode(sshtest.GateOpen)
+			}()
+			r := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}).
+				Deploy(ctx, []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+			cancel()
+			dropped.Wait()
+			wantPhase(t, r, c.phase)
+			if got := r.Steps[deploy.StepActivated]; got.Reason != c.reason || !strings.Contains(got.Message, fmt.Sprintf("the host recorded exit %d", c.exit)) {
+				t.Errorf("activation step %+v, want reason %s and the host's exit %d", got, c.reason, c.exit)
+			}
+			if c.exit != 0 && r.ExitCode != c.exit {
+				t.Errorf("exit code %d, want the host's %d", r.ExitCode, c.exit)
+			}
+			want := old
+			if c.phase == deploy.PhaseSucceeded {
+				want = sys
+			}
+			if tg.CurrentSystem() != want || tg.BootEntry() != want {
+				t.Errorf("host: current %s, boot %s; want both %s", tg.CurrentSystem(), tg.BootEntry(), want)
+			}
+		})
 	}
 }
 

@@ -27,13 +27,19 @@ func remote(script string) string { return pathFallback + script }
 func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // lockScript takes the host's deploy lock, waiting up to wait seconds, and
-// holds it until its standard input closes. It prints "locked", or "busy
-// <holder>" and exits 3.
+// holds it until its standard input closes. Once it holds the lock it
+// prints "locked", then what readScript prints and readEnd, in the same
+// round trip; else "busy <holder>" and exits 3.
 func lockScript(holder string, waitSeconds int) string {
 	return remote(fmt.Sprintf(`exec 9>>%[1]s || exit 2
-if flock -w %[3]d 9; then printf '%%s\n' %[4]s > %[2]s; echo locked; cat >/dev/null; rm -f %[2]s; exit 0; fi
-echo "busy $(cat %[2]s 2>/dev/null)"; exit 3`, lockFile, holderFile, waitSeconds, q(holder)))
+if flock -w %[3]d 9; then printf '%%s\n' %[4]s > %[2]s; echo locked
+%[5]s
+echo %[6]s; cat >/dev/null; rm -f %[2]s; exit 0; fi
+echo "busy $(cat %[2]s 2>/dev/null)"; exit 3`, lockFile, holderFile, waitSeconds, q(holder), readScript, readEnd))
 }
+
+// readEnd ends readScript's lines in the lock session's output.
+const readEnd = "--read--"
 
 // readScript prints the current system, whether the host is a container
 // and whether systemd runs, a line each.
@@ -67,8 +73,23 @@ nix-env -p %[5]s --set %[2]s && %[2]s/bin/switch-to-configuration test; echo "$?
 
 // activationScript runs switch-to-configuration action of system and
 // records its exit status for the watchdog and for a deployer that lost
-// its session.
+// its session. Its output goes to a file on the host, not to the session,
+// so a dropped session cannot end it through a broken pipe; the last lines
+// are printed once it has finished.
 func activationScript(run, system, action string) string {
 	d := stateDir + "/" + run
-	return fmt.Sprintf(`%[2]s/bin/switch-to-configuration %[3]s; rc=$?; echo "$rc" > %[1]s/activated; exit "$rc"`, q(d), q(system), action)
+	return fmt.Sprintf(`d=%[1]s; %[2]s/bin/switch-to-configuration %[3]s >"$d/output" 2>&1; rc=$?; echo "$rc" > "$d/activated"; tail -n 5 "$d/output" >&2; exit "$rc"`, q(d), q(system), action)
+}
+
+// Markers a remote script prints on standard error to say which of its
+// steps failed.
+const (
+	profileFailed = "fleet: nix-env --set failed"
+	prepareFailed = "fleet: the activation could not be prepared"
+	confirmFailed = "fleet: the confirmation was not written"
+)
+
+// confirmScript confirms run's verdict to its watchdog on the host.
+func confirmScript(run string) string {
+	return "touch " + q(stateDir+"/"+run+"/confirm") + " || { echo " + q(confirmFailed) + " >&2; exit 1; }; "
 }

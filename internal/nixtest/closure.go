@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Kind is what a system closure's switch-to-configuration does.
@@ -115,6 +116,10 @@ type Behaviour struct {
 	LockedAction string
 	// Cut, for CutSSH: how new connections fail; empty means CutReset.
 	Cut Cut
+	// Delay makes an activation take this long (after it logs "activating
+	// the configuration...", before it switches), so a test can act while
+	// one is running.
+	Delay time.Duration
 }
 
 var unitPattern = regexp.MustCompile(`^[A-Za-z0-9@._:-]+$`)
@@ -151,6 +156,9 @@ func (b Behaviour) check() error {
 	if b.Cut != "" && b.Kind != CutSSH {
 		return fmt.Errorf("%v with Cut %q: Cut is for CutSSH", b.Kind, b.Cut)
 	}
+	if b.Delay < 0 {
+		return fmt.Errorf("negative delay %s: want zero or more", b.Delay)
+	}
 	return nil
 }
 
@@ -170,8 +178,9 @@ units='%s'
 lock_calls=%d
 lock_action='%s'
 cut=%s
+delay=%.3f
 state=%s
-`, b.Kind, b.Kind.slug(), strings.Join(b.FailedUnits, " "), b.LockedCalls, b.LockedAction, cut, stateLink) + switchBody
+`, b.Kind, b.Kind.slug(), strings.Join(b.FailedUnits, " "), b.LockedCalls, b.LockedAction, cut, b.Delay.Seconds(), stateLink) + switchBody
 }
 
 const switchBody = `if [ ! -d "$state/" ]; then
@@ -223,6 +232,7 @@ install_bootloader() {
 
 activate() {
 	log "activating the configuration..."
+	[ "$delay" = 0.000 ] || sleep "$delay"
 	log "setting up /etc..."
 	if [ "$kind" = hang ]; then
 		log "reloading user units..."
