@@ -123,6 +123,9 @@ type Result struct {
 	Finished       time.Time
 	Steps          map[Step]StepResult
 	RolledBack     bool
+	// HostKeySeen is the key the host offered when the deploy logged in
+	// ("type base64"); empty when it was not reached.
+	HostKeySeen string
 }
 
 // Failed reports whether the node's deploy failed (a rollback is a failure).
@@ -184,11 +187,13 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 		d.log(n.Name, "ssh_config_file sends %s", c.Redirected)
 	}
 	if exit, msg := d.startMaster(ctx, c); exit != 0 {
-		if n.HostKey != "" && (strings.Contains(msg, "Host key verification failed") || strings.Contains(msg, "HOST IDENTIFICATION HAS CHANGED")) {
-			return fail(exit, StepReachable, "HostKeyMismatch", fmt.Sprintf("Host key verification failed: the host did not show the key pinned in host_key (%s); nothing was done on it", abbreviateKey(n.HostKey)), sshHint(msg))
+		if hostKeyRefused(msg) {
+			msg, hint := d.hostKeyMismatch(n.Settings, c.OfferedKey())
+			return fail(exit, StepReachable, "HostKeyMismatch", msg, hint)
 		}
 		return fail(exit, StepReachable, "ConnectionFailed", "cannot reach the host: "+msg, sshHint(msg))
 	}
+	r.HostKeySeen = c.OfferedKey()
 	r.Steps[StepReachable] = StepResult{Passed: true, Reason: "Connected", Message: "logged in over SSH"}
 
 	d.log(n.Name, "connected; taking the host's deploy lock and copying %s", n.System)
@@ -756,19 +761,31 @@ func (d *Deployer) hostState(c *Conn, system string) string {
 	return "it runs " + strings.TrimSpace(out)
 }
 
-// ReadCurrent reads a node's current system (refresh, drift).
-func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (string, error) {
+// Current is what a read of a node found.
+type Current struct {
+	System  string
+	HostKey string // the key the host offered ("type base64")
+}
+
+// ReadCurrent reads a node's current system (refresh, drift) and the key
+// it offered; a key other than its pin or recorded key is refused with
+// both named.
+func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error) {
 	c, err := d.Transport.Open(ctx, s)
 	if err != nil {
-		return "", err
+		return Current{}, err
 	}
 	defer c.Close()
 	out, err := d.output(c.FreshCommand(ctx, remote(readCurrentScript)))
 	if err != nil {
 		_, msg := exitOf(err, out)
-		return "", errors.New(msg)
+		if hostKeyRefused(msg) {
+			msg, hint := d.hostKeyMismatch(s, c.OfferedKey())
+			return Current{}, fmt.Errorf("%s. Fix: %s", msg, hint)
+		}
+		return Current{}, errors.New(msg)
 	}
-	return strings.TrimSpace(out), nil
+	return Current{System: strings.TrimSpace(out), HostKey: c.OfferedKey()}, nil
 }
 
 // run runs a local command whose output is only for errors.
@@ -815,22 +832,31 @@ func lastLines(s string, n int) string {
 
 // sshHint names the fix for the usual SSH failures.
 func sshHint(msg string) string {
-	switch {
-	case strings.Contains(msg, "Host key verification failed"), strings.Contains(msg, "REMOTE HOST IDENTIFICATION HAS CHANGED"):
-		return "the host offered a key other than its pin (host_key) or the one recorded on first use: if it was reinstalled, update host_key or remove its line from the known_hosts file"
-	case strings.Contains(msg, "Permission denied"):
+	if strings.Contains(msg, "Permission denied") {
 		return "the key was refused: check user and private_key_file, or the ssh-agent"
 	}
 	return ""
 }
 
-// abbreviateKey shows a public key line's type and the start of its data.
-func abbreviateKey(line string) string {
-	f := strings.Fields(line)
-	if len(f) < 2 || len(f[1]) < 24 {
-		return line
+func hostKeyRefused(msg string) bool {
+	return strings.Contains(msg, "Host key verification failed") || strings.Contains(msg, "HOST IDENTIFICATION HAS CHANGED")
+}
+
+// hostKeyMismatch says which key the node offered, which one it was held
+// to and where that came from, and how to accept a key changed on purpose.
+func (d *Deployer) hostKeyMismatch(s Settings, offered string) (msg, hint string) {
+	offered = orNone(offered)
+	const otherwise = "; if not, something else answers at this address: do not deploy to it"
+	switch {
+	case s.HostKey != "":
+		return fmt.Sprintf("Host key verification failed: the host offered %s, not the key pinned in host_key (%s); nothing was done on it", offered, strings.TrimSpace(s.HostKey)),
+			"if the host was reinstalled or re-keyed, update host_key to the key it offers now" + otherwise
+	case s.SeenHostKey != "":
+		return fmt.Sprintf("Host key verification failed: the host offered %s, not the key it showed on first use (host_key_seen in this node's status: %s); nothing was done on it", offered, strings.TrimSpace(s.SeenHostKey)),
+			"if the host was reinstalled or re-keyed, set host_key on this node to the key it offers now: the next apply that reaches it records that key as host_key_seen, and host_key can then go again" + otherwise
 	}
-	return f[0] + " " + f[1][:24] + "…"
+	return fmt.Sprintf("Host key verification failed: the host offered %s, not the key recorded for it in %s on first use; nothing was done on it", offered, d.Transport.KnownHostsFile),
+		fmt.Sprintf("if the host was reinstalled or re-keyed, remove its line with ssh-keygen -R '%s' -f %s, or set host_key on this node", s.Host, d.Transport.KnownHostsFile) + otherwise
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -348,7 +348,7 @@ func TestDeployHostKeyPinned(t *testing.T) {
 	n := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	n.HostKey = other.HostKey
 	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{n}, nil)[0]
-	wantPhase(t, r, deploy.PhaseFailed, "Host key verification failed", "update host_key")
+	wantPhase(t, r, deploy.PhaseFailed, "Host key verification failed", "offered "+keyOf(tg.HostKey), "pinned in host_key ("+keyOf(other.HostKey), "update host_key")
 	if len(tg.Calls()) != 0 || tg.CurrentSystem() != old || tg.HasPath(t, n.System) {
 		t.Errorf("the node was changed: calls %v, current %s", tg.Calls(), tg.CurrentSystem())
 	}
@@ -370,7 +370,7 @@ func TestDeployAcceptNewRemembered(t *testing.T) {
 	m := targetOf(imposter, "web1", n.System)
 	m.HostKey, m.SSHOpts = "", []string{"Port=" + strconv.Itoa(imposter.Port), "IdentitiesOnly=yes", "HostKeyAlias=[127.0.0.1]:" + strconv.Itoa(tg.Port)}
 	r := d.Deploy(context.Background(), []deploy.Target{m}, nil)[0]
-	wantPhase(t, r, deploy.PhaseFailed, "known_hosts")
+	wantPhase(t, r, deploy.PhaseFailed, "offered "+keyOf(imposter.HostKey), d.Transport.KnownHostsFile, "ssh-keygen -R")
 	if len(imposter.Calls()) != 0 {
 		t.Errorf("the imposter was deployed to: %v", imposter.Calls())
 	}
@@ -398,9 +398,53 @@ func TestReadCurrent(t *testing.T) {
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, sys)
 	got, err := deployer(t, deploy.Options{}).ReadCurrent(context.Background(), targetOf(tg, "web1", sys).Settings)
-	if err != nil || got != sys {
-		t.Errorf("ReadCurrent = %q, %v; want %s", got, err, sys)
+	if err != nil || got.System != sys || got.HostKey != keyOf(tg.HostKey) {
+		t.Errorf("ReadCurrent = %+v, %v; want %s and the key %s", got, err, sys, keyOf(tg.HostKey))
 	}
+}
+
+// keyOf is an authorized_keys line's "type base64", without its comment.
+func keyOf(line string) string { return strings.Join(strings.Fields(line)[:2], " ") }
+
+// Beyond the seed: the key a node showed on first use is reported (state
+// keeps it as host_key_seen), and a deploy or a read from a fresh runner
+// (a new known_hosts file) that is given it refuses another key, naming
+// both keys and the fix.
+func TestDeployHostKeySeen(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	n := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n.HostKey = ""
+	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if r.HostKeySeen != keyOf(tg.HostKey) {
+		t.Fatalf("HostKeySeen %q, want %q", r.HostKeySeen, keyOf(tg.HostKey))
+	}
+
+	// A fresh runner, its known_hosts file empty, holds the node to a
+	// recorded key the host does not have.
+	other := nixtest.NewTarget(t)
+	m := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	m.HostKey, m.SeenHostKey = "", keyOf(other.HostKey)
+	before := tg.CurrentSystem()
+	fresh := deployer(t, deploy.Options{})
+	r = fresh.Deploy(context.Background(), []deploy.Target{m}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed, "offered "+keyOf(tg.HostKey), "host_key_seen in this node's status: "+keyOf(other.HostKey), "set host_key on this node")
+	if tg.CurrentSystem() != before || tg.HasPath(t, m.System) {
+		t.Errorf("the node was changed: current %s", tg.CurrentSystem())
+	}
+	if kh, _ := os.ReadFile(fresh.Transport.KnownHostsFile); len(kh) != 0 {
+		t.Errorf("the refused key went into the known_hosts file: %q", kh)
+	}
+	_, err := fresh.ReadCurrent(context.Background(), m.Settings)
+	if err == nil || !strings.Contains(err.Error(), "offered "+keyOf(tg.HostKey)) || !strings.Contains(err.Error(), keyOf(other.HostKey)) {
+		t.Errorf("ReadCurrent with another recorded key: %v", err)
+	}
+
+	// The recorded key it does have: the deploy goes on.
+	m.SeenHostKey = keyOf(tg.HostKey)
+	wantPhase(t, fresh.Deploy(context.Background(), []deploy.Target{m}, nil)[0], deploy.PhaseSucceeded)
 }
 
 // US2, SC-006: a node reached on a port only the ssh_config_file names

@@ -55,6 +55,10 @@ type Settings struct {
 	PrivateKeyFile string // empty: the ssh-agent
 	HostKey        string // empty: accept-new with a known_hosts file
 	SSHOpts        []string
+	// SeenHostKey is the key the node showed on first use, as the
+	// caller recorded it: without HostKey, the node is held to it, so a
+	// runner with a new known_hosts file still refuses a changed key.
+	SeenHostKey string
 }
 
 // Resolve layers a node's settings: built-in, then defaults (nil when the

@@ -42,7 +42,7 @@ type Transport struct {
 
 // hostKeyOptions are the options a pin or accept-new sets, compared in
 // lower case as ssh -G prints them.
-var hostKeyOptions = []string{"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile"}
+var hostKeyOptions = []string{"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "knownhostscommand"}
 
 // Conn is one node's transport: the options of every ssh to it, one
 // multiplexed master shared by every command and by nix-copy-closure.
@@ -52,6 +52,7 @@ type Conn struct {
 	opts     []string // -o options, in order, for direct ssh
 	copyOpts []string // the same for NIX_SSHOPTS (ProxyJump kept as it is)
 	pinned   string   // the temporary known_hosts of a pinned node
+	offered  string   // the file KnownHostsCommand writes the offered key to
 	control  string
 	// Redirected is set when the config file sends the host elsewhere:
 	// "web1 -> 10.0.0.5".
@@ -103,13 +104,13 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 	}
 	c.Redirected = redirected
 	var hostKey []string
-	if s.HostKey != "" {
+	if pin := c.pin(); pin != "" {
 		f, err := os.CreateTemp("", "fleet-pin-*")
 		if err != nil {
 			return nil, fmt.Errorf("node %s: temporary known_hosts: %w", s.Name, err)
 		}
 		c.pinned = f.Name()
-		_, werr := fmt.Fprintf(f, "* %s\n", strings.TrimSpace(s.HostKey))
+		_, werr := fmt.Fprintf(f, "* %s\n", pin)
 		if cerr := f.Close(); werr == nil {
 			werr = cerr
 		}
@@ -120,6 +121,26 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 		hostKey = []string{"StrictHostKeyChecking=yes", "GlobalKnownHostsFile=/dev/null", "UserKnownHostsFile=" + c.pinned}
 	} else {
 		hostKey = []string{"StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + t.KnownHostsFile}
+	}
+	if !fromConfig["knownhostscommand"] {
+		// Records the key the host offers (host_key_seen, and the key a
+		// mismatch names); it adds no key, so it trusts nothing.
+		f, err := os.CreateTemp("", "fleet-offered-*")
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("node %s: temporary file: %w", s.Name, err)
+		}
+		_ = f.Close()
+		c.offered = f.Name()
+		// ssh splits the command into words (quotes group them) and
+		// expands %-tokens and ${VARIABLES} in each; a file name that
+		// would be taken apart records nothing.
+		if strings.ContainsAny(c.offered, "%$'\"\\") {
+			_ = os.Remove(c.offered)
+			c.offered = ""
+		} else {
+			hostKey = append(hostKey, "KnownHostsCommand=/bin/sh -c '[ \"$1\" = HOSTNAME ] && [ -n \"$3\" ] && echo \"$2 $3\" > \"$4\"; exit 0' fleet-offered-key %I %t %K '"+c.offered+"'")
+		}
 	}
 	head := []string{"BatchMode=yes", "User=" + s.User}
 	tail := []string{fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds),
@@ -304,7 +325,29 @@ func (c *Conn) Close() {
 		_ = exec.CommandContext(ctx, c.t.ssh(), args...).Run()
 		cancel()
 	}
-	if c.pinned != "" {
-		_ = os.Remove(c.pinned)
+	for _, f := range []string{c.pinned, c.offered} {
+		if f != "" {
+			_ = os.Remove(f)
+		}
 	}
+}
+
+// pin is the key the node must show: host_key, else the key it showed on
+// first use as state recorded it; empty for accept-new.
+func (c *Conn) pin() string {
+	if c.s.HostKey != "" {
+		return strings.TrimSpace(c.s.HostKey)
+	}
+	return strings.TrimSpace(c.s.SeenHostKey)
+}
+
+// OfferedKey is the host key ("type base64") the node offered on the last
+// connection that reached key verification; empty when none did or the
+// config file sets KnownHostsCommand itself.
+func (c *Conn) OfferedKey() string {
+	if c.offered == "" {
+		return ""
+	}
+	b, _ := os.ReadFile(c.offered)
+	return strings.TrimSpace(string(b))
 }

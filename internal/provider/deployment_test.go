@@ -202,3 +202,90 @@ func TestDeploymentSystemFromAnotherResource(t *testing.T) {
 		})
 	}
 }
+
+// Beyond the seed: the key a node showed on first use is kept in state
+// (host_key_seen), and a runner whose known_hosts file is new still
+// refuses another key at that node, in the plan's probe, the refresh and
+// the apply, naming both keys; the fix the message gives (set host_key)
+// records the new key.
+func TestDeploymentHoldsNodesToTheKeySeenFirst(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg, imposter := nixtest.NewTarget(t), nixtest.NewTarget(t)
+			first := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, first)
+			imposter.Boot(t, first)
+			knownHosts := t.TempDir() + "/known_hosts"
+			config := func(at *nixtest.Target, system, hostKey string) string {
+				return fmt.Sprintf(`
+resource "fleet_ssh_deployment" "prod" {
+  known_hosts_file = %q
+  nodes = [{
+    name             = "web1"
+    host             = %q
+    system           = %q
+    host_key         = %s
+    user             = %q
+    private_key_file = %q
+    ssh_opts         = ["Port=%d", "IdentitiesOnly=yes"]
+  }]
+  verdict = {
+    confirm_timeout = "3s"
+    settle_timeout  = "2s"
+  }
+}
+`, knownHosts, at.Host, system, hostKey, at.User, at.ClientKeyFile, at.Port)
+			}
+			s := acctest.NewSession(t, cli, server())
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s.WriteConfig(config(tg, sys, "null"))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			keySeen := func() string {
+				st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any)
+				if len(st) != 1 {
+					t.Fatalf("status: %v", st)
+				}
+				k, _ := st[0].(map[string]any)["host_key_seen"].(string)
+				return k
+			}
+			want := strings.Join(strings.Fields(tg.HostKey)[:2], " ")
+			if got := keySeen(); got != want {
+				t.Fatalf("host_key_seen %q, want %q", got, want)
+			}
+			s.WantNoChanges()
+
+			// A fresh runner (no known_hosts file), and another host
+			// answering for web1.
+			if err := os.Remove(knownHosts); err != nil {
+				t.Fatal(err)
+			}
+			offered := strings.Join(strings.Fields(imposter.HostKey)[:2], " ")
+			s.WriteConfig(config(imposter, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}), "null"))
+			out, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			all := out + errOut
+			if code == 0 || !strings.Contains(all, "DEPLOY FAILED for web1") || !strings.Contains(all, "offered "+offered) ||
+				!strings.Contains(all, "host_key_seen in this node's status: "+want) {
+				t.Errorf("apply against another key (exit %d):\n%s", code, all)
+			}
+			if !strings.Contains(all, "is unreachable") {
+				t.Errorf("the plan's probe did not warn about the refused key:\n%s", all)
+			}
+			if len(imposter.Calls()) != 0 || imposter.CurrentSystem() != first {
+				t.Errorf("the other host was deployed to: %v", imposter.Calls())
+			}
+			if got := keySeen(); got != want {
+				t.Errorf("host_key_seen after the refusal %q, want still %q", got, want)
+			}
+
+			// The fix the hint gives: pin the new key; its apply records it.
+			s.WriteConfig(config(imposter, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}), fmt.Sprintf("%q", imposter.HostKey)))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if got := keySeen(); got != offered {
+				t.Errorf("host_key_seen after pinning the new key %q, want %q", got, offered)
+			}
+			s.WantNoChanges()
+		})
+	}
+}

@@ -166,9 +166,11 @@ func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) (type
 	}), diags
 }
 
-func orEmpty(v []attr.Value) []attr.Value {
+// orEmpty is v, or an empty slice for nil: state tells a null list from an
+// empty one.
+func orEmpty[T any](v []T) []T {
 	if v == nil {
-		return []attr.Value{}
+		return []T{}
 	}
 	return v
 }

@@ -105,9 +105,45 @@ const (
 var deployStatusAttrTypes = map[string]attr.Type{
 	"name": types.StringType, "host": types.StringType, "action": types.StringType, "phase": types.StringType,
 	"system": types.StringType, "current_system": types.StringType, "previous_system": types.StringType,
-	"exit_code": types.Int64Type, "message": types.StringType, "hint": types.StringType,
+	"host_key_seen": types.StringType,
+	"exit_code":     types.Int64Type, "message": types.StringType, "hint": types.StringType,
 	"started_at": types.StringType, "finished_at": types.StringType,
 	"conditions": types.ListType{ElemType: conditionObjectType},
+}
+
+// deployStatusModel is one node's record in status.
+type deployStatusModel struct {
+	Name           types.String `tfsdk:"name"`
+	Host           types.String `tfsdk:"host"`
+	Action         types.String `tfsdk:"action"`
+	Phase          types.String `tfsdk:"phase"`
+	System         types.String `tfsdk:"system"`
+	CurrentSystem  types.String `tfsdk:"current_system"`
+	PreviousSystem types.String `tfsdk:"previous_system"`
+	HostKeySeen    types.String `tfsdk:"host_key_seen"`
+	ExitCode       types.Int64  `tfsdk:"exit_code"`
+	Message        types.String `tfsdk:"message"`
+	Hint           types.String `tfsdk:"hint"`
+	StartedAt      types.String `tfsdk:"started_at"`
+	FinishedAt     types.String `tfsdk:"finished_at"`
+	Conditions     types.List   `tfsdk:"conditions"`
+}
+
+// statusRecords reads status; nil when it is null or unknown.
+func statusRecords(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) []deployStatusModel {
+	if m == nil || m.Status.IsNull() || m.Status.IsUnknown() {
+		return nil
+	}
+	var out []deployStatusModel
+	diags.Append(m.Status.ElementsAs(ctx, &out, false)...)
+	return out
+}
+
+// statusList is status holding records.
+func statusList(ctx context.Context, records []deployStatusModel, diags *diag.Diagnostics) types.List {
+	l, d := types.ListValueFrom(ctx, deployStatusType, orEmpty(records))
+	diags.Append(d...)
+	return l
 }
 
 var deployStatusType = types.ObjectType{AttrTypes: deployStatusAttrTypes}
@@ -148,7 +184,7 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"name":             schema.StringAttribute{Required: true, MarkdownDescription: "Node name, unique; the host when `host` is not set."},
 					"system":           schema.StringAttribute{Required: true, MarkdownDescription: "The system closure to switch to (a `/nix/store/...-nixos-system-...` path built on this machine)."},
 					"host":             str("Host name or address. Default: `name`."),
-					"host_key":         str("The host's public key (`ssh-ed25519 AAAA...`): only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file`."),
+					"host_key":         str("The host's public key (`ssh-ed25519 AAAA...`): only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file` and in `status` (`host_key_seen`), and the node is held to it."),
 					"user":             str("User to log in as."),
 					"private_key_file": str("Private key file."),
 					"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
@@ -193,8 +229,10 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"phase":  computedStr("`Succeeded`, `Failed` (an interrupted node too: its message names the step it stopped in and what the host runs), `RolledBack`, `Skipped`, or `Pending` (not reached before an interrupt)."),
 					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
 					"previous_system": computedStr("The system before the last deploy."),
-					"exit_code":       schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success."},
-					"message":         computedStr("What happened."), "hint": computedStr("How to fix a failure, where one helps."),
+					"host_key_seen": computedStr("The host key (`type base64`) the host offered when last reached. A node without `host_key` is held to it from then on, " +
+						"also from a runner whose `known_hosts_file` is new: another key fails the node, naming both keys. Changing the node's `host` forgets it."),
+					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success."},
+					"message":   computedStr("What happened."), "hint": computedStr("How to fix a failure, where one helps."),
 					"started_at": computedStr("When the node's deploy started (RFC 3339)."), "finished_at": computedStr("When it ended."),
 					"conditions": conditionsAttribute("`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`"),
 				}}},
@@ -213,37 +251,40 @@ func (r *deploymentResource) Configure(_ context.Context, req resource.Configure
 // priorNode is what state says of a node.
 type priorNode struct {
 	action, phase, system, current string
+	host, hostKeySeen              string
 	conds                          []conditions.Condition
 }
 
 func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) map[string]priorNode {
 	out := map[string]priorNode{}
-	if m == nil || m.Status.IsNull() || m.Status.IsUnknown() {
+	records := statusRecords(ctx, m, diags)
+	if records == nil {
 		return out
 	}
 	actions := map[string]string{}
 	if !m.Actions.IsNull() && !m.Actions.IsUnknown() {
 		diags.Append(m.Actions.ElementsAs(ctx, &actions, false)...)
 	}
-	for _, v := range m.Status.Elements() {
-		o, ok := v.(types.Object)
-		if !ok {
-			continue
-		}
-		a := o.Attributes()
-		get := func(k string) string {
-			if s, ok := a[k].(types.String); ok {
-				return s.ValueString()
-			}
-			return ""
-		}
-		p := priorNode{action: actions[get("name")], phase: get("phase"), system: get("system"), current: get("current_system")}
-		if l, ok := a["conditions"].(types.List); ok {
-			p.conds, _ = conditionsFrom(ctx, l)
-		}
-		out[get("name")] = p
+	for _, rec := range records {
+		name := rec.Name.ValueString()
+		p := priorNode{action: actions[name], phase: rec.Phase.ValueString(), system: rec.System.ValueString(), current: rec.CurrentSystem.ValueString(),
+			host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString()}
+		p.conds, _ = conditionsFrom(ctx, rec.Conditions)
+		out[name] = p
 	}
 	return out
+}
+
+// settings resolves node n's SSH settings; a node without host_key is
+// held to the key its host showed on first use, while its host is the
+// one that key was seen at.
+func (r *deploymentResource) settings(ctx context.Context, defaults *deploy.Layer, n deployNodeModel, p priorNode, diags *diag.Diagnostics) deploy.Settings {
+	s := deploy.Resolve(deploy.BuiltinFromEnv(os.Getenv), defaults, deploy.Node{Name: n.Name.ValueString(), Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
+		Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, diags)}})
+	if p.host == s.Host {
+		s.SeenHostKey = p.hostKeySeen
+	}
+	return s
 }
 
 func (r *deploymentResource) nodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) []deployNodeModel {
@@ -354,14 +395,14 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 	if !resp.Diagnostics.HasError() {
-		r.probe(ctx, &plan, nodes, actions, &resp.Diagnostics)
+		r.probe(ctx, &plan, nodes, priors, actions, &resp.Diagnostics)
 	}
 }
 
 // probe logs in to every node the plan switches, under the provider's
 // probe semaphore, and warns about those it cannot reach: the apply would
 // fail them.
-func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, actions map[string]attr.Value, diags *diag.Diagnostics) {
+func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode, actions map[string]attr.Value, diags *diag.Diagnostics) {
 	var switching []deployNodeModel
 	for _, n := range nodes {
 		if a, ok := actions[n.Name.ValueString()].(types.String); ok && a.ValueString() == actionSwitch && fullyKnownNode(n) {
@@ -376,14 +417,12 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		return
 	}
 	defer cleanup()
-	builtin := deploy.BuiltinFromEnv(os.Getenv)
 	var nd diag.Diagnostics
 	defaults := r.defaults(ctx, m, &nd)
 	failures := make([]string, len(switching))
 	var wg sync.WaitGroup
 	for i, n := range switching {
-		s := deploy.Resolve(builtin, defaults, deploy.Node{Name: n.Name.ValueString(), Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
-			Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, &nd)}})
+		s := r.settings(ctx, defaults, n, priors[n.Name.ValueString()], &nd)
 		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
 			return
 		}
@@ -497,7 +536,6 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 		return
 	}
 	defer cleanup()
-	builtin := deploy.BuiltinFromEnv(os.Getenv)
 	defaults := r.defaults(ctx, m, diags)
 	var targets []deploy.Target
 	for _, n := range nodes {
@@ -506,10 +544,7 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 		if hold[name] || planned[name] != actionSwitch || !needsSwitch(p, known, n.System.ValueString(), deploy.Goal(m.Goal.ValueString())) {
 			continue
 		}
-		targets = append(targets, deploy.Target{System: n.System.ValueString(), SkipIfCurrent: !known, Settings: deploy.Resolve(builtin, defaults, deploy.Node{
-			Name: name, Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
-			Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, diags)},
-		})})
+		targets = append(targets, deploy.Target{System: n.System.ValueString(), SkipIfCurrent: !known, Settings: r.settings(ctx, defaults, n, p, diags)})
 	}
 	byName := map[string]deploy.Result{}
 	for _, res := range d.Deploy(ctx, targets, nil) {
@@ -517,7 +552,7 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 	}
 	now := time.Now().UTC()
 	actions := map[string]attr.Value{}
-	var statuses []attr.Value
+	var statuses []deployStatusModel
 	var succeeded, failed, skipped []string
 	var summary []string
 	for _, n := range nodes {
@@ -552,20 +587,25 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 		}
 		cv, d := conditionsValue(conds)
 		diags.Append(d...)
-		statuses = append(statuses, types.ObjectValueMust(deployStatusAttrTypes, map[string]attr.Value{
-			"name": types.StringValue(name), "host": types.StringValue(orStr(n.Host.ValueString(), name)), "action": types.StringValue(action),
-			"phase": types.StringValue(string(res.Phase)), "system": n.System, "current_system": types.StringValue(res.CurrentSystem),
-			"previous_system": types.StringValue(res.PreviousSystem), "exit_code": types.Int64Value(int64(res.ExitCode)),
-			"message": types.StringValue(res.Message), "hint": types.StringValue(res.Hint),
-			"started_at": types.StringValue(timeString(res.Started)), "finished_at": types.StringValue(timeString(res.Finished)),
-			"conditions": cv,
-		}))
+		host := orStr(n.Host.ValueString(), name)
+		seen := res.HostKeySeen
+		if seen == "" && p.host == host {
+			seen = p.hostKeySeen // not reached this time: the recorded key stands
+		}
+		statuses = append(statuses, deployStatusModel{
+			Name: types.StringValue(name), Host: types.StringValue(host), Action: types.StringValue(action),
+			Phase: types.StringValue(string(res.Phase)), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
+			PreviousSystem: types.StringValue(res.PreviousSystem), HostKeySeen: types.StringValue(seen), ExitCode: types.Int64Value(int64(res.ExitCode)),
+			Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
+			StartedAt: types.StringValue(timeString(res.Started)), FinishedAt: types.StringValue(timeString(res.Finished)),
+			Conditions: cv,
+		})
 		summary = append(summary, fmt.Sprintf("%-20s %-10s %s", name, res.Phase, res.Message))
 		tflog.Info(ctx, "node deployed", map[string]any{"node": name, "phase": string(res.Phase), "message": res.Message})
 	}
 	m.Actions = types.MapValueMust(types.StringType, actions)
-	m.Status = types.ListValueMust(deployStatusType, orEmpty(statuses))
-	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = stringList(orNil(succeeded)), stringList(orNil(failed)), stringList(orNil(skipped))
+	m.Status = statusList(ctx, statuses, diags)
+	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = stringList(orEmpty(succeeded)), stringList(orEmpty(failed)), stringList(orEmpty(skipped))
 	switch {
 	case len(failed) > 0:
 		m.Phase = types.StringValue("Failed")
@@ -577,13 +617,6 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 	if len(targets) > 0 {
 		diags.AddWarning("Deployment summary", strings.Join(summary, "\n"))
 	}
-}
-
-func orNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 func orStr(s, def string) string {
@@ -718,7 +751,6 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		return
 	}
 	defer cleanup()
-	builtin := deploy.BuiltinFromEnv(os.Getenv)
 	defaults := r.defaults(ctx, &m, &resp.Diagnostics)
 	actions := map[string]string{}
 	resp.Diagnostics.Append(m.Actions.ElementsAs(ctx, &actions, false)...)
@@ -726,41 +758,34 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	for _, n := range r.nodes(ctx, &m, &resp.Diagnostics) {
 		nodes[n.Name.ValueString()] = n
 	}
-	var statuses []attr.Value
-	for _, v := range m.Status.Elements() {
-		o, _ := v.(types.Object)
-		a := o.Attributes()
-		name := a["name"].(types.String).ValueString() //nolint:forcetypeassert // the schema's type
+	priors := priorNodes(ctx, &m, &resp.Diagnostics)
+	records := statusRecords(ctx, &m, &resp.Diagnostics)
+	for i, rec := range records {
+		name := rec.Name.ValueString()
 		n, ok := nodes[name]
 		if !ok || actions[name] == actionSkip {
-			statuses = append(statuses, o)
 			continue
 		}
-		s := deploy.Resolve(builtin, defaults, deploy.Node{Name: name, Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
-			Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, &resp.Diagnostics)}})
-		current, err := d.ReadCurrent(ctx, s)
+		current, err := d.ReadCurrent(ctx, r.settings(ctx, defaults, n, priors[name], &resp.Diagnostics))
 		if err != nil {
 			resp.Diagnostics.AddWarning("Node "+name+" not read", fmt.Sprintf("node %s: %s; its last known system is kept", name, err))
-			statuses = append(statuses, o)
 			continue
 		}
-		attrs := map[string]attr.Value{}
-		for k, v := range a {
-			attrs[k] = v
+		records[i].CurrentSystem = types.StringValue(current.System)
+		if current.HostKey != "" && rec.Host.ValueString() == orStr(n.Host.ValueString(), name) {
+			records[i].HostKeySeen = types.StringValue(current.HostKey)
 		}
-		attrs["current_system"] = types.StringValue(current)
 		if goal := deploy.Goal(m.Goal.ValueString()); goal == deploy.GoalSwitch || goal == deploy.GoalTest {
-			sys := a["system"].(types.String).ValueString() //nolint:forcetypeassert // the schema's type
+			sys := rec.System.ValueString()
 			switch {
-			case current != sys && (actions[name] == actionSwitch || actions[name] == actionNone):
+			case current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone):
 				actions[name] = actionDrift // switched by hand since
-			case current == sys && actions[name] == actionSwitch:
+			case current.System == sys && actions[name] == actionSwitch:
 				actions[name] = actionNone // done: a plan shows switch only for what it will switch
 			}
 		}
-		statuses = append(statuses, types.ObjectValueMust(deployStatusAttrTypes, attrs))
 	}
-	m.Status = types.ListValueMust(deployStatusType, orEmpty(statuses))
+	m.Status = statusList(ctx, records, &resp.Diagnostics)
 	av := map[string]attr.Value{}
 	for k, v := range actions {
 		av[k] = types.StringValue(v)
