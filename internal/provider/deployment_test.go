@@ -289,3 +289,32 @@ resource "fleet_ssh_deployment" "prod" {
 		})
 	}
 }
+
+// A plan logs in to a node it will switch once: the refresh reads it, and
+// the plan's probe then leaves it alone; without a refresh, the probe is
+// the one login. A node whose connection changed since is probed anew.
+func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+			nodes := []*nixtest.Target{tg}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig(nodes, []string{nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})}, ""))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			s.WriteConfig(deploymentConfig(nodes, []string{nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})}, ""))
+			for _, args := range [][]string{{"plan", "-input=false", "-no-color"}, {"plan", "-refresh=false", "-input=false", "-no-color"}} {
+				before := tg.AcceptedConnections()
+				out, _ := s.Run(args...)
+				if !strings.Contains(out, "1 to change") {
+					t.Errorf("%v does not switch n1:\n%s", args, out)
+				}
+				if got := tg.AcceptedConnections() - before; got != 1 {
+					t.Errorf("%v logged in to the node %d times, want 1", args, got)
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -395,21 +396,49 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 	if !resp.Diagnostics.HasError() {
-		r.probe(ctx, &plan, nodes, priors, actions, &resp.Diagnostics)
+		// Nodes the refresh of this run read were logged in to a moment
+		// ago (and warned about if that failed): they are not probed again.
+		var readNow map[string]deploy.Settings
+		if prior != nil && readRefreshMark(ctx, req.Private).Run == r.data.run &&
+			prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
+			readNow = map[string]deploy.Settings{}
+			priorDefaults := r.defaults(ctx, prior, &resp.Diagnostics)
+			for _, n := range r.nodes(ctx, prior, &resp.Diagnostics) {
+				if p, ok := priors[n.Name.ValueString()]; ok && p.action != actionSkip {
+					readNow[n.Name.ValueString()] = r.settings(ctx, priorDefaults, n, p, &resp.Diagnostics)
+				}
+			}
+		}
+		r.probe(ctx, &plan, nodes, priors, readNow, actions, &resp.Diagnostics)
 	}
 }
 
 // probe logs in to every node the plan switches, under the provider's
 // probe semaphore, and warns about those it cannot reach: the apply would
 // fail them.
-func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode, actions map[string]attr.Value, diags *diag.Diagnostics) {
-	var switching []deployNodeModel
-	for _, n := range nodes {
-		if a, ok := actions[n.Name.ValueString()].(types.String); ok && a.ValueString() == actionSwitch && fullyKnownNode(n) {
-			switching = append(switching, n)
-		}
+// Nodes in readNow, whose settings are unchanged, were read by this run's
+// refresh and are not probed again.
+func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
+	readNow map[string]deploy.Settings, actions map[string]attr.Value, diags *diag.Diagnostics) {
+	if !fullyKnown(m.Defaults) || m.SSHConfigFile.IsUnknown() || m.KnownHostsFile.IsUnknown() {
+		return
 	}
-	if len(switching) == 0 || !fullyKnown(m.Defaults) || m.SSHConfigFile.IsUnknown() || m.KnownHostsFile.IsUnknown() {
+	var nd diag.Diagnostics
+	defaults := r.defaults(ctx, m, &nd)
+	var switching []deployNodeModel
+	var settings []deploy.Settings
+	for _, n := range nodes {
+		a, ok := actions[n.Name.ValueString()].(types.String)
+		if !ok || a.ValueString() != actionSwitch || !fullyKnownNode(n) {
+			continue
+		}
+		s := r.settings(ctx, defaults, n, priors[n.Name.ValueString()], &nd)
+		if read, ok := readNow[n.Name.ValueString()]; ok && reflect.DeepEqual(read, s) {
+			continue
+		}
+		switching, settings = append(switching, n), append(settings, s)
+	}
+	if len(switching) == 0 {
 		return
 	}
 	d, cleanup, err := r.deployer(ctx, m)
@@ -417,14 +446,11 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		return
 	}
 	defer cleanup()
-	var nd diag.Diagnostics
-	defaults := r.defaults(ctx, m, &nd)
 	failures := make([]string, len(switching))
 	var wg sync.WaitGroup
-	for i, n := range switching {
-		s := r.settings(ctx, defaults, n, priors[n.Name.ValueString()], &nd)
+	for i, s := range settings {
 		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
-			return
+			break // interrupted: the probes started still end
 		}
 		wg.Add(1)
 		go func() {
@@ -499,6 +525,7 @@ func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequ
 	resp.Diagnostics.Append(diags...)
 	r.apply(ctx, timeout, &m, nil, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -513,6 +540,7 @@ func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequ
 	resp.Diagnostics.Append(diags...)
 	r.apply(ctx, timeout, &m, &prior, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 // apply deploys the nodes planned to switch, in order, and records every
@@ -792,6 +820,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	}
 	m.Actions = types.MapValueMust(types.StringType, av)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, r.data.run)...)
 }
 
 // Delete forgets the deployment; hosts keep running what they run.
