@@ -159,6 +159,15 @@ func (s *Session) Try(args ...string) (stdout, stderr string, err error) {
 // how long the command took from its start.
 func (s *Session) Interrupt(after time.Duration, args ...string) (stdout, stderr string, took time.Duration) {
 	s.t.Helper()
+	start := time.Now()
+	return s.InterruptWhen(func() bool { return time.Since(start) >= after }, args...)
+}
+
+// InterruptWhen is Interrupt at the moment ready first reports true (it is
+// asked every 50 ms while the command runs); a command that ends before
+// that fails the test.
+func (s *Session) InterruptWhen(ready func() bool, args ...string) (stdout, stderr string, took time.Duration) {
+	s.t.Helper()
 	commands.Add(1)
 	cmd := exec.Command(s.CLI.Path, args...)
 	cmd.Dir = s.Dir
@@ -170,9 +179,30 @@ func (s *Session) Interrupt(after time.Duration, args ...string) (stdout, stderr
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("%s %s: %v", s.CLI.Name, strings.Join(args, " "), err)
 	}
-	timer := time.AfterFunc(after, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) })
-	defer timer.Stop()
+	done := make(chan struct{})
+	sent := make(chan bool, 1)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				sent <- false
+				return
+			case <-tick.C:
+				if ready() {
+					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+					sent <- true
+					return
+				}
+			}
+		}
+	}()
 	_ = cmd.Wait() // an interrupted command exits non-zero
+	close(done)
+	if !<-sent {
+		s.t.Fatalf("%s %s ended before it was interrupted:\n%s\n%s", s.CLI.Name, strings.Join(args, " "), out.String(), errOut.String())
+	}
 	return out.String(), errOut.String(), time.Since(begin)
 }
 

@@ -293,7 +293,8 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 		return fail(exit, StepActivated, "ActivationFailed", "cannot prepare the activation: "+actMsg, "")
 	}
 	if ctx.Err() != nil {
-		return fail(-1, StepActivated, "Interrupted", "interrupted during activation; the host decides: "+d.hostState(c, n.System), "")
+		return fail(ExitInterrupted, StepActivated, "Interrupted", "interrupted during activation; the host decides: "+d.hostState(c, n.System),
+			"the next apply retries this node; an activation the interrupt left running is rolled back by the host unless it was confirmed")
 	}
 	if timedOut {
 		r.Steps[StepActivated] = StepResult{Reason: "ActivationTimedOut", Message: actMsg}
@@ -644,7 +645,7 @@ func (d *Deployer) finalise(ctx context.Context, c *Conn, n Target, r *Result, c
 		}
 		if exit == ExitSwitchLocked && attempt < d.bootLockAttempts() {
 			if !sleep(ctx, d.bootLockInterval()) {
-				exit, msg = -1, "interrupted while waiting for the switch lock"
+				exit, msg = ExitInterrupted, "interrupted while waiting for the switch lock"
 			} else {
 				continue
 			}
@@ -788,11 +789,20 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 	return Current{System: strings.TrimSpace(out), HostKey: c.OfferedKey()}, nil
 }
 
+// waitDelay bounds the wait for a killed command's output: a command over
+// the master passed its standard streams to the master, which holds them
+// until the remote command ends, however long that takes.
+const waitDelay = time.Second
+
+// ExitInterrupted is a node's exit code when an interrupt stopped it, as a
+// shell reports a command ended by Ctrl-C.
+const ExitInterrupted = 130
+
 // run runs a local command whose output is only for errors.
 func (d *Deployer) run(cmd *exec.Cmd) (string, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 5 * time.Second
+	cmd.WaitDelay = waitDelay
 	err := cmd.Run()
 	return out.String(), err
 }
@@ -802,7 +812,7 @@ func (d *Deployer) run(cmd *exec.Cmd) (string, error) {
 func (d *Deployer) output(cmd *exec.Cmd) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = 5 * time.Second
+	cmd.WaitDelay = waitDelay
 	err := cmd.Run()
 	if err != nil {
 		return stdout.String() + stderr.String(), err
