@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -283,6 +284,48 @@ func TestDeploySessionDroppedMidActivation(t *testing.T) {
 				t.Errorf("host: current %s, boot %s; want both %s", tg.CurrentSystem(), tg.BootEntry(), want)
 			}
 		})
+	}
+}
+
+// The seed's edge case: a host whose login shell lacks the deployer's
+// tools on PATH still deploys, through the PATH fallback to the system's
+// sw/bin (where the tools are reached here only).
+func TestDeployPathFallback(t *testing.T) {
+	tg := nixtest.NewTarget(t, nixtest.WithBareLoginPath())
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	probe := exec.Command("ssh", append(tg.SSHOptions(t), tg.Destination(), "command -v systemd-run nix-env || echo missing")...)
+	if out, err := probe.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "missing" {
+		t.Fatalf("the login PATH has systemd-run (%q, %v): the test would prove nothing", out, err)
+	}
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if len(tg.SystemdRuns()) == 0 {
+		t.Errorf("the activation did not go through systemd-run")
+	}
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("host: current %s, boot %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+	}
+}
+
+// A node without a key file, with no ssh-agent, fails at once (BatchMode:
+// never a prompt), naming the fix; nothing changes on it.
+func TestDeployMissingKeyNoAgent(t *testing.T) {
+	t.Setenv("SSH_AUTH_SOCK", "")
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	n := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n.PrivateKeyFile = "" // the agent, which is not there; IdentitiesOnly keeps ~/.ssh out
+	start := time.Now()
+	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed, "Permission denied", "private_key_file, or the ssh-agent")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the refused login took %s", took)
+	}
+	if len(tg.Calls()) != 0 || tg.CurrentSystem() != old {
+		t.Errorf("the node was changed: %v", tg.Calls())
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -321,6 +322,20 @@ func Closure(tb TB, b Behaviour) string {
 			mode = 0o755
 		}
 		if err := os.WriteFile(filepath.Join(dir, rel), []byte(text), mode); err != nil {
+			tb.Fatalf("nixtest: %v", err)
+		}
+	}
+	// sw/bin, as a NixOS system has: the system's tools, which a login
+	// shell without them on PATH reaches through /run/current-system.
+	if err := os.MkdirAll(filepath.Join(dir, "sw", "bin"), 0o755); err != nil {
+		tb.Fatalf("nixtest: %v", err)
+	}
+	for _, tool := range systemTools {
+		target := stateLink + "/bin/" + tool
+		if !slices.Contains(standIns, tool) {
+			target = "/usr/bin/" + tool
+		}
+		if err := os.Symlink(target, filepath.Join(dir, "sw", "bin", tool)); err != nil {
 			tb.Fatalf("nixtest: %v", err)
 		}
 	}

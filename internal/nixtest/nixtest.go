@@ -55,6 +55,15 @@ const stateLink = "/run/nixtest"
 // SessionPath is PATH in the target's SSH sessions: the stand-ins first.
 const SessionPath = stateLink + "/bin:/usr/bin:/bin"
 
+// standIns are the systemd tools the target's stand-ins replace; a system
+// closure links them from its sw/bin.
+var standIns = []string{"systemctl", "systemd-run", "journalctl", "systemd-detect-virt"}
+
+// systemTools are the commands a system closure's sw/bin holds: the
+// stand-ins and nix-env (nix-store stays on every login PATH, as
+// nix-copy-closure needs it there).
+var systemTools = append([]string{"nix-env"}, standIns...)
+
 // ProfilePath is the system profile on a target.
 const ProfilePath = "/nix/var/nix/profiles/system"
 
@@ -79,6 +88,16 @@ type config struct {
 	container string
 	env       []string
 	sshdOpts  []sshtest.SSHDOption
+	bareLogin bool
+}
+
+// WithBareLoginPath makes a target whose login shell lacks the system's
+// tools: PATH in its SSH sessions holds what /usr/bin holds except nix-env
+// and the systemd tools (systemctl, systemd-run, ...), which are then found
+// only through the system's sw/bin, as on a host whose login PATH does not
+// have them.
+func WithBareLoginPath() Option {
+	return func(c *config) { c.bareLogin = true }
 }
 
 // WithoutSystemd makes a target where systemd does not run: no
@@ -181,7 +200,11 @@ func NewTarget(tb TB, opts ...Option) *Target {
 		tb.Fatalf("nixtest: nix-store --init in the target's empty store: %v\n%s", err, out)
 	}
 
-	setEnv := append([]string{"PATH=" + SessionPath, "NIX_CONF_DIR=" + stateLink + "/etc/nix"}, cfg.env...)
+	path := SessionPath
+	if cfg.bareLogin {
+		path = t.bareLoginPath(tb)
+	}
+	setEnv := append([]string{"PATH=" + path, "NIX_CONF_DIR=" + stateLink + "/etc/nix"}, cfg.env...)
 	sshdOpts := append([]sshtest.SSHDOption{
 		sshtest.WithMountNamespace(t.NS),
 		sshtest.WithConfigLines("SetEnv " + strings.Join(setEnv, " ")),
@@ -237,6 +260,30 @@ func (t *Target) writeState(tb TB, cfg config) {
 			tb.Fatalf("nixtest: %v", err)
 		}
 	}
+}
+
+// bareLoginPath fills login-bin in the state directory with links to
+// /usr/bin's commands but the system's own (see WithBareLoginPath) and
+// returns it as the target sees it.
+func (t *Target) bareLoginPath(tb TB) string {
+	tb.Helper()
+	dir := filepath.Join(t.StateDir, "login-bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatalf("nixtest: %v", err)
+	}
+	entries, err := os.ReadDir("/usr/bin")
+	if err != nil {
+		tb.Fatalf("nixtest: %v", err)
+	}
+	for _, e := range entries {
+		if slices.Contains(systemTools, e.Name()) {
+			continue
+		}
+		if err := os.Symlink(filepath.Join("/usr/bin", e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			tb.Fatalf("nixtest: %v", err)
+		}
+	}
+	return stateLink + "/login-bin"
 }
 
 // env is the environment of commands the harness runs on the target, the
