@@ -88,7 +88,7 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 			// Drift: n1 switched by hand.
 			tg1.Boot(t, first)
 			plan, _, code = s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
-			if code != 2 || !strings.Contains(plan, `"n1" = "drift" -> "switch"`) {
+			if code != 2 || !strings.Contains(plan, `"n1" = "drift" -> "switch"`) || !strings.Contains(plan, "Node n1 drifted") {
 				t.Errorf("plan after n1 was switched by hand (exit %d):\n%s", code, plan)
 			}
 			// Held, n1 is skipped.

@@ -811,6 +811,10 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			case current.System == sys && actions[name] == actionSwitch:
 				actions[name] = actionNone // done: a plan shows switch only for what it will switch
 			}
+			if actions[name] == actionDrift && current.System != sys {
+				resp.Diagnostics.AddWarning("Node "+name+" drifted",
+					fmt.Sprintf("node %s runs %s, not %s, which the last deploy left on it: it was switched outside this deployment. The next apply switches it back.", name, current.System, sys))
+			}
 		}
 	}
 	m.Status = statusList(ctx, records, &resp.Diagnostics)
