@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -326,6 +327,45 @@ func TestDeployMissingKeyNoAgent(t *testing.T) {
 	}
 	if len(tg.Calls()) != 0 || tg.CurrentSystem() != old {
 		t.Errorf("the node was changed: %v", tg.Calls())
+	}
+}
+
+// FR-007 and the seed's edge case: a remote command whose host stops
+// answering (the path to it stalls; nothing is closed) ends through the
+// keepalive after about remote_exec_timeout, over the master connection.
+func TestRemoteCommandEndsByKeepalive(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	control, err := os.MkdirTemp("", "fk") //nolint:usetesting // t.TempDir() is too long for a socket path
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(control) })
+	tr := &deploy.Transport{KnownHostsFile: filepath.Join(t.TempDir(), "kh"), ControlDir: control, RemoteExecTimeout: 5 * time.Second}
+	c, err := tr.Open(context.Background(), targetOf(tg, "web1", "").Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if out, err := exec.Command("ssh", c.MasterArgs()...).CombinedOutput(); err != nil {
+		t.Fatalf("master: %v\n%s", err, out)
+	}
+	cmd := c.Command(context.Background(), "sleep 120")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	tg.Gate.Stall(true)
+	defer tg.Gate.Stall(false)
+	start := time.Now()
+	err = cmd.Wait()
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 255 {
+		t.Errorf("the stalled command ended with %v, want exit 255", err)
+	}
+	// ServerAliveInterval=5 with ServerAliveCountMax=1: about 10 s.
+	if took < 4*time.Second || took > 25*time.Second {
+		t.Errorf("the stalled command ended after %s, want about 10 s (remote_exec_timeout 5 s)", took)
 	}
 }
 

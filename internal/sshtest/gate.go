@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // GateMode is what a Gate does with a new connection.
@@ -32,6 +33,7 @@ type Gate struct {
 
 	backend  string
 	mode     atomic.Int32
+	stalled  atomic.Bool
 	modeFunc func() GateMode // nil: mode decides
 	listener net.Listener
 
@@ -84,6 +86,25 @@ func (g *Gate) SetMode(m GateMode) {
 	for c := range g.conns {
 		_ = c.Close()
 	}
+}
+
+// Stall stops (true) or resumes (false) the traffic of every connection
+// the gate forwards, without closing any: a peer that stops answering, as
+// a host that froze or a network path that started dropping packets.
+func (g *Gate) Stall(on bool) { g.stalled.Store(on) }
+
+// waitStall waits while the gate is stalled; false when the gate closed.
+func (g *Gate) waitStall() bool {
+	for g.stalled.Load() {
+		g.mu.Lock()
+		closed := g.closed
+		g.mu.Unlock()
+		if closed {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
 
 // Close stops the gate and waits for its goroutines.
@@ -163,7 +184,16 @@ func (g *Gate) serve(c net.Conn) {
 	defer g.untrack(b)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && (!g.waitStall() || writeAll(dst, buf[:n]) != nil) {
+				break
+			}
+			if err != nil {
+				break
+			}
+		}
 		_ = dst.Close()
 		_ = src.Close()
 		done <- struct{}{}
@@ -172,4 +202,9 @@ func (g *Gate) serve(c net.Conn) {
 	go pipe(c, b)
 	<-done
 	<-done
+}
+
+func writeAll(w io.Writer, b []byte) error {
+	_, err := w.Write(b) // a net.Conn writes all of b or fails
+	return err
 }
