@@ -833,7 +833,7 @@ func exitOf(err error, out string) (int, string) {
 }
 
 func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
+	lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(s, "\r", "")), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

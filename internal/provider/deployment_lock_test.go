@@ -101,7 +101,9 @@ func TestDeploymentTwoAppliesAtOnce(t *testing.T) {
 				outSecond, errOut, code := second.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
 				errOut = outSecond + errOut
 				wg.Wait()
-				if code == 0 || !strings.Contains(errOut, "deploy lock is held by fleet_ssh_deployment") || !strings.Contains(errOut, "lock_timeout (1s)") {
+				host, _ := os.Hostname()
+				if code == 0 || !strings.Contains(errOut, "deploy lock is held by fleet_ssh_deployment") || !strings.Contains(errOut, "applied on "+host+" in ") ||
+					!strings.Contains(errOut, "lock_timeout (1s)") {
 					t.Errorf("the second apply (exit %d) did not fail naming the holder:\n%s", code, errOut)
 				}
 				if strings.Contains(strings.Join(tg.Calls(), " "), next) {

@@ -278,6 +278,11 @@ resource "fleet_ssh_deployment" "prod" {
 			if got := keySeen(); got != want {
 				t.Errorf("host_key_seen after the refusal %q, want still %q", got, want)
 			}
+			if st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any); len(st) == 1 {
+				if rec, _ := st[0].(map[string]any); rec["current_system"] != sys {
+					t.Errorf("a node refused before it was read lost its last known system: current_system %v, want %s", rec["current_system"], sys)
+				}
+			}
 
 			// The fix the hint gives: pin the new key; its apply records it.
 			s.WriteConfig(config(imposter, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}), fmt.Sprintf("%q", imposter.HostKey)))

@@ -468,7 +468,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		if f != "" {
 			name := switching[i].Name.ValueString()
 			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" is unreachable",
-				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, f))
+				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, strings.TrimRight(f, ".")))
 		}
 	}
 }
@@ -607,6 +607,10 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 		default:
 			succeeded = append(succeeded, name)
 		}
+		if ran && res.CurrentSystem == "" {
+			// Failed before the host was read: what was known stands.
+			res.CurrentSystem, res.PreviousSystem = p.current, p.current
+		}
 		actions[name] = types.StringValue(action)
 		conds, err := deploy.Conditions(p.conds, res, 1, now)
 		if err != nil {
@@ -714,7 +718,7 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 		BootLockAttempts:  int(m.BootLockAttempts.ValueInt64()),
 		ActivationTimeout: dur(m.ActivationTimeout.ValueString(), 5*time.Minute),
 		LockTimeout:       dur(m.LockTimeout.ValueString(), 0),
-		Holder:            fmt.Sprintf("fleet_ssh_deployment %s (pid %d)", m.ID.ValueString(), os.Getpid()),
+		Holder:            holder(m.ID.ValueString()),
 		Log:               func(node, msg string) { tflog.Info(ctx, msg, map[string]any{"node": node}) },
 	}
 	if !m.Verdict.IsNull() && !m.Verdict.IsUnknown() {
@@ -764,6 +768,14 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 	return d, func() { _ = os.RemoveAll(control) }, nil
 }
 
+// holder names a deployment to another one that finds the host locked:
+// the resource, and where it runs.
+func holder(id string) string {
+	host, _ := os.Hostname()
+	dir, _ := os.Getwd() // the provider runs in the configuration's directory
+	return fmt.Sprintf("fleet_ssh_deployment %s, applied on %s in %s (pid %d)", id, orStr(host, "an unknown machine"), orStr(dir, "an unknown directory"), os.Getpid())
+}
+
 // Read reads each node's current system: a host switched by hand shows in
 // the next plan. An unreachable host keeps its last known value, with a
 // warning.
@@ -796,7 +808,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		}
 		current, err := d.ReadCurrent(ctx, r.settings(ctx, defaults, n, priors[name], &resp.Diagnostics))
 		if err != nil {
-			resp.Diagnostics.AddWarning("Node "+name+" not read", fmt.Sprintf("node %s: %s; its last known system is kept", name, err))
+			resp.Diagnostics.AddWarning("Node "+name+" not read", fmt.Sprintf("node %s: %s; its last known system is kept", name, strings.TrimRight(err.Error(), ".")))
 			continue
 		}
 		records[i].CurrentSystem = types.StringValue(current.System)
@@ -843,6 +855,6 @@ func (sshOptValidator) ValidateString(_ context.Context, req validator.StringReq
 		return
 	}
 	if err := deploy.CheckSSHOpt(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid ssh_opts item", err.Error())
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid ssh_opts item", req.Path.String()+": "+err.Error())
 	}
 }
