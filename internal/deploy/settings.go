@@ -1,6 +1,14 @@
 package deploy
 
-import "slices"
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
+	"golang.org/x/crypto/ssh"
+)
 
 // Environment variables that set the built-in layer.
 const (
@@ -86,4 +94,30 @@ func Resolve(builtin Builtin, defaults *Layer, node Node) Settings {
 		s.HostKey = *node.HostKey
 	}
 	return s
+}
+
+// CheckKeyFile is what can be known of a node's key file before any
+// connection: it can be read, and ssh can use it without a prompt. An
+// encrypted key is usable only through an ssh-agent holding it (hasAgent:
+// SSH_AUTH_SOCK is set). A key this check cannot parse is left to ssh,
+// which reads more formats. An empty path means the agent, or ssh's own
+// default identities.
+func CheckKeyFile(path string, hasAgent bool) error {
+	if path == "" {
+		return nil
+	}
+	expanded, err := sshdial.ExpandHome(path)
+	if err != nil {
+		return err
+	}
+	pem, err := os.ReadFile(expanded)
+	if err != nil {
+		return fmt.Errorf("cannot read %s: %w", path, errors.Unwrap(err))
+	}
+	_, err = ssh.ParseRawPrivateKey(pem)
+	var missing *ssh.PassphraseMissingError
+	if errors.As(err, &missing) && !hasAgent {
+		return fmt.Errorf("%s is encrypted, and ssh runs with BatchMode=yes, which never asks for a passphrase: load the key into an ssh-agent (ssh-add %s) and run with SSH_AUTH_SOCK set", path, path)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
 func deploymentConfig(nodes []*nixtest.Target, systems []string, extra string) string {
@@ -319,6 +320,78 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 				if got := tg.AcceptedConnections() - before; got != 1 {
 					t.Errorf("%v logged in to the node %d times, want 1", args, got)
 				}
+			}
+		})
+	}
+}
+
+// A key file that cannot be used is refused at plan, naming the attribute
+// that set it: missing on a node, in defaults or in
+// FLEET_SSH_PRIVATE_KEY_FILE, or encrypted with no ssh-agent (BatchMode
+// never asks for a passphrase). With an agent, an encrypted key is left
+// to it.
+func TestDeploymentRefusesUnusableKeysAtPlan(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	tg := nixtest.NewTarget(t)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	dir := t.TempDir()
+	encrypted := dir + "/id_encrypted"
+	if err := os.WriteFile(encrypted, sshtest.NewKey(t).EncryptedPEM(t, "secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := func(defaultsKey, nodeKey string) string {
+		return fmt.Sprintf(`
+resource "fleet_ssh_deployment" "prod" {
+  defaults = { private_key_file = %s }
+  nodes = [{
+    name             = "web1"
+    host             = %q
+    system           = %q
+    host_key         = %q
+    private_key_file = %s
+    ssh_opts         = ["Port=%d"]
+  }]
+}
+`, defaultsKey, tg.Host, sys, tg.HostKey, nodeKey, tg.Port)
+	}
+	cases := []struct {
+		name, defaultsKey, nodeKey, env, agent string
+		want                                   []string // empty: accepted
+	}{
+		{"missing on the node", "null", fmt.Sprintf("%q", dir+"/nope"), "", "", []string{"node web1: private_key_file: cannot read " + dir + "/nope", "no such file"}},
+		{"missing in defaults", fmt.Sprintf("%q", dir+"/nope"), "null", "", "", []string{"defaults.private_key_file: cannot read"}},
+		{"missing in the environment", "null", "null", dir + "/nope", "", []string{"FLEET_SSH_PRIVATE_KEY_FILE (the built-in key of nodes without one): cannot read"}},
+		{"encrypted, no agent", "null", fmt.Sprintf("%q", encrypted), "", "", []string{"is encrypted", "ssh-add " + encrypted}},
+		{"encrypted, an agent", "null", fmt.Sprintf("%q", encrypted), "", dir + "/agent.sock", nil},
+		{"usable", "null", fmt.Sprintf("%q", tg.ClientKeyFile), "", "", nil},
+	}
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					// The provider runs in this process: its environment is the test's.
+					t.Setenv(deploy.EnvSSHPrivateKeyFile, c.env)
+					t.Setenv("SSH_AUTH_SOCK", c.agent)
+					s := acctest.NewSession(t, cli, server())
+					s.WriteConfig(config(c.defaultsKey, c.nodeKey))
+					s.Run("init", "-input=false")
+					out, errOut, code := s.ExitCode("plan", "-input=false", "-no-color")
+					all := out + errOut
+					if len(c.want) == 0 {
+						if code != 0 || strings.Contains(all, "Unusable private key") {
+							t.Errorf("plan refused (exit %d):\n%s", code, all)
+						}
+						return
+					}
+					if code == 0 || !strings.Contains(all, "Unusable private key") {
+						t.Errorf("plan accepted (exit %d):\n%s", code, all)
+					}
+					for _, w := range c.want {
+						if !strings.Contains(strings.Join(strings.Fields(all), " "), w) {
+							t.Errorf("the error does not say %q:\n%s", w, all)
+						}
+					}
+				})
 			}
 		})
 	}

@@ -175,7 +175,7 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"defaults": schema.SingleNestedAttribute{Optional: true, MarkdownDescription: "SSH settings every node inherits unless it sets its own (built-in: user `FLEET_SSH_USER`, else `root`; key `FLEET_SSH_PRIVATE_KEY_FILE`, else the ssh-agent).",
 				Attributes: map[string]schema.Attribute{
 					"user":             str("User to log in as."),
-					"private_key_file": str("Private key file."),
+					"private_key_file": str("Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."),
 					"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`."),
 				}},
 			"ssh_config_file":  str("An OpenSSH client configuration file, given to every ssh as `-F`. Host-key options it sets are left to it."),
@@ -187,7 +187,7 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"host":             str("Host name or address. Default: `name`."),
 					"host_key":         str("The host's public key (`ssh-ed25519 AAAA...`): only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file` and in `status` (`host_key_seen`), and the node is held to it."),
 					"user":             str("User to log in as."),
-					"private_key_file": str("Private key file."),
+					"private_key_file": str("Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."),
 					"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
 				}}},
 			"goal": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString(string(deploy.GoalSwitch)),
@@ -330,6 +330,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 			}
 		}
 	}
+	r.checkKeyFiles(ctx, &plan, nodes, &resp.Diagnostics)
 	type duration struct {
 		at    path.Path
 		v     string
@@ -410,6 +411,44 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 			}
 		}
 		r.probe(ctx, &plan, nodes, priors, readNow, actions, &resp.Diagnostics)
+	}
+}
+
+// checkKeyFiles refuses at plan a key file that cannot be read, or that is
+// encrypted with no ssh-agent to hold it, naming the attribute that set it
+// (the node's, the defaults', or FLEET_SSH_PRIVATE_KEY_FILE).
+func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deploymentModel, nodes []deployNodeModel, diags *diag.Diagnostics) {
+	if plan.Defaults.IsUnknown() {
+		return
+	}
+	var defaults deployDefaultsModel
+	if !plan.Defaults.IsNull() {
+		diags.Append(plan.Defaults.As(ctx, &defaults, objectAsOptions)...)
+	}
+	hasAgent := os.Getenv("SSH_AUTH_SOCK") != ""
+	reported := map[string]bool{}
+	check := func(at path.Path, what, file string) {
+		if reported[at.String()] {
+			return
+		}
+		if err := deploy.CheckKeyFile(file, hasAgent); err != nil {
+			reported[at.String()] = true
+			diags.AddAttributeError(at, "Unusable private key", fmt.Sprintf("%s: %s", what, err))
+		}
+	}
+	env := os.Getenv(deploy.EnvSSHPrivateKeyFile)
+	for i, n := range nodes {
+		at := path.Root("nodes").AtListIndex(i)
+		switch {
+		case n.PrivateKeyFile.IsUnknown() || n.Name.IsUnknown():
+		case !n.PrivateKeyFile.IsNull():
+			check(at.AtName("private_key_file"), "node "+n.Name.ValueString()+": private_key_file", n.PrivateKeyFile.ValueString())
+		case defaults.PrivateKeyFile.IsUnknown():
+		case !defaults.PrivateKeyFile.IsNull():
+			check(path.Root("defaults").AtName("private_key_file"), "defaults.private_key_file", defaults.PrivateKeyFile.ValueString())
+		case env != "":
+			check(path.Root("nodes"), deploy.EnvSSHPrivateKeyFile+" (the built-in key of nodes without one)", env)
+		}
 	}
 }
 
