@@ -239,15 +239,7 @@ func (t *Transport) effective(ctx context.Context, config, host string) (map[str
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	out := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), " ")
-		if _, seen := out[k]; !seen {
-			out[k] = v
-		}
-	}
-	return out, sc.Err()
+	return parseEffective(raw)
 }
 
 // Args are the arguments of an ssh to the node over its master
@@ -350,4 +342,76 @@ func (c *Conn) OfferedKey() string {
 	}
 	b, _ := os.ReadFile(c.offered)
 	return strings.TrimSpace(string(b))
+}
+
+// Remember writes key, a key node s showed before ("type base64", from
+// state), to the accept-new known_hosts file when that file has no key for
+// the node's address yet: the replacement of a deployment, which starts
+// with no record, then refuses another key there as a later deploy does,
+// also on a runner whose file was new. A pinned node needs nothing.
+func (t *Transport) Remember(ctx context.Context, s Settings, key string) error {
+	if s.HostKey != "" || strings.TrimSpace(key) == "" || t.KnownHostsFile == "" {
+		return nil
+	}
+	s.SeenHostKey = ""
+	c, err := t.Open(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cfg, err := t.effectiveArgs(ctx, c.FreshArgs())
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(cfg["userknownhostsfile"], t.KnownHostsFile) {
+		return nil // ssh_opts or the config file name another file: theirs
+	}
+	name := cfg["hostkeyalias"]
+	if name == "" || name == "none" {
+		name = cfg["hostname"]
+	}
+	if p := cfg["port"]; p != "" && p != "22" {
+		name = "[" + name + "]:" + p
+	}
+	if _, err := os.Stat(t.KnownHostsFile); err == nil {
+		// ssh-keygen -F exits 0 when the file has a key for name, hashed
+		// or not; that key stays.
+		if exec.CommandContext(ctx, "ssh-keygen", "-F", name, "-f", t.KnownHostsFile).Run() == nil {
+			return nil
+		}
+	}
+	f, err := os.OpenFile(t.KnownHostsFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("node %s: record its key in %s: %w", s.Name, t.KnownHostsFile, err)
+	}
+	_, werr := fmt.Fprintf(f, "%s %s\n", name, strings.TrimSpace(key))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return werr
+}
+
+// effectiveArgs runs ssh -G with a connection's arguments and returns its
+// settings.
+func (t *Transport) effectiveArgs(ctx context.Context, args []string) (map[string]string, error) {
+	cmd := exec.CommandContext(ctx, t.ssh(), append([]string{"-G"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("ssh -G: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return parseEffective(raw)
+}
+
+func parseEffective(raw []byte) (map[string]string, error) {
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), " ")
+		if _, seen := out[k]; !seen {
+			out[k] = v
+		}
+	}
+	return out, sc.Err()
 }

@@ -396,3 +396,73 @@ resource "fleet_ssh_deployment" "prod" {
 		})
 	}
 }
+
+// A failed first apply taints the deployment, and its replacement starts
+// with no record: the refresh before it writes each recorded key into
+// known_hosts_file, so the replacement still refuses another host at a
+// node's address, also on a runner whose file was new.
+func TestDeploymentReplacementKeepsTheKeysSeen(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg1, tg2, imposter := nixtest.NewTarget(t), nixtest.NewTarget(t), nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			for _, tg := range []*nixtest.Target{tg1, tg2, imposter} {
+				tg.Boot(t, old)
+			}
+			knownHosts := t.TempDir() + "/known_hosts"
+			config := func(sys1, sys2 string) string {
+				var b strings.Builder
+				for i, c := range []struct {
+					tg  *nixtest.Target
+					sys string
+				}{{tg1, sys1}, {tg2, sys2}} {
+					fmt.Fprintf(&b, `{ name = "n%d", host = %q, system = %q, user = %q, private_key_file = %q, ssh_opts = ["Port=%d", "IdentitiesOnly=yes"] },`+"\n",
+						i+1, c.tg.Host, c.sys, c.tg.User, c.tg.ClientKeyFile, c.tg.Port)
+				}
+				return fmt.Sprintf(`
+resource "fleet_ssh_deployment" "prod" {
+  known_hosts_file = %q
+  nodes            = [
+%s  ]
+  verdict = {
+    confirm_timeout = "3s"
+    settle_timeout  = "2s"
+  }
+}
+`, knownHosts, b.String())
+			}
+			s := acctest.NewSession(t, cli, server())
+			sys1 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s.WriteConfig(config(sys1, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}})))
+			s.Run("init", "-input=false")
+			if _, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color"); code == 0 || !strings.Contains(errOut, "DEPLOY FAILED for n2") {
+				t.Fatalf("the first apply (exit %d) did not fail n2:\n%s", code, errOut)
+			}
+
+			// A fresh runner, and another host answering at n1's address.
+			if err := os.Remove(knownHosts); err != nil {
+				t.Fatal(err)
+			}
+			tg1.Gate.SetBackend(imposter.SSHD.Addr)
+			s.WriteConfig(config(sys1, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})))
+			out, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			all := strings.Join(strings.Fields(out+errOut), " ")
+			offered := strings.Join(strings.Fields(imposter.HostKey)[:2], " ")
+			if code == 0 || !strings.Contains(all, "must be replaced") || !strings.Contains(all, "DEPLOY FAILED for n1") ||
+				!strings.Contains(all, "offered "+offered) || !strings.Contains(all, knownHosts) {
+				t.Errorf("the replacement (exit %d) did not refuse the other host at n1's address:\n%s", code, out+errOut)
+			}
+			if len(imposter.Calls()) != 0 || imposter.CurrentSystem() != old {
+				t.Errorf("the other host was deployed to: %v", imposter.Calls())
+			}
+			kh, _ := os.ReadFile(knownHosts)
+			if !strings.Contains(string(kh), strings.Join(strings.Fields(tg1.HostKey)[:2], " ")) {
+				t.Errorf("known_hosts_file does not hold n1's recorded key:\n%s", kh)
+			}
+			if tg2.CurrentSystem() == old {
+				t.Errorf("n2 was not deployed by the replacement")
+			}
+		})
+	}
+}

@@ -845,7 +845,11 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		if !ok || actions[name] == actionSkip {
 			continue
 		}
-		current, err := d.ReadCurrent(ctx, r.settings(ctx, defaults, n, priors[name], &resp.Diagnostics))
+		settings := r.settings(ctx, defaults, n, priors[name], &resp.Diagnostics)
+		if err := d.Transport.Remember(ctx, settings, settings.SeenHostKey); err != nil {
+			resp.Diagnostics.AddWarning("Node "+name+" key not remembered", fmt.Sprintf("node %s: %s", name, err))
+		}
+		current, err := d.ReadCurrent(ctx, settings)
 		if err != nil {
 			resp.Diagnostics.AddWarning("Node "+name+" not read", fmt.Sprintf("node %s: %s; its last known system is kept", name, strings.TrimRight(err.Error(), ".")))
 			continue

@@ -31,7 +31,7 @@ type Gate struct {
 	Port int
 	Addr string
 
-	backend  string
+	backend  atomic.Value // string: "host:port"
 	mode     atomic.Int32
 	stalled  atomic.Bool
 	modeFunc func() GateMode // nil: mode decides
@@ -67,7 +67,8 @@ func NewGate(tb TB, backend string, opts ...GateOption) *Gate {
 	}
 	port := portOf(tb, ln)
 	g := &Gate{Host: "127.0.0.1", Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		backend: backend, listener: ln, conns: map[net.Conn]struct{}{}}
+		listener: ln, conns: map[net.Conn]struct{}{}}
+	g.backend.Store(backend)
 	for _, o := range opts {
 		o(g)
 	}
@@ -87,6 +88,11 @@ func (g *Gate) SetMode(m GateMode) {
 		_ = c.Close()
 	}
 }
+
+// SetBackend sends new connections to backend ("host:port") from now on;
+// open ones stay where they are: another host answering at the gate's
+// address, as after a reinstall or in an interception.
+func (g *Gate) SetBackend(backend string) { g.backend.Store(backend) }
 
 // Stall stops (true) or resumes (false) the traffic of every connection
 // the gate forwards, without closing any: a peer that stops answering, as
@@ -174,7 +180,8 @@ func (g *Gate) serve(c net.Conn) {
 		return
 	case GateOpen:
 	}
-	b, err := net.Dial("tcp", g.backend)
+	backend, _ := g.backend.Load().(string)
+	b, err := net.Dial("tcp", backend)
 	if err != nil {
 		return
 	}
