@@ -293,7 +293,11 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 		return fail(exit, StepActivated, "ActivationFailed", "cannot prepare the activation: "+actMsg, "")
 	}
 	if ctx.Err() != nil {
-		return fail(ExitInterrupted, StepActivated, "Interrupted", "interrupted during activation; the host decides: "+d.hostState(c, n.System),
+		msg := "interrupted during activation; the host decides: " + d.hostState(c, n.System)
+		if watch {
+			msg += fmt.Sprintf("; unconfirmed, the activation is switched back to %s by the host's watchdog within confirm_timeout (%s) of its end", prev, d.confirmTimeout())
+		}
+		return fail(ExitInterrupted, StepActivated, "Interrupted", msg,
 			"the next apply retries this node; an activation the interrupt left running is rolled back by the host unless it was confirmed")
 	}
 	if timedOut {
@@ -756,17 +760,25 @@ func (d *Deployer) hostState(c *Conn, system string) string {
 	if err != nil {
 		return "the host could not be read"
 	}
-	if strings.TrimSpace(out) == system {
+	current, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	if current == system {
 		return "it runs the new system"
 	}
-	return "it runs " + strings.TrimSpace(out)
+	return "it runs " + current
 }
 
 // Current is what a read of a node found.
 type Current struct {
-	System  string
-	HostKey string // the key the host offered ("type base64")
+	System string
+	// Succeeded is the last system a deploy finished on the host with a
+	// passing verdict; empty when none did.
+	Succeeded string
+	HostKey   string // the key the host offered ("type base64")
 }
+
+// Runs reports whether the host runs system and a deploy of it passed its
+// verdict there: a new record of the node has nothing to do.
+func (c Current) Runs(system string) bool { return c.System == system && c.Succeeded == system }
 
 // ReadCurrent reads a node's current system (refresh, drift) and the key
 // it offered; a key other than its pin or recorded key is refused with
@@ -786,7 +798,8 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 		}
 		return Current{}, errors.New(msg)
 	}
-	return Current{System: strings.TrimSpace(out), HostKey: c.OfferedKey()}, nil
+	lines := strings.Split(strings.TrimSpace(out)+"\n", "\n")
+	return Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1]), HostKey: c.OfferedKey()}, nil
 }
 
 // waitDelay bounds the wait for a killed command's output: a command over

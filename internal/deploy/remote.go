@@ -53,8 +53,10 @@ cat ` + succeededFile + ` 2>/dev/null || echo`
 // (on_failure = keep) does not count as done.
 const succeededFile = stateDir + "/succeeded"
 
-// readCurrentScript prints the current system only (refresh, drift).
-const readCurrentScript = `readlink -f /run/current-system`
+// readCurrentScript prints the current system (refresh, drift), then the
+// last system a deploy finished there with a passing verdict.
+const readCurrentScript = `readlink -f /run/current-system || echo
+cat ` + succeededFile + ` 2>/dev/null || echo`
 
 // watchdogScript waits for the activation of run to end, then for the
 // deployer's confirmation; without one within confirm seconds (or on an

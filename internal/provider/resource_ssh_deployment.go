@@ -410,8 +410,33 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 				}
 			}
 		}
-		r.probe(ctx, &plan, nodes, priors, readNow, actions, &resp.Diagnostics)
+		found := r.probe(ctx, &plan, nodes, priors, readNow, actions, &resp.Diagnostics)
+		// A node this deployment has no record of (a new one, or all of
+		// them in the replacement of a deployment whose first apply failed)
+		// whose host already runs its system after a passing verdict has
+		// nothing to do.
+		changed := false
+		if goal := deploy.Goal(plan.Goal.ValueString()); goal == deploy.GoalSwitch || goal == deploy.GoalTest {
+			for name, cur := range found {
+				if _, known := priors[name]; !known && cur.Runs(systemOf(nodes, name)) {
+					actions[name], changed = types.StringValue(actionNone), true
+				}
+			}
+		}
+		if changed {
+			plan.Actions = types.MapValueMust(types.StringType, actions)
+			resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+		}
 	}
+}
+
+func systemOf(nodes []deployNodeModel, name string) string {
+	for _, n := range nodes {
+		if n.Name.ValueString() == name {
+			return n.System.ValueString()
+		}
+	}
+	return ""
 }
 
 // checkKeyFiles refuses at plan a key file that cannot be read, or that is
@@ -456,11 +481,12 @@ func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deployment
 // probe semaphore, and warns about those it cannot reach: the apply would
 // fail them.
 // Nodes in readNow, whose settings are unchanged, were read by this run's
-// refresh and are not probed again.
+// refresh and are not probed again. It returns what it read of each node
+// it reached.
 func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
-	readNow map[string]deploy.Settings, actions map[string]attr.Value, diags *diag.Diagnostics) {
+	readNow map[string]deploy.Settings, actions map[string]attr.Value, diags *diag.Diagnostics) map[string]deploy.Current {
 	if !fullyKnown(m.Defaults) || m.SSHConfigFile.IsUnknown() || m.KnownHostsFile.IsUnknown() {
-		return
+		return nil
 	}
 	var nd diag.Diagnostics
 	defaults := r.defaults(ctx, m, &nd)
@@ -478,14 +504,15 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		switching, settings = append(switching, n), append(settings, s)
 	}
 	if len(switching) == 0 {
-		return
+		return nil
 	}
 	d, cleanup, err := r.deployer(ctx, m)
 	if err != nil {
-		return
+		return nil
 	}
 	defer cleanup()
 	failures := make([]string, len(switching))
+	read := make([]*deploy.Current, len(switching))
 	var wg sync.WaitGroup
 	for i, s := range settings {
 		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
@@ -497,12 +524,21 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 			defer r.data.prober.Slots.Release(1)
 			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
-			if _, err := d.ReadCurrent(pctx, s); err != nil {
+			cur, err := d.ReadCurrent(pctx, s)
+			if err != nil {
 				failures[i] = err.Error()
+				return
 			}
+			read[i] = &cur
 		}()
 	}
 	wg.Wait()
+	found := map[string]deploy.Current{}
+	for i, cur := range read {
+		if cur != nil {
+			found[switching[i].Name.ValueString()] = *cur
+		}
+	}
 	for i, f := range failures {
 		if f != "" {
 			name := switching[i].Name.ValueString()
@@ -510,6 +546,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, strings.TrimRight(f, ".")))
 		}
 	}
+	return found
 }
 
 func fullyKnownNode(n deployNodeModel) bool {
@@ -605,6 +642,24 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 	defer cleanup()
 	defaults := r.defaults(ctx, m, diags)
 	var targets []deploy.Target
+	// Nodes with no record that the plan found done: read for theirs.
+	fresh := map[string]deploy.Result{}
+	for _, n := range nodes {
+		name := n.Name.ValueString()
+		if _, known := priors[name]; known || hold[name] || planned[name] != actionNone || ctx.Err() != nil {
+			continue
+		}
+		cur, err := d.ReadCurrent(ctx, r.settings(ctx, defaults, n, priorNode{}, diags))
+		res := deploy.Result{Name: name, Phase: deploy.PhaseSucceeded, CurrentSystem: cur.System, PreviousSystem: cur.System, HostKeySeen: cur.HostKey,
+			Message: "nothing to do: the host already runs this system"}
+		switch {
+		case err != nil:
+			res.Phase, res.Message = deploy.PhasePending, "the plan found this system on the host, which cannot be read now: "+err.Error()
+		case !cur.Runs(n.System.ValueString()):
+			res.Phase, res.Message = deploy.PhasePending, "the host no longer runs this system (it did when planned): the next plan switches it"
+		}
+		fresh[name] = res
+	}
 	for _, n := range nodes {
 		name := n.Name.ValueString()
 		p, known := priors[name]
@@ -632,6 +687,11 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in hold", CurrentSystem: p.current, PreviousSystem: p.current}
 			action = actionSkip
 			skipped = append(skipped, name)
+		case fresh[name].Name != "":
+			res, ran = fresh[name], true
+			if res.Phase == deploy.PhaseSucceeded {
+				succeeded = append(succeeded, name)
+			}
 		case !ran:
 			// Nothing to do: the last record stands.
 			res = deploy.Result{Name: name, Phase: deploy.Phase(orStr(p.phase, string(deploy.PhaseSucceeded))), CurrentSystem: p.current, PreviousSystem: p.current, Message: "nothing to do: the host runs this system"}
