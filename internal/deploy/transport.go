@@ -232,14 +232,7 @@ func (t *Transport) configSets(ctx context.Context, s Settings) (map[string]bool
 
 // effective runs ssh -G -F config host and returns its settings.
 func (t *Transport) effective(ctx context.Context, config, host string) (map[string]string, error) {
-	cmd := exec.CommandContext(ctx, t.ssh(), "-G", "-F", config, host)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	return parseEffective(raw)
+	return t.effectiveArgs(ctx, []string{"-F", config, host})
 }
 
 // Args are the arguments of an ssh to the node over its master
@@ -361,7 +354,7 @@ func (t *Transport) Remember(ctx context.Context, s Settings, key string) error 
 	defer c.Close()
 	cfg, err := t.effectiveArgs(ctx, c.FreshArgs())
 	if err != nil {
-		return err
+		return fmt.Errorf("node %s: ssh -G: %w", s.Name, err)
 	}
 	if !strings.Contains(cfg["userknownhostsfile"], t.KnownHostsFile) {
 		return nil // ssh_opts or the config file name another file: theirs
@@ -399,7 +392,7 @@ func (t *Transport) effectiveArgs(ctx context.Context, args []string) (map[strin
 	cmd.Stderr = &stderr
 	raw, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("ssh -G: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return parseEffective(raw)
 }

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"os"
@@ -22,13 +21,9 @@ func effectiveConfig(t *testing.T, c *Conn) map[string]string {
 	if err != nil {
 		t.Fatalf("ssh -G %q: %v: %s", c.Args(), err, stderr.String())
 	}
-	out := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), " ")
-		if _, seen := out[k]; !seen {
-			out[k] = v
-		}
+	out, err := parseEffective(raw)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
