@@ -59,10 +59,26 @@ func TestDeploySwitchSucceeds(t *testing.T) {
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)
+	// nix-copy-closure, through a wrapper that records how it was called.
+	real, err := exec.LookPath("nix-copy-closure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "nix-copy-closure")
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" \"$NIX_SSHOPTS\" > %s/called\nexec %s \"$@\"\n", dir, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := deployer(t, deploy.Options{NixCopyClosure: wrapper}).Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)
 	r := res[0]
 	if r.Phase != deploy.PhaseSucceeded {
 		t.Fatalf("phase %s: %s (hint %q)", r.Phase, r.Message, r.Hint)
+	}
+	called, _ := os.ReadFile(filepath.Join(dir, "called"))
+	if lines := strings.Split(string(called), "\n"); len(lines) < 2 || lines[0] != "--to --gzip --use-substitutes "+tg.Host+" "+sys ||
+		!strings.Contains(lines[1], "-o ControlPath=") || !strings.Contains(lines[1], "-o BatchMode=yes") {
+		t.Errorf("nix-copy-closure was called as %q: want --to --gzip --use-substitutes over the master (NIX_SSHOPTS)", called)
 	}
 	if tg.CurrentSystem() != sys || tg.BootEntry() != sys || tg.ProfileSystem() != sys {
 		t.Errorf("host: current %s, boot %s, profile %s; want %s", tg.CurrentSystem(), tg.BootEntry(), tg.ProfileSystem(), sys)
