@@ -60,13 +60,13 @@ func TestDeploySwitchSucceeds(t *testing.T) {
 	tg.Boot(t, old)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	// nix-copy-closure, through a wrapper that records how it was called.
-	real, err := exec.LookPath("nix-copy-closure")
+	nixCopy, err := exec.LookPath("nix-copy-closure")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	wrapper := filepath.Join(dir, "nix-copy-closure")
-	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" \"$NIX_SSHOPTS\" > %s/called\nexec %s \"$@\"\n", dir, real)
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" \"$NIX_SSHOPTS\" > %s/called\nexec %s \"$@\"\n", dir, nixCopy)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
