@@ -188,7 +188,8 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 	}
 	if exit, msg := d.startMaster(ctx, c); exit != 0 {
 		if hostKeyRefused(msg) {
-			msg, hint := d.hostKeyMismatch(n.Settings, c.OfferedKey())
+			msg, hint, trusted := d.hostKeyMismatch(ctx, c, n.Settings)
+			r.HostKeySeen = trusted // the refused key is never recorded
 			return fail(exit, StepReachable, "HostKeyMismatch", msg, hint)
 		}
 		return fail(exit, StepReachable, "ConnectionFailed", "cannot reach the host: "+msg, sshHint(msg))
@@ -793,7 +794,7 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 	if err != nil {
 		_, msg := exitOf(err, out)
 		if hostKeyRefused(msg) {
-			msg, hint := d.hostKeyMismatch(s, c.OfferedKey())
+			msg, hint, _ := d.hostKeyMismatch(ctx, c, s)
 			return Current{}, fmt.Errorf("%s. Fix: %s", msg, hint)
 		}
 		return Current{}, errors.New(msg)
@@ -833,8 +834,16 @@ func (d *Deployer) output(cmd *exec.Cmd) (string, error) {
 	return stdout.String(), nil
 }
 
-// exitOf is a command's exit status and its last words.
+// exitOf is a command's exit status and its last words (without ssh's
+// note that accept-new added a key, which is no failure).
 func exitOf(err error, out string) (int, string) {
+	var kept []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "Warning: Permanently added") {
+			kept = append(kept, line)
+		}
+	}
+	out = strings.Join(kept, "\n")
 	if err == nil {
 		return 0, lastLines(out, 3)
 	}
@@ -867,19 +876,27 @@ func hostKeyRefused(msg string) bool {
 
 // hostKeyMismatch says which key the node offered, which one it was held
 // to and where that came from, and how to accept a key changed on purpose.
-func (d *Deployer) hostKeyMismatch(s Settings, offered string) (msg, hint string) {
-	offered = orNone(offered)
+// trusted is the key it was held to without a pin (recorded on first use),
+// which stays the node's host_key_seen.
+func (d *Deployer) hostKeyMismatch(ctx context.Context, c *Conn, s Settings) (msg, hint, trusted string) {
+	offered := orNone(c.OfferedKey())
 	const otherwise = "; if not, something else answers at this address: do not deploy to it"
 	switch {
 	case s.HostKey != "":
 		return fmt.Sprintf("Host key verification failed: the host offered %s, not the key pinned in host_key (%s); nothing was done on it", offered, strings.TrimSpace(s.HostKey)),
-			"if the host was reinstalled or re-keyed, update host_key to the key it offers now" + otherwise
+			"if the host was reinstalled or re-keyed, update host_key to the key it offers now" + otherwise, ""
 	case s.SeenHostKey != "":
 		return fmt.Sprintf("Host key verification failed: the host offered %s, not the key it showed on first use (host_key_seen in this node's status: %s); nothing was done on it", offered, strings.TrimSpace(s.SeenHostKey)),
-			"if the host was reinstalled or re-keyed, set host_key on this node to the key it offers now: the next apply that reaches it records that key as host_key_seen, and host_key can then go again" + otherwise
+			"if the host was reinstalled or re-keyed, set host_key on this node to the key it offers now: the next apply that reaches it records that key as host_key_seen, and host_key can then go again" + otherwise,
+			strings.TrimSpace(s.SeenHostKey)
 	}
-	return fmt.Sprintf("Host key verification failed: the host offered %s, not the key recorded for it in %s on first use; nothing was done on it", offered, d.Transport.KnownHostsFile),
-		fmt.Sprintf("if the host was reinstalled or re-keyed, remove its line with ssh-keygen -R '%s' -f %s, or set host_key on this node", s.Host, d.Transport.KnownHostsFile) + otherwise
+	recorded, name := c.RecordedKey(ctx)
+	if name == "" {
+		name = s.Host
+	}
+	return fmt.Sprintf("Host key verification failed: the host offered %s, not the key recorded for it on first use in %s (%s); nothing was done on it", offered, d.Transport.KnownHostsFile, orNone(recorded)),
+		fmt.Sprintf("if the host was reinstalled or re-keyed, set host_key on this node to the key it offers now, or remove its line with ssh-keygen -R '%s' -f %s", name, d.Transport.KnownHostsFile) + otherwise,
+		recorded
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

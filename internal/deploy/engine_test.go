@@ -469,7 +469,11 @@ func TestDeployAcceptNewRemembered(t *testing.T) {
 	m := targetOf(imposter, "web1", n.System)
 	m.HostKey, m.SSHOpts = "", []string{"Port=" + strconv.Itoa(imposter.Port), "IdentitiesOnly=yes", "HostKeyAlias=[127.0.0.1]:" + strconv.Itoa(tg.Port)}
 	r := d.Deploy(context.Background(), []deploy.Target{m}, nil)[0]
-	wantPhase(t, r, deploy.PhaseFailed, "offered "+keyOf(imposter.HostKey), d.Transport.KnownHostsFile, "ssh-keygen -R")
+	wantPhase(t, r, deploy.PhaseFailed, "offered "+keyOf(imposter.HostKey), d.Transport.KnownHostsFile+" ("+keyOf(tg.HostKey)+")",
+		"ssh-keygen -R '[127.0.0.1]:"+strconv.Itoa(tg.Port)+"'")
+	if r.HostKeySeen != keyOf(tg.HostKey) {
+		t.Errorf("HostKeySeen after the refusal %q, want the recorded %q", r.HostKeySeen, keyOf(tg.HostKey))
+	}
 	if len(imposter.Calls()) != 0 {
 		t.Errorf("the imposter was deployed to: %v", imposter.Calls())
 	}

@@ -352,26 +352,12 @@ func (t *Transport) Remember(ctx context.Context, s Settings, key string) error 
 		return err
 	}
 	defer c.Close()
-	cfg, err := t.effectiveArgs(ctx, c.FreshArgs())
-	if err != nil {
-		return fmt.Errorf("node %s: ssh -G: %w", s.Name, err)
+	name, ours, err := c.knownHostsName(ctx)
+	if err != nil || !ours {
+		return err // not ours: ssh_opts or the config file name another file
 	}
-	if !strings.Contains(cfg["userknownhostsfile"], t.KnownHostsFile) {
-		return nil // ssh_opts or the config file name another file: theirs
-	}
-	name := cfg["hostkeyalias"]
-	if name == "" || name == "none" {
-		name = cfg["hostname"]
-	}
-	if p := cfg["port"]; p != "" && p != "22" {
-		name = "[" + name + "]:" + p
-	}
-	if _, err := os.Stat(t.KnownHostsFile); err == nil {
-		// ssh-keygen -F exits 0 when the file has a key for name, hashed
-		// or not; that key stays.
-		if exec.CommandContext(ctx, "ssh-keygen", "-F", name, "-f", t.KnownHostsFile).Run() == nil {
-			return nil
-		}
+	if recorded, _ := c.RecordedKey(ctx); recorded != "" {
+		return nil // the file's key for this address stays
 	}
 	f, err := os.OpenFile(t.KnownHostsFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -382,6 +368,50 @@ func (t *Transport) Remember(ctx context.Context, s Settings, key string) error 
 		werr = cerr
 	}
 	return werr
+}
+
+// knownHostsName is the name ssh looks the node up by in a known_hosts
+// file (HostKeyAlias as it is, or the host name, as [name]:port off port
+// 22), and
+// whether that file is the transport's accept-new file.
+func (c *Conn) knownHostsName(ctx context.Context) (string, bool, error) {
+	cfg, err := c.t.effectiveArgs(ctx, c.FreshArgs())
+	if err != nil {
+		return "", false, fmt.Errorf("node %s: ssh -G: %w", c.s.Name, err)
+	}
+	ours := strings.Contains(cfg["userknownhostsfile"], c.t.KnownHostsFile)
+	if alias := cfg["hostkeyalias"]; alias != "" && alias != "none" {
+		return alias, ours, nil // ssh looks an alias up as it is, port and all
+	}
+	name := cfg["hostname"]
+	if p := cfg["port"]; p != "" && p != "22" {
+		name = "[" + name + "]:" + p
+	}
+	return name, ours, nil
+}
+
+// RecordedKey is the key ("type base64") the accept-new file holds for the
+// node's address, with the name it is kept under; empty when it has none.
+func (c *Conn) RecordedKey(ctx context.Context) (key, name string) {
+	name, ours, err := c.knownHostsName(ctx)
+	if err != nil || !ours {
+		return "", name
+	}
+	if _, err := os.Stat(c.t.KnownHostsFile); err != nil {
+		return "", name
+	}
+	// ssh-keygen -F finds hashed entries too; it prints comments and the
+	// matching lines.
+	out, err := exec.CommandContext(ctx, "ssh-keygen", "-F", name, "-f", c.t.KnownHostsFile).Output()
+	if err != nil {
+		return "", name
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && !strings.HasPrefix(f[0], "#") {
+			return f[len(f)-2] + " " + f[len(f)-1], name
+		}
+	}
+	return "", name
 }
 
 // effectiveArgs runs ssh -G with a connection's arguments and returns its

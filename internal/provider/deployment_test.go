@@ -283,8 +283,9 @@ resource "fleet_ssh_deployment" "prod" {
 				t.Errorf("host_key_seen after the refusal %q, want still %q", got, want)
 			}
 			if st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any); len(st) == 1 {
-				if rec, _ := st[0].(map[string]any); rec["current_system"] != sys {
-					t.Errorf("a node refused before it was read lost its last known system: current_system %v, want %s", rec["current_system"], sys)
+				if rec, _ := st[0].(map[string]any); rec["current_system"] != sys || rec["previous_system"] != first {
+					t.Errorf("a node refused before it was read lost what was known: current_system %v, previous_system %v; want %s, %s",
+						rec["current_system"], rec["previous_system"], sys, first)
 				}
 			}
 
@@ -465,6 +466,20 @@ resource "fleet_ssh_deployment" "prod" {
 			}
 			if tg2.CurrentSystem() == old {
 				t.Errorf("n2 was not deployed by the replacement")
+			}
+			// The refused node keeps the key it was held to, so yet another
+			// fresh runner refuses the other host too.
+			st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any)
+			if rec, _ := st[0].(map[string]any); rec["host_key_seen"] != strings.Join(strings.Fields(tg1.HostKey)[:2], " ") {
+				t.Errorf("n1's host_key_seen after the refusal: %v", rec["host_key_seen"])
+			}
+			if err := os.Remove(knownHosts); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code = s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			all = strings.Join(strings.Fields(out+errOut), " ")
+			if code == 0 || !strings.Contains(all, "DEPLOY FAILED for n1") || !strings.Contains(all, "host_key_seen in this node's status") || len(imposter.Calls()) != 0 {
+				t.Errorf("the next apply from a fresh runner (exit %d) did not refuse the other host:\n%s", code, out+errOut)
 			}
 		})
 	}

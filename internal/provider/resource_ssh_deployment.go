@@ -252,7 +252,7 @@ func (r *deploymentResource) Configure(_ context.Context, req resource.Configure
 // priorNode is what state says of a node.
 type priorNode struct {
 	action, phase, system, current string
-	host, hostKeySeen              string
+	previous, host, hostKeySeen    string
 	conds                          []conditions.Condition
 }
 
@@ -269,7 +269,7 @@ func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics
 	for _, rec := range records {
 		name := rec.Name.ValueString()
 		p := priorNode{action: actions[name], phase: rec.Phase.ValueString(), system: rec.System.ValueString(), current: rec.CurrentSystem.ValueString(),
-			host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString()}
+			previous: rec.PreviousSystem.ValueString(), host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString()}
 		p.conds, _ = conditionsFrom(ctx, rec.Conditions)
 		out[name] = p
 	}
@@ -684,7 +684,7 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 		action := planned[name]
 		switch {
 		case hold[name]:
-			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in hold", CurrentSystem: p.current, PreviousSystem: p.current}
+			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in hold", CurrentSystem: p.current, PreviousSystem: p.previous}
 			action = actionSkip
 			skipped = append(skipped, name)
 		case fresh[name].Name != "":
@@ -694,7 +694,7 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 			}
 		case !ran:
 			// Nothing to do: the last record stands.
-			res = deploy.Result{Name: name, Phase: deploy.Phase(orStr(p.phase, string(deploy.PhaseSucceeded))), CurrentSystem: p.current, PreviousSystem: p.current, Message: "nothing to do: the host runs this system"}
+			res = deploy.Result{Name: name, Phase: deploy.Phase(orStr(p.phase, string(deploy.PhaseSucceeded))), CurrentSystem: p.current, PreviousSystem: p.previous, Message: "nothing to do: the host runs this system"}
 			succeeded = append(succeeded, name)
 		case res.Phase == deploy.PhasePending:
 			action = actionPending
@@ -708,7 +708,7 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 		}
 		if ran && res.CurrentSystem == "" {
 			// Failed before the host was read: what was known stands.
-			res.CurrentSystem, res.PreviousSystem = p.current, p.current
+			res.CurrentSystem, res.PreviousSystem = p.current, p.previous
 		}
 		actions[name] = types.StringValue(action)
 		conds, err := deploy.Conditions(p.conds, res, 1, now)
