@@ -1,13 +1,18 @@
 package deploy
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
 )
 
 // Environment variables that set the built-in layer.
@@ -98,11 +103,11 @@ func Resolve(builtin Builtin, defaults *Layer, node Node) Settings {
 
 // CheckKeyFile is what can be known of a node's key file before any
 // connection: it can be read, and ssh can use it without a prompt. An
-// encrypted key is usable only through an ssh-agent holding it (hasAgent:
-// SSH_AUTH_SOCK is set). A key this check cannot parse is left to ssh,
-// which reads more formats. An empty path means the agent, or ssh's own
-// default identities.
-func CheckKeyFile(path string, hasAgent bool) error {
+// encrypted key is usable only through an ssh-agent that holds it
+// (agentSocket: SSH_AUTH_SOCK; the agent is asked, bounded by ctx). A key
+// this check cannot parse is left to ssh, which reads more formats. An
+// empty path means the agent, or ssh's own default identities.
+func CheckKeyFile(ctx context.Context, path, agentSocket string) error {
 	if path == "" {
 		return nil
 	}
@@ -116,8 +121,55 @@ func CheckKeyFile(path string, hasAgent bool) error {
 	}
 	_, err = ssh.ParseRawPrivateKey(pem)
 	var missing *ssh.PassphraseMissingError
-	if errors.As(err, &missing) && !hasAgent {
-		return fmt.Errorf("%s is encrypted, and ssh runs with BatchMode=yes, which never asks for a passphrase: load the key into an ssh-agent (ssh-add %s) and run with SSH_AUTH_SOCK set", path, path)
+	if !errors.As(err, &missing) {
+		return nil
+	}
+	const never = "ssh runs with BatchMode=yes, which never asks for a passphrase"
+	if agentSocket == "" {
+		return fmt.Errorf("%s is encrypted, and %s: load the key into an ssh-agent (ssh-add %s) and run with SSH_AUTH_SOCK set", path, never, path)
+	}
+	held, err := agentHolds(ctx, agentSocket, missing.PublicKey)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s is encrypted, and the ssh-agent at SSH_AUTH_SOCK (%s) cannot be asked for it: %v; %s", path, agentSocket, err, never)
+	case !held:
+		return fmt.Errorf("%s is encrypted, and the ssh-agent at SSH_AUTH_SOCK (%s) does not hold it; %s: ssh-add %s", path, agentSocket, never, path)
+	}
+	return nil
+}
+
+// agentHolds asks the agent at socket whether it holds key; any key will
+// do when the file does not show its public key (an old PEM format).
+func agentHolds(ctx context.Context, socket string, key ssh.PublicKey) (bool, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	keys, err := agent.NewClient(conn).List()
+	if err != nil {
+		return false, err
+	}
+	for _, k := range keys {
+		if key == nil || bytes.Equal(k.Marshal(), key.Marshal()) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// CheckHostKeyLine accepts a public key line ("ssh-ed25519 AAAA...", a
+// comment allowed): a pin goes to OpenSSH in a known_hosts file, which
+// needs the key itself, not a fingerprint.
+func CheckHostKeyLine(line string) error {
+	if strings.HasPrefix(strings.TrimSpace(line), "SHA256:") || strings.HasPrefix(strings.TrimSpace(line), "MD5:") {
+		return fmt.Errorf("%q is a fingerprint; give the host's public key line instead (ssh-ed25519 AAAA..., from its /etc/ssh/ssh_host_ed25519_key.pub or ssh-keyscan)", line)
+	}
+	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line)); err != nil {
+		return fmt.Errorf("%q is not a public key line such as ssh-ed25519 AAAA... (from the host's /etc/ssh/ssh_host_ed25519_key.pub or ssh-keyscan): %v", line, err)
 	}
 	return nil
 }

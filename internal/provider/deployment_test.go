@@ -329,21 +329,23 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 	}
 }
 
-// A key file that cannot be used is refused at plan, naming the attribute
-// that set it: missing on a node, in defaults or in
-// FLEET_SSH_PRIVATE_KEY_FILE, or encrypted with no ssh-agent (BatchMode
-// never asks for a passphrase). With an agent, an encrypted key is left
-// to it.
+// What ssh could never use is refused at plan, naming the attribute: a
+// key file missing on a node, in defaults or in
+// FLEET_SSH_PRIVATE_KEY_FILE; an encrypted one unless the ssh-agent at
+// SSH_AUTH_SOCK holds it (BatchMode never asks for a passphrase); a
+// fingerprint as host_key, which OpenSSH cannot pin.
 func TestDeploymentRefusesUnusableKeysAtPlan(t *testing.T) {
 	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	tg := nixtest.NewTarget(t)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	dir := t.TempDir()
 	encrypted := dir + "/id_encrypted"
-	if err := os.WriteFile(encrypted, sshtest.NewKey(t).EncryptedPEM(t, "secret"), 0o600); err != nil {
+	key := sshtest.NewKey(t)
+	if err := os.WriteFile(encrypted, key.EncryptedPEM(t, "secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	config := func(defaultsKey, nodeKey string) string {
+	holding, other := sshtest.StartAgent(t, key), sshtest.StartAgent(t, sshtest.NewKey(t))
+	config := func(defaultsKey, nodeKey, hostKey string) string {
 		return fmt.Sprintf(`
 resource "fleet_ssh_deployment" "prod" {
   defaults = { private_key_file = %s }
@@ -356,18 +358,23 @@ resource "fleet_ssh_deployment" "prod" {
     ssh_opts         = ["Port=%d"]
   }]
 }
-`, defaultsKey, tg.Host, sys, tg.HostKey, nodeKey, tg.Port)
+`, defaultsKey, tg.Host, sys, hostKey, nodeKey, tg.Port)
 	}
+	usable := fmt.Sprintf("%q", tg.ClientKeyFile)
 	cases := []struct {
-		name, defaultsKey, nodeKey, env, agent string
-		want                                   []string // empty: accepted
+		name, defaultsKey, nodeKey, hostKey, env, agent string
+		want                                            []string // empty: accepted
 	}{
-		{"missing on the node", "null", fmt.Sprintf("%q", dir+"/nope"), "", "", []string{"node web1: private_key_file: cannot read " + dir + "/nope", "no such file"}},
-		{"missing in defaults", fmt.Sprintf("%q", dir+"/nope"), "null", "", "", []string{"defaults.private_key_file: cannot read"}},
-		{"missing in the environment", "null", "null", dir + "/nope", "", []string{"FLEET_SSH_PRIVATE_KEY_FILE (the built-in key of nodes without one): cannot read"}},
-		{"encrypted, no agent", "null", fmt.Sprintf("%q", encrypted), "", "", []string{"is encrypted", "ssh-add " + encrypted}},
-		{"encrypted, an agent", "null", fmt.Sprintf("%q", encrypted), "", dir + "/agent.sock", nil},
-		{"usable", "null", fmt.Sprintf("%q", tg.ClientKeyFile), "", "", nil},
+		{"missing on the node", "null", fmt.Sprintf("%q", dir+"/nope"), "", "", "", []string{"Unusable private key", "node web1: private_key_file: cannot read " + dir + "/nope", "no such file"}},
+		{"missing in defaults", fmt.Sprintf("%q", dir+"/nope"), "null", "", "", "", []string{"Unusable private key", "defaults.private_key_file: cannot read"}},
+		{"missing in the environment", "null", "null", "", dir + "/nope", "", []string{"Unusable private key", "FLEET_SSH_PRIVATE_KEY_FILE (the built-in key of nodes without one): cannot read"}},
+		{"encrypted, no agent", "null", fmt.Sprintf("%q", encrypted), "", "", "", []string{"Unusable private key", "is encrypted", "ssh-add " + encrypted}},
+		{"encrypted, an agent holding it", "null", fmt.Sprintf("%q", encrypted), "", "", holding, nil},
+		{"encrypted, an agent without it", "null", fmt.Sprintf("%q", encrypted), "", "", other, []string{"Unusable private key", "does not hold it", "ssh-add " + encrypted}},
+		{"encrypted, no agent at SSH_AUTH_SOCK", "null", fmt.Sprintf("%q", encrypted), "", "", dir + "/nosock", []string{"Unusable private key", "cannot be asked for it"}},
+		{"a fingerprint as host_key", "null", usable, key.Fingerprint(), "", "", []string{"Invalid host_key", "is a fingerprint"}},
+		{"not a key as host_key", "null", usable, "ssh-ed25519 notbase64!!", "", "", []string{"Invalid host_key", "not a public key line"}},
+		{"usable", "null", usable, "", "", "", nil},
 	}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
@@ -377,28 +384,35 @@ resource "fleet_ssh_deployment" "prod" {
 					t.Setenv(deploy.EnvSSHPrivateKeyFile, c.env)
 					t.Setenv("SSH_AUTH_SOCK", c.agent)
 					s := acctest.NewSession(t, cli, server())
-					s.WriteConfig(config(c.defaultsKey, c.nodeKey))
+					s.WriteConfig(config(c.defaultsKey, c.nodeKey, orDefault(c.hostKey, tg.HostKey)))
 					s.Run("init", "-input=false")
 					out, errOut, code := s.ExitCode("plan", "-input=false", "-no-color")
-					all := out + errOut
+					all := strings.Join(strings.Fields(out+errOut), " ")
 					if len(c.want) == 0 {
-						if code != 0 || strings.Contains(all, "Unusable private key") {
-							t.Errorf("plan refused (exit %d):\n%s", code, all)
+						if code != 0 || strings.Contains(all, "Error:") {
+							t.Errorf("plan refused (exit %d):\n%s", code, out+errOut)
 						}
 						return
 					}
-					if code == 0 || !strings.Contains(all, "Unusable private key") {
-						t.Errorf("plan accepted (exit %d):\n%s", code, all)
+					if code == 0 {
+						t.Errorf("plan accepted:\n%s", out+errOut)
 					}
 					for _, w := range c.want {
-						if !strings.Contains(strings.Join(strings.Fields(all), " "), w) {
-							t.Errorf("the error does not say %q:\n%s", w, all)
+						if !strings.Contains(all, w) {
+							t.Errorf("the error does not say %q:\n%s", w, out+errOut)
 						}
 					}
 				})
 			}
 		})
 	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // A failed first apply taints the deployment, and its replacement starts

@@ -182,10 +182,12 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"known_hosts_file": str("The accept-new trust store for nodes without `host_key` and for jump hosts. Default: `fleet-known-hosts` beside the key file, else in the temporary directory."),
 			"nodes": schema.ListNestedAttribute{Required: true, MarkdownDescription: "The nodes, deployed in this order.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"name":             schema.StringAttribute{Required: true, MarkdownDescription: "Node name, unique; the host when `host` is not set."},
-					"system":           schema.StringAttribute{Required: true, MarkdownDescription: "The system closure to switch to (a `/nix/store/...-nixos-system-...` path built on this machine)."},
-					"host":             str("Host name or address. Default: `name`."),
-					"host_key":         str("The host's public key (`ssh-ed25519 AAAA...`): only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file` and in `status` (`host_key_seen`), and the node is held to it."),
+					"name": schema.StringAttribute{Required: true, MarkdownDescription: "Node name, unique; the host when `host` is not set.",
+						Validators: []validator.String{stringvalidator.LengthAtLeast(1)}},
+					"system": schema.StringAttribute{Required: true, MarkdownDescription: "The system closure to switch to (a `/nix/store/...-nixos-system-...` path built on this machine)."},
+					"host":   str("Host name or address. Default: `name`."),
+					"host_key": schema.StringAttribute{Optional: true, Validators: []validator.String{hostKeyLineValidator{}},
+						MarkdownDescription: "The host's public key line (`ssh-ed25519 AAAA...`, as in its `ssh_host_ed25519_key.pub` or from `ssh-keyscan`; a `SHA256:` fingerprint is refused, as OpenSSH needs the key itself): only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file` and in `status` (`host_key_seen`), and the node is held to it."},
 					"user":             str("User to log in as."),
 					"private_key_file": str("Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."),
 					"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
@@ -450,13 +452,15 @@ func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deployment
 	if !plan.Defaults.IsNull() {
 		diags.Append(plan.Defaults.As(ctx, &defaults, objectAsOptions)...)
 	}
-	hasAgent := os.Getenv("SSH_AUTH_SOCK") != ""
+	agentSocket := os.Getenv("SSH_AUTH_SOCK")
 	reported := map[string]bool{}
 	check := func(at path.Path, what, file string) {
 		if reported[at.String()] {
 			return
 		}
-		if err := deploy.CheckKeyFile(file, hasAgent); err != nil {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := deploy.CheckKeyFile(actx, file, agentSocket); err != nil {
 			reported[at.String()] = true
 			diags.AddAttributeError(at, "Unusable private key", fmt.Sprintf("%s: %s", what, err))
 		}
@@ -959,5 +963,24 @@ func (sshOptValidator) ValidateString(_ context.Context, req validator.StringReq
 	}
 	if err := deploy.CheckSSHOpt(req.ConfigValue.ValueString()); err != nil {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid ssh_opts item", req.Path.String()+": "+err.Error())
+	}
+}
+
+// hostKeyLineValidator accepts a public key line (type and base64 key, an
+// optional comment): OpenSSH is given it in a known_hosts file.
+type hostKeyLineValidator struct{}
+
+func (hostKeyLineValidator) Description(context.Context) string {
+	return "a public key line such as ssh-ed25519 AAAA..."
+}
+func (v hostKeyLineValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+func (hostKeyLineValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if err := deploy.CheckHostKeyLine(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid host_key", req.Path.String()+": "+err.Error())
 	}
 }
