@@ -194,7 +194,7 @@ func (d *Deployer) node(ctx context.Context, n Target) (r Result) {
 		}
 		return fail(exit, StepReachable, "ConnectionFailed", "cannot reach the host: "+msg, sshHint(msg))
 	}
-	r.HostKeySeen = c.OfferedKey()
+	r.HostKeySeen = c.SeenKey(ctx)
 	r.Steps[StepReachable] = StepResult{Passed: true, Reason: "Connected", Message: "logged in over SSH"}
 
 	d.log(n.Name, "connected; taking the host's deploy lock and copying %s", n.System)
@@ -800,7 +800,7 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 		return Current{}, errors.New(msg)
 	}
 	lines := strings.Split(strings.TrimSpace(out)+"\n", "\n")
-	return Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1]), HostKey: c.OfferedKey()}, nil
+	return Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1]), HostKey: c.SeenKey(ctx)}, nil
 }
 
 // waitDelay bounds the wait for a killed command's output: a command over
@@ -879,7 +879,7 @@ func hostKeyRefused(msg string) bool {
 // trusted is the key it was held to without a pin (recorded on first use),
 // which stays the node's host_key_seen.
 func (d *Deployer) hostKeyMismatch(ctx context.Context, c *Conn, s Settings) (msg, hint, trusted string) {
-	offered := orNone(c.OfferedKey())
+	offered := orNone(c.OfferedKey(ctx))
 	const otherwise = "; if not, something else answers at this address: do not deploy to it"
 	switch {
 	case s.HostKey != "":

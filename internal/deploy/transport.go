@@ -53,6 +53,7 @@ type Conn struct {
 	copyOpts []string // the same for NIX_SSHOPTS (ProxyJump kept as it is)
 	pinned   string   // the temporary known_hosts of a pinned node
 	offered  string   // the file KnownHostsCommand writes the offered key to
+	identify string   // the KnownHostsCommand option that writes it
 	control  string
 	// Redirected is set when the config file sends the host elsewhere:
 	// "web1 -> 10.0.0.5".
@@ -123,8 +124,9 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 		hostKey = []string{"StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + t.KnownHostsFile}
 	}
 	if !fromConfig["knownhostscommand"] {
-		// Records the key the host offers (host_key_seen, and the key a
-		// mismatch names); it adds no key, so it trusts nothing.
+		// Records the key the host offers, for the message of a refused
+		// key; it adds no key, so it trusts nothing. Only OfferedKey's
+		// connection gets it (it costs a login about a third more).
 		f, err := os.CreateTemp("", "fleet-offered-*")
 		if err != nil {
 			c.Close()
@@ -139,7 +141,7 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 			_ = os.Remove(c.offered)
 			c.offered = ""
 		} else {
-			hostKey = append(hostKey, "KnownHostsCommand=/bin/sh -c '[ \"$1\" = HOSTNAME ] && [ -n \"$3\" ] && echo \"$2 $3\" > \"$4\"; exit 0' fleet-offered-key %I %t %K '"+c.offered+"'")
+			c.identify = "KnownHostsCommand=/bin/sh -c '[ \"$1\" = HOSTNAME ] && [ -n \"$3\" ] && echo \"$2 $3\" > \"$4\"; exit 0' fleet-offered-key %I %t %K '" + c.offered + "'"
 		}
 	}
 	head := []string{"BatchMode=yes", "User=" + s.User}
@@ -326,13 +328,30 @@ func (c *Conn) pin() string {
 	return strings.TrimSpace(c.s.SeenHostKey)
 }
 
-// OfferedKey is the host key ("type base64") the node offered on the last
-// connection that reached key verification; empty when none did or the
-// config file sets KnownHostsCommand itself.
-func (c *Conn) OfferedKey() string {
-	if c.offered == "" {
+// SeenKey is the key ("type base64") of a node a connection has just
+// reached: its pin, or the key accept-new holds for its address; empty
+// when neither is known (ssh_opts or the config file name another file).
+func (c *Conn) SeenKey(ctx context.Context) string {
+	if pin := c.pin(); pin != "" {
+		f := strings.Fields(pin)
+		return strings.Join(f[:min(2, len(f))], " ")
+	}
+	key, _ := c.RecordedKey(ctx)
+	return key
+}
+
+// OfferedKey connects once more to learn the key ("type base64") the node
+// offers, after ssh refused it: nothing is run there, as ssh stops at the
+// key. Empty when it cannot be learnt (the config file sets its own
+// KnownHostsCommand).
+func (c *Conn) OfferedKey(ctx context.Context) string {
+	if c.identify == "" {
 		return ""
 	}
+	ctx, cancel := context.WithTimeout(ctx, 2*connectTimeoutSeconds*time.Second)
+	defer cancel()
+	args := append([]string{"-o", c.identify}, c.FreshArgs()...)
+	_ = exec.CommandContext(ctx, c.t.ssh(), append(args, "--", "true")...).Run()
 	b, _ := os.ReadFile(c.offered)
 	return strings.TrimSpace(string(b))
 }
