@@ -895,7 +895,7 @@ func (d *Deployer) hostKeyMismatch(ctx context.Context, c *Conn, s Settings) (ms
 		name = s.Host
 	}
 	return fmt.Sprintf("Host key verification failed: the host offered %s, not the key recorded for it on first use in %s (%s); nothing was done on it", offered, d.Transport.KnownHostsFile, orNone(recorded)),
-		fmt.Sprintf("if the host was reinstalled or re-keyed, set host_key on this node to the key it offers now, or remove its line with ssh-keygen -R '%s' -f %s", name, d.Transport.KnownHostsFile) + otherwise,
+		fmt.Sprintf("if the host was reinstalled or re-keyed, set host_key on this node to the key it offers now (with no record of the node in state, removing its line with ssh-keygen -R '%s' -f %s also does)", name, d.Transport.KnownHostsFile) + otherwise,
 		recorded
 }
 

@@ -128,7 +128,14 @@ func CheckKeyFile(ctx context.Context, path, agentSocket string) error {
 	if agentSocket == "" {
 		return fmt.Errorf("%s is encrypted, and %s: load the key into an ssh-agent (ssh-add %s) and run with SSH_AUTH_SOCK set", path, never, path)
 	}
-	held, err := agentHolds(ctx, agentSocket, missing.PublicKey)
+	public := missing.PublicKey
+	if public == nil {
+		// An old PEM key does not show its public half; a .pub beside it may.
+		if b, err := os.ReadFile(expanded + ".pub"); err == nil {
+			public, _, _, _, _ = ssh.ParseAuthorizedKey(b)
+		}
+	}
+	held, err := agentHolds(ctx, agentSocket, public)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s is encrypted, and the ssh-agent at SSH_AUTH_SOCK (%s) cannot be asked for it: %v; %s", path, agentSocket, err, never)
@@ -139,7 +146,7 @@ func CheckKeyFile(ctx context.Context, path, agentSocket string) error {
 }
 
 // agentHolds asks the agent at socket whether it holds key; any key will
-// do when the file does not show its public key (an old PEM format).
+// do when the public key is not known (an old PEM key without its .pub).
 func agentHolds(ctx context.Context, socket string, key ssh.PublicKey) (bool, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -165,7 +172,10 @@ func agentHolds(ctx context.Context, socket string, key ssh.PublicKey) (bool, er
 // comment allowed): a pin goes to OpenSSH in a known_hosts file, which
 // needs the key itself, not a fingerprint.
 func CheckHostKeyLine(line string) error {
-	if strings.HasPrefix(strings.TrimSpace(line), "SHA256:") || strings.HasPrefix(strings.TrimSpace(line), "MD5:") {
+	if strings.ContainsAny(strings.TrimSpace(line), "\n\r") {
+		return fmt.Errorf("%q holds more than one line; give one public key line (ssh-ed25519 AAAA...)", line)
+	}
+	if strings.Contains(line, "SHA256:") || strings.Contains(line, "MD5:") {
 		return fmt.Errorf("%q is a fingerprint; give the host's public key line instead (ssh-ed25519 AAAA..., from its /etc/ssh/ssh_host_ed25519_key.pub or ssh-keyscan)", line)
 	}
 	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line)); err != nil {

@@ -374,6 +374,8 @@ resource "fleet_ssh_deployment" "prod" {
 		{"encrypted, no agent at SSH_AUTH_SOCK", "null", fmt.Sprintf("%q", encrypted), "", "", dir + "/nosock", []string{"Unusable private key", "cannot be asked for it"}},
 		{"a fingerprint as host_key", "null", usable, key.Fingerprint(), "", "", []string{"Invalid host_key", "is a fingerprint"}},
 		{"not a key as host_key", "null", usable, "ssh-ed25519 notbase64!!", "", "", []string{"Invalid host_key", "not a public key line"}},
+		{"ssh-keygen -lf output as host_key", "null", usable, "256 " + key.Fingerprint() + " root@web1 (ED25519)", "", "", []string{"Invalid host_key", "is a fingerprint"}},
+		{"two keys as host_key", "null", usable, tg.HostKey + "\n" + key.AuthorizedLine(), "", "", []string{"Invalid host_key", "more than one line"}},
 		{"usable", "null", usable, "", "", "", nil},
 	}
 	for _, cli := range acctest.CLIs(t) {
@@ -494,6 +496,21 @@ resource "fleet_ssh_deployment" "prod" {
 			all = strings.Join(strings.Fields(out+errOut), " ")
 			if code == 0 || !strings.Contains(all, "DEPLOY FAILED for n1") || !strings.Contains(all, "host_key_seen in this node's status") || len(imposter.Calls()) != 0 {
 				t.Errorf("the next apply from a fresh runner (exit %d) did not refuse the other host:\n%s", code, out+errOut)
+			}
+
+			// What the guide says to do after a failed first apply when the
+			// apply may run without a refresh (a saved plan applied
+			// elsewhere, -refresh=false): untaint it, so that the next
+			// apply is an update that holds every node to its record.
+			s.Run("untaint", "fleet_ssh_deployment.prod")
+			if err := os.Remove(knownHosts); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code = s.ExitCode("apply", "-auto-approve", "-refresh=false", "-input=false", "-no-color")
+			all = strings.Join(strings.Fields(out+errOut), " ")
+			if code == 0 || strings.Contains(all, "must be replaced") || !strings.Contains(all, "DEPLOY FAILED for n1") ||
+				!strings.Contains(all, "host_key_seen in this node's status") || len(imposter.Calls()) != 0 {
+				t.Errorf("the untainted deployment's apply without a refresh (exit %d) did not refuse the other host:\n%s", code, out+errOut)
 			}
 		})
 	}
