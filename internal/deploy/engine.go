@@ -761,11 +761,10 @@ func (d *Deployer) hostState(c *Conn, system string) string {
 	if err != nil {
 		return "the host could not be read"
 	}
-	current, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
-	if current == system {
-		return "it runs the new system"
+	if current := parseCurrent(out); current.System != system {
+		return "it runs " + current.System
 	}
-	return "it runs " + current
+	return "it runs the new system"
 }
 
 // Current is what a read of a node found.
@@ -799,8 +798,15 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 		}
 		return Current{}, errors.New(msg)
 	}
+	current := parseCurrent(out)
+	current.HostKey = c.SeenKey(ctx)
+	return current, nil
+}
+
+// parseCurrent reads what readCurrentScript printed.
+func parseCurrent(out string) Current {
 	lines := strings.Split(strings.TrimSpace(out)+"\n", "\n")
-	return Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1]), HostKey: c.SeenKey(ctx)}, nil
+	return Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1])}
 }
 
 // waitDelay bounds the wait for a killed command's output: a command over

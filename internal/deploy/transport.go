@@ -375,7 +375,7 @@ func (t *Transport) Remember(ctx context.Context, s Settings, key string) error 
 	if err != nil || !ours {
 		return err // not ours: ssh_opts or the config file name another file
 	}
-	if recorded, _ := c.RecordedKey(ctx); recorded != "" {
+	if t.recordedKeyFor(ctx, name) != "" {
 		return nil // the file's key for this address stays
 	}
 	f, err := os.OpenFile(t.KnownHostsFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
@@ -416,21 +416,27 @@ func (c *Conn) RecordedKey(ctx context.Context) (key, name string) {
 	if err != nil || !ours {
 		return "", name
 	}
-	if _, err := os.Stat(c.t.KnownHostsFile); err != nil {
-		return "", name
+	return c.t.recordedKeyFor(ctx, name), name
+}
+
+// recordedKeyFor is the key ("type base64") the accept-new file holds
+// under name; empty when it has none.
+func (t *Transport) recordedKeyFor(ctx context.Context, name string) string {
+	if _, err := os.Stat(t.KnownHostsFile); err != nil {
+		return ""
 	}
 	// ssh-keygen -F finds hashed entries too; it prints comments and the
 	// matching lines.
-	out, err := exec.CommandContext(ctx, "ssh-keygen", "-F", name, "-f", c.t.KnownHostsFile).Output()
+	out, err := exec.CommandContext(ctx, "ssh-keygen", "-F", name, "-f", t.KnownHostsFile).Output()
 	if err != nil {
-		return "", name
+		return ""
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(line); len(f) >= 3 && !strings.HasPrefix(f[0], "#") {
-			return f[len(f)-2] + " " + f[len(f)-1], name
+			return f[len(f)-2] + " " + f[len(f)-1]
 		}
 	}
-	return "", name
+	return ""
 }
 
 // effectiveArgs runs ssh -G with a connection's arguments and returns its
