@@ -10,16 +10,16 @@ import (
 const ConditionReady = "Ready"
 
 // ConditionTypes is the fixed order of a node's conditions.
-var ConditionTypes = conditions.Types{string(StepReachable), string(StepCopied), string(StepActivated), string(StepVerdict), string(StepBootloader), ConditionReady}
+var ConditionTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader), ConditionReady}
 
-// Conditions are a node's conditions after a deploy: each step's outcome,
-// Unknown for the steps it did not reach, and Ready.
-func Conditions(prev []conditions.Condition, r Result, generation int64, now time.Time) ([]conditions.Condition, error) {
+// NodeConditions are a node's conditions after a deploy: each step's
+// outcome, Unknown for the steps it did not reach, and Ready.
+func NodeConditions(prev []conditions.Condition, r Result, generation int64, now time.Time) ([]conditions.Condition, error) {
 	conds := prev
 	var err error
 	for _, t := range ConditionTypes[:len(ConditionTypes)-1] {
 		c := conditions.Condition{Type: t, Status: conditions.Unknown, Reason: "NotReached", Message: "node " + r.Name + ": the deploy did not reach this step", ObservedGeneration: generation}
-		if s, ok := r.Steps[Step(t)]; ok {
+		if s, ok := r.Outcomes[Condition(t)]; ok {
 			c.Status, c.Reason, c.Message = conditions.False, s.Reason, s.Message
 			if s.Passed {
 				c.Status = conditions.True

@@ -24,9 +24,7 @@ import (
 func deployer(t *testing.T, opts deploy.Options) *deploy.Deployer {
 	t.Helper()
 	dir := t.TempDir()
-	// Multiplexing sockets need a short path (at most 107 bytes with the
-	// 40 characters of %C and the suffix ssh adds while it creates one).
-	control, err := os.MkdirTemp("", "fd") //nolint:usetesting // t.TempDir() is too long for a socket path
+	control, err := deploy.NewControlDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +36,9 @@ func deployer(t *testing.T, opts deploy.Options) *deploy.Deployer {
 	if opts.Holder == "" {
 		opts.Holder = t.Name()
 	}
-	opts.Log = func(node, msg string) { t.Logf("%s %s: %s", time.Now().Format("15:04:05.000"), node, msg) }
+	opts.Log = func(e deploy.Event) {
+		t.Logf("%s %s %s: %s", time.Now().Format("15:04:05.000"), e.Node, e.Step, e.Message)
+	}
 	return &deploy.Deployer{
 		Transport: &deploy.Transport{KnownHostsFile: filepath.Join(dir, deploy.KnownHostsFileName), ControlDir: control, RemoteExecTimeout: 30 * time.Second},
 		Options:   opts,
@@ -86,9 +86,9 @@ func TestDeploySwitchSucceeds(t *testing.T) {
 	if r.PreviousSystem != old {
 		t.Errorf("previous system %q, want %q", r.PreviousSystem, old)
 	}
-	for _, step := range []deploy.Step{deploy.StepReachable, deploy.StepCopied, deploy.StepActivated, deploy.StepVerdict, deploy.StepBootloader} {
-		if !r.Steps[step].Passed {
-			t.Errorf("step %s: %+v", step, r.Steps[step])
+	for _, cond := range []deploy.Condition{deploy.CondReachable, deploy.CondCopied, deploy.CondActivated, deploy.CondVerdict, deploy.CondBootloader} {
+		if !r.Outcomes[cond].Passed {
+			t.Errorf("%s: %+v", cond, r.Outcomes[cond])
 		}
 	}
 	t.Logf("calls: %v; accepted connections: %d", tg.Calls(), tg.AcceptedConnections())
@@ -287,7 +287,7 @@ func TestDeploySessionDroppedMidActivation(t *testing.T) {
 			cancel()
 			dropped.Wait()
 			wantPhase(t, r, c.phase)
-			if got := r.Steps[deploy.StepActivated]; got.Reason != c.reason || !strings.Contains(got.Message, fmt.Sprintf("the host recorded exit %d", c.exit)) {
+			if got := r.Outcomes[deploy.CondActivated]; got.Reason != c.reason || !strings.Contains(got.Message, fmt.Sprintf("the host recorded exit %d", c.exit)) {
 				t.Errorf("activation step %+v, want reason %s and the host's exit %d", got, c.reason, c.exit)
 			}
 			if c.exit != 0 && r.ExitCode != c.exit {
@@ -484,15 +484,13 @@ func TestDeployAcceptNewRemembered(t *testing.T) {
 func TestDeployHostLock(t *testing.T) {
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
-	slow := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Hang}))
-	first := deployer(t, deploy.Options{Holder: "apply A", ActivationTimeout: 4 * time.Second})
-	done := make(chan deploy.Result, 1)
-	go func() { done <- first.Deploy(context.Background(), []deploy.Target{slow}, nil)[0] }()
-	time.Sleep(1500 * time.Millisecond)
+	tg.HoldDeployLock(t, "apply A")
 	second := deployer(t, deploy.Options{Holder: "apply B", LockTimeout: time.Second})
 	r := second.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)[0]
 	wantPhase(t, r, deploy.PhaseFailed, "held by apply A", "lock_timeout (1s)")
-	<-done
+	if r.ExitCode != 3 || r.Step != deploy.StepLock {
+		t.Errorf("exit %d in step %q, want 3 in the lock step", r.ExitCode, r.Step)
+	}
 }
 
 // Drift: the current system is read from the host.
@@ -565,7 +563,7 @@ func TestDeployThroughSSHConfigFile(t *testing.T) {
 	n := targetOf(tg, "web1", sys)
 	n.Host, n.SSHOpts = "alias-web1", nil
 	var logged []string
-	d.Options.Log = func(_, msg string) { logged = append(logged, msg) }
+	d.Options.Log = func(e deploy.Event) { logged = append(logged, e.Message) }
 	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
 	wantPhase(t, r, deploy.PhaseSucceeded)
 	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
@@ -596,7 +594,7 @@ func TestDeployInterrupted(t *testing.T) {
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("the interrupted deploy took %s", took)
 	}
-	wantPhase(t, res[0], deploy.PhaseFailed, "interrupted during activation", "it runs "+old)
+	wantPhase(t, res[0], deploy.PhaseFailed, "interrupted during the activate step", "it runs "+old)
 	if res[1].Phase != deploy.PhasePending || len(tg2.Calls()) != 0 {
 		t.Errorf("n2 after the interrupt: %s, calls %v", res[1].Phase, tg2.Calls())
 	}
@@ -633,8 +631,9 @@ func TestDeployThroughProxyJump(t *testing.T) {
 }
 
 // A host left running a system whose verdict failed (on_failure = keep)
-// is not taken as done by a deploy that asks the host (SkipIfCurrent):
-// only a passing verdict marks a system done there.
+// is not taken as done by a later deploy of it: only a passing verdict
+// marks a system done there, and a deploy of a system the host runs after
+// a passing verdict activates nothing.
 func TestDeployKeptFailureIsNotDone(t *testing.T) {
 	tg, _, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}}, deploy.Options{Keep: true})
 	wantPhase(t, r, deploy.PhaseFailed, "kept active")
@@ -642,15 +641,18 @@ func TestDeployKeptFailureIsNotDone(t *testing.T) {
 		t.Fatalf("keep: current %s", tg.CurrentSystem())
 	}
 	n := targetOf(tg, "web1", sys)
-	n.SkipIfCurrent = true
 	d := deployer(t, deploy.Options{Keep: true, Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
 	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseFailed, "db.service")
 	// A system that passed is done.
 	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	g := targetOf(tg, "web1", good)
 	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{g}, nil)[0], deploy.PhaseSucceeded, "switched")
-	g.SkipIfCurrent = true
-	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{g}, nil)[0], deploy.PhaseSucceeded, "nothing to do")
+	calls := len(tg.Calls())
+	r = d.Deploy(context.Background(), []deploy.Target{g}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded, "already runs", "without a new activation")
+	if !r.AlreadyCurrent || len(tg.Calls()) != calls {
+		t.Errorf("a system the host runs after a passing verdict was activated again: %v", tg.Calls()[calls:])
+	}
 }
 
 // The verdict's http checks, from the deployer: a URL answering what is
@@ -678,5 +680,42 @@ func TestDeployHTTPVerdictCheck(t *testing.T) {
 	wantPhase(t, r, deploy.PhaseRolledBack, "status 404, expected 200")
 	if tg.CurrentSystem() != old || tg.BootEntry() != old {
 		t.Errorf("after a failing http check: current %s, boot %s, want %s", tg.CurrentSystem(), tg.BootEntry(), old)
+	}
+}
+
+// Issue 12: host_key_seen is only ever a key the host showed. A node
+// pinned to host A's key whose ssh_opts turn the check off
+// (StrictHostKeyChecking=no) and that reaches host B records B's key,
+// never the pin it was not held to; so do its reads.
+func TestHostKeySeenIsTheKeyTheHostShowed(t *testing.T) {
+	a, b := nixtest.NewTarget(t), nixtest.NewTarget(t)
+	b.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n := targetOf(b, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n.HostKey = a.HostKey
+	n.SSHOpts = append(n.SSHOpts, "StrictHostKeyChecking=no")
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	cur, err := d.ReadCurrent(context.Background(), n.Settings)
+	if err != nil || cur.HostKey != keyOf(b.HostKey) {
+		t.Errorf("ReadCurrent: key %q, %v; want B's %q (the pin was A's %q)", cur.HostKey, err, keyOf(b.HostKey), keyOf(a.HostKey))
+	}
+	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if r.HostKeySeen != keyOf(b.HostKey) {
+		t.Errorf("HostKeySeen %q, want B's %q (the pin was A's %q)", r.HostKeySeen, keyOf(b.HostKey), keyOf(a.HostKey))
+	}
+}
+
+// Issue 12: a deployer whose $TMPDIR is long (a macOS one is about 50
+// bytes) still gets control sockets ssh can make.
+func TestDeployWithALongTMPDIR(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("t", 70))
+	if err := os.MkdirAll(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	tg, _, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{})
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys {
+		t.Errorf("current %s", tg.CurrentSystem())
 	}
 }

@@ -12,12 +12,13 @@ const pathFallback = `PATH="$PATH:/run/current-system/sw/bin:/nix/var/nix/profil
 // ProfilePath is the system profile switched to each new system.
 const ProfilePath = "/nix/var/nix/profiles/system"
 
-// lockFile and holderFile are the host's deploy lock: flock(1) on the file,
-// held by a session that lives as long as the node's deploy; the holder
-// file names who holds it.
+// LockFile and HolderFile are the host's deploy lock: flock(1) on the
+// file, held by a session that lives as long as the node's deploy; the
+// holder file names who holds it. Another deployment of the host (another
+// state, another runner) takes the same lock.
 const (
-	lockFile   = "/run/fleet-deploy.lock"
-	holderFile = "/run/fleet-deploy.holder"
+	LockFile   = "/run/fleet-deploy.lock"
+	HolderFile = "/run/fleet-deploy.holder"
 	stateDir   = "/run/fleet-deploy"
 )
 
@@ -35,7 +36,7 @@ func lockScript(holder string, waitSeconds int) string {
 if flock -w %[3]d 9; then printf '%%s\n' %[4]s > %[2]s; echo locked
 %[5]s
 echo %[6]s; cat >/dev/null; rm -f %[2]s; exit 0; fi
-echo "busy $(cat %[2]s 2>/dev/null)"; exit 3`, lockFile, holderFile, waitSeconds, q(holder), readScript, readEnd))
+echo "busy $(cat %[2]s 2>/dev/null)"; exit 3`, LockFile, HolderFile, waitSeconds, q(holder), readScript, readEnd))
 }
 
 // readEnd ends readScript's lines in the lock session's output.
@@ -59,18 +60,45 @@ const readCurrentScript = `readlink -f /run/current-system || echo
 cat ` + succeededFile + ` 2>/dev/null || echo`
 
 // watchdogScript waits for the activation of run to end, then for the
-// deployer's confirmation; without one within confirm seconds (or on an
-// explicit "rollback" request) it switches back to prev on the host itself,
-// so a configuration that cuts off SSH is still rolled back.
+// decision on it: the deployer's confirmation, or its request to switch
+// back. Without one within confirm seconds it decides itself to switch
+// back to prev on the host, so a configuration that cuts off SSH is still
+// rolled back. The decision is one symlink made once (ln -s fails when it
+// exists), so the deployer and the watchdog can never both win.
 func watchdogScript(run, prev string, activationSeconds, confirmSeconds int) string {
 	d := stateDir + "/" + run
 	return fmt.Sprintf(`d=%[1]s
 n=0; while [ ! -f "$d/activated" ] && [ $n -lt %[3]d ]; do sleep 1; n=$((n+1)); done
-n=0; while [ ! -f "$d/confirm" ] && [ ! -f "$d/rollback" ] && [ $n -lt %[4]d ]; do sleep 1; n=$((n+1)); done
-[ -f "$d/confirm" ] && { echo confirmed > "$d/watchdog"; exit 0; }
+n=0; while [ ! -L "$d/decision" ] && [ $n -lt %[4]d ]; do sleep 1; n=$((n+1)); done
+ln -s %[6]s "$d/decision" 2>/dev/null
+[ "$(readlink "$d/decision")" = %[7]s ] && { echo confirmed > "$d/watchdog"; exit 0; }
 echo rolling-back > "$d/watchdog"
 nix-env -p %[5]s --set %[2]s && %[2]s/bin/switch-to-configuration test; echo "$?" > "$d/rolledback"`,
-		q(d), q(prev), activationSeconds, confirmSeconds, ProfilePath)
+		q(d), q(prev), activationSeconds, confirmSeconds, ProfilePath, decisionRollback, decisionConfirm)
+}
+
+// The two decisions on an activation.
+const (
+	decisionConfirm  = "confirm"
+	decisionRollback = "rollback"
+)
+
+// decideScript decides run's fate on the host, unless it is decided
+// already, and prints the decision that stands.
+func decideScript(run, decision string) string {
+	link := q(stateDir + "/" + run + "/decision")
+	return "ln -s " + decision + " " + link + " 2>/dev/null; readlink " + link
+}
+
+// profileScript points the system profile at system (a new generation).
+func profileScript(system string) string {
+	return "nix-env -p " + ProfilePath + " --set " + q(system) + " || { echo " + q(profileFailed) + " >&2; exit 1; }; "
+}
+
+// markScript records on the host that system was deployed with a passing
+// verdict (see succeededFile).
+func markScript(system string) string {
+	return "{ mkdir -p " + q(stateDir) + " && printf '%s\\n' " + q(system) + " > " + succeededFile + "; }"
 }
 
 // activationScript runs switch-to-configuration action of system and
@@ -88,10 +116,4 @@ func activationScript(run, system, action string) string {
 const (
 	profileFailed = "fleet: nix-env --set failed"
 	prepareFailed = "fleet: the activation could not be prepared"
-	confirmFailed = "fleet: the confirmation was not written"
 )
-
-// confirmScript confirms run's verdict to its watchdog on the host.
-func confirmScript(run string) string {
-	return "touch " + q(stateDir+"/"+run+"/confirm") + " || { echo " + q(confirmFailed) + " >&2; exit 1; }; "
-}

@@ -10,6 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
 
 // Transport settings shared by every node of a deployment.
@@ -55,23 +59,13 @@ type Conn struct {
 	offered  string   // the file KnownHostsCommand writes the offered key to
 	identify string   // the KnownHostsCommand option that writes it
 	control  string
+	// keyOptsElsewhere says ssh_opts or the config file set host-key
+	// options, which win over the deployment's: see SeenKey.
+	keyOptsElsewhere bool
+	mastered         bool // a master was started: Close ends it
 	// Redirected is set when the config file sends the host elsewhere:
 	// "web1 -> 10.0.0.5".
 	Redirected string
-}
-
-// KnownHostsFileFor is the default accept-new file: beside the key file
-// when its directory is writable, else in the temporary directory.
-func KnownHostsFileFor(privateKeyFile string) string {
-	if privateKeyFile != "" {
-		dir := filepath.Dir(privateKeyFile)
-		if f, err := os.CreateTemp(dir, ".fleet-write-test-*"); err == nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-			return filepath.Join(dir, KnownHostsFileName)
-		}
-	}
-	return filepath.Join(os.TempDir(), KnownHostsFileName)
 }
 
 func (t *Transport) ssh() string {
@@ -123,7 +117,15 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 	} else {
 		hostKey = []string{"StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + t.KnownHostsFile}
 	}
-	if !fromConfig["knownhostscommand"] {
+	fromOpts := map[string]bool{}
+	for _, o := range s.SSHOpts {
+		key, _, _ := strings.Cut(o, "=")
+		fromOpts[strings.ToLower(key)] = true
+	}
+	for _, k := range hostKeyOptions {
+		c.keyOptsElsewhere = c.keyOptsElsewhere || fromConfig[k] || fromOpts[k]
+	}
+	if !fromConfig["knownhostscommand"] && !fromOpts["knownhostscommand"] {
 		// Records the key the host offers, for the message of a refused
 		// key; it adds no key, so it trusts nothing. Only OfferedKey's
 		// connection gets it (it costs a login about a third more).
@@ -247,7 +249,7 @@ func (c *Conn) Args() []string {
 // MasterArgs start the node's master connection in the background (-f -N):
 // it persists until Close.
 func (c *Conn) MasterArgs() []string {
-	args := c.args("ControlMaster=yes", "ControlPath="+c.control, "ControlPersist=yes")
+	args := c.recording(c.args("ControlMaster=yes", "ControlPath="+c.control, "ControlPersist=yes"))
 	return append(args[:len(args)-1:len(args)-1], "-f", "-N", c.s.Host)
 }
 
@@ -294,22 +296,38 @@ func (c *Conn) NixSSHOpts() string {
 
 // Command is an ssh running remote on the node over the master connection.
 func (c *Conn) Command(ctx context.Context, remote string) *exec.Cmd {
-	return exec.CommandContext(ctx, c.t.ssh(), append(c.Args(), "--", remote)...)
+	return command(ctx, c.t.ssh(), append(c.Args(), "--", remote)...)
 }
 
 // FreshCommand is an ssh running remote over a new connection.
 func (c *Conn) FreshCommand(ctx context.Context, remote string) *exec.Cmd {
-	return exec.CommandContext(ctx, c.t.ssh(), append(c.FreshArgs(), "--", remote)...)
+	return command(ctx, c.t.ssh(), append(c.FreshArgs(), "--", remote)...)
+}
+
+// readCommand is FreshCommand for a read of the node: it also records the
+// key the host shows when the host-key options are not the deployment's
+// own (see SeenKey).
+func (c *Conn) readCommand(ctx context.Context, remote string) *exec.Cmd {
+	return command(ctx, c.t.ssh(), append(c.recording(c.FreshArgs()), "--", remote)...)
+}
+
+// recording adds the option that records the key the host shows to args,
+// when SeenKey needs it.
+func (c *Conn) recording(args []string) []string {
+	if !c.keyOptsElsewhere || c.identify == "" {
+		return args
+	}
+	return append([]string{"-o", c.identify}, args...)
 }
 
 // Close ends the node's master connection and removes its temporary
 // known_hosts.
 func (c *Conn) Close() {
-	if c.t != nil && len(c.opts) > 0 {
+	if c.mastered {
 		args := c.Args()
 		args = append(args[:len(args)-1:len(args)-1], "-O", "exit", c.s.Host)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = exec.CommandContext(ctx, c.t.ssh(), args...).Run()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = command(ctx, c.t.ssh(), args...).Run()
 		cancel()
 	}
 	for _, f := range []string{c.pinned, c.offered} {
@@ -329,9 +347,20 @@ func (c *Conn) pin() string {
 }
 
 // SeenKey is the key ("type base64") of a node a connection has just
-// reached: its pin, or the key accept-new holds for its address; empty
-// when neither is known (ssh_opts or the config file name another file).
+// reached: its pin, or the key accept-new holds for its address, when the
+// deployment's own host-key options decided the login. When ssh_opts or
+// the config file set host-key options, the pin may not have been
+// enforced: the key is then the one the host showed, recorded during the
+// login, and empty when it could not be recorded (they set their own
+// KnownHostsCommand). A key the host did not show is never returned.
 func (c *Conn) SeenKey(ctx context.Context) string {
+	if c.keyOptsElsewhere {
+		if c.identify == "" {
+			return ""
+		}
+		b, _ := os.ReadFile(c.offered)
+		return strings.TrimSpace(string(b))
+	}
 	if pin := c.pin(); pin != "" {
 		f := strings.Fields(pin)
 		return strings.Join(f[:min(2, len(f))], " ")
@@ -375,7 +404,7 @@ func (t *Transport) Remember(ctx context.Context, s Settings, key string) error 
 	if err != nil || !ours {
 		return err // not ours: ssh_opts or the config file name another file
 	}
-	if t.recordedKeyFor(ctx, name) != "" {
+	if t.recordedKeyFor(name) != "" {
 		return nil // the file's key for this address stays
 	}
 	f, err := os.OpenFile(t.KnownHostsFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
@@ -416,27 +445,23 @@ func (c *Conn) RecordedKey(ctx context.Context) (key, name string) {
 	if err != nil || !ours {
 		return "", name
 	}
-	return c.t.recordedKeyFor(ctx, name), name
+	return c.t.recordedKeyFor(name), name
 }
 
 // recordedKeyFor is the key ("type base64") the accept-new file holds
-// under name; empty when it has none.
-func (t *Transport) recordedKeyFor(ctx context.Context, name string) string {
-	if _, err := os.Stat(t.KnownHostsFile); err != nil {
+// under name; empty when it has none. The file is read as OpenSSH reads
+// it (hashed names, comments, markers).
+func (t *Transport) recordedKeyFor(name string) string {
+	keys, err := sshdial.KnownKeys(t.KnownHostsFile, name)
+	if err != nil || len(keys) == 0 {
 		return ""
 	}
-	// ssh-keygen -F finds hashed entries too; it prints comments and the
-	// matching lines.
-	out, err := exec.CommandContext(ctx, "ssh-keygen", "-F", name, "-f", t.KnownHostsFile).Output()
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && !strings.HasPrefix(f[0], "#") {
-			return f[len(f)-2] + " " + f[len(f)-1]
-		}
-	}
-	return ""
+	return keyText(keys[0])
+}
+
+// keyText is a public key as "type base64".
+func keyText(k ssh.PublicKey) string {
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k)))
 }
 
 // effectiveArgs runs ssh -G with a connection's arguments and returns its

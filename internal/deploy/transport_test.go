@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // effectiveConfig is what the real ssh makes of a node's arguments.
@@ -174,15 +176,36 @@ func TestTransportRefusesArgvItems(t *testing.T) {
 	}
 }
 
-func TestKnownHostsFileFor(t *testing.T) {
-	dir := t.TempDir()
-	if got := KnownHostsFileFor(filepath.Join(dir, "id")); got != filepath.Join(dir, KnownHostsFileName) {
-		t.Errorf("beside a writable key dir: %s", got)
+// Issue 12: the accept-new file is read as OpenSSH reads it (x/crypto's
+// knownhosts): a line with a comment, or a hashed one, yields the key
+// alone, never "AAAA... comment".
+func TestRecordedKeyReadsKnownHostsAsOpenSSH(t *testing.T) {
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+	for name, line := range map[string]string{
+		"a comment":                    "[10.0.0.5]:2222 " + key + " root@web1",
+		"hashed":                       "|1|JfKTdBh7rNbXkVAQCRp4OQoPfmI=|USECr3SWf1JUPsms5AqfD5QfxkM= " + key,
+		"two names":                    "web1,[10.0.0.5]:2222 " + key + " a comment with spaces",
+		"a @cert-authority line first": "@cert-authority * ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPnH6HgDIhv2wZnX0eGx2A4WJ7KyHa7W0ns1wIB2QW6G\n[10.0.0.5]:2222 " + key + " c",
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := newTransport(t)
+			if name == "hashed" {
+				line = hashedLine(t, "[10.0.0.5]:2222", key)
+			}
+			if err := os.WriteFile(tr.KnownHostsFile, []byte(line+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := openConn(t, tr, Settings{Name: "web1", Host: "10.0.0.5", User: "root", SSHOpts: []string{"Port=2222"}})
+			if got, _ := c.RecordedKey(context.Background()); got != key {
+				t.Errorf("RecordedKey = %q, want %q", got, key)
+			}
+		})
 	}
-	if got := KnownHostsFileFor(""); got != filepath.Join(os.TempDir(), KnownHostsFileName) {
-		t.Errorf("no key file: %s", got)
-	}
-	if got := KnownHostsFileFor("/nonexistent/dir/id"); got != filepath.Join(os.TempDir(), KnownHostsFileName) {
-		t.Errorf("unwritable key dir: %s", got)
-	}
+}
+
+// hashedLine is a known_hosts line for host with its name hashed, as
+// HashKnownHosts writes it.
+func hashedLine(t *testing.T, host, key string) string {
+	t.Helper()
+	return knownhosts.HashHostname(host) + " " + key
 }

@@ -31,6 +31,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
@@ -38,9 +39,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
@@ -639,4 +642,35 @@ func lines(text string) []string {
 
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// HoldDeployLock takes the target's deploy lock as another deployment of
+// the host would (flock on deploy.LockFile, holder named in
+// deploy.HolderFile) and holds it until the returned release is called or
+// the test ends. It returns once the lock is held.
+func (t *Target) HoldDeployLock(tb TB, holder string) (release func()) {
+	tb.Helper()
+	script := fmt.Sprintf("exec 9>>%s && flock 9 && printf '%%s\\n' %s > %s && echo held && exec sleep 3600",
+		deploy.LockFile, shellQuote(holder), deploy.HolderFile)
+	cmd := t.command("/bin/sh", "-c", script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatalf("nixtest: %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("nixtest: hold the deploy lock: %v", err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	tb.Cleanup(release)
+	line := make([]byte, 5)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "held\n" {
+		tb.Fatalf("nixtest: the deploy lock was not taken: %q, %v", line, err)
+	}
+	return release
 }

@@ -614,7 +614,7 @@ func TestSystemdRun(t *testing.T) {
 	// Detached: the unit outlives the ssh client that started it.
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "ssh", append(slices.Clone(d.opts), tg.Destination(),
-		"systemd-run --pipe --unit=fleet-long sh -c 'sleep 1; echo done > "+stateLink+"/long-done'")...)
+		"systemd-run --pipe --unit=fleet-long sh -c 'sleep 4; echo done > "+stateLink+"/long-done'")...)
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -628,7 +628,7 @@ func TestSystemdRun(t *testing.T) {
 	if !strings.HasPrefix(out, "active\n") || !strings.Contains(out, "already loaded") || !strings.Contains(out, "rc=1") {
 		t.Errorf("while it runs: %q; want active, and a second unit of that name refused", out)
 	}
-	if !eventually(10*time.Second, func() bool { return fileExists(filepath.Join(tg.StateDir, "long-done")) }) {
+	if !eventually(20*time.Second, func() bool { return fileExists(filepath.Join(tg.StateDir, "long-done")) }) {
 		t.Fatalf("the unit did not finish after its ssh client was killed\n%s", tg.UnitJournal("fleet-long"))
 	}
 

@@ -2,6 +2,9 @@ package provider_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +56,7 @@ func TestDeploymentCtrlCDuringActivation(t *testing.T) {
 			}
 			n1, _ := st[0].(map[string]any)
 			n2, _ := st[1].(map[string]any)
-			if n1["phase"] != "Failed" || !strings.Contains(fmt.Sprint(n1["message"]), "interrupted during activation") ||
+			if n1["phase"] != "Failed" || !strings.Contains(fmt.Sprint(n1["message"]), "interrupted during the activate step") ||
 				!strings.Contains(fmt.Sprint(n1["message"]), "it runs "+old) {
 				t.Errorf("n1's record: phase %v, message %v", n1["phase"], n1["message"])
 			}
@@ -82,6 +85,187 @@ func TestDeploymentCtrlCDuringActivation(t *testing.T) {
 				t.Errorf("after the retry: n1 %s, n2 %s", tg1.CurrentSystem(), tg2.CurrentSystem())
 			}
 			s.WantNoChanges()
+		})
+	}
+}
+
+// providerLog makes the session's provider log at INFO to a file, and
+// returns a function that reports whether the log holds text: the steps
+// of a node are logged as they start.
+func providerLog(t *testing.T, s *acctest.Session) func(text string) bool {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "provider.log")
+	s.Setenv("TF_LOG_PROVIDER", "INFO")
+	s.Setenv("TF_LOG_PATH", path)
+	return func(text string) bool {
+		b, _ := os.ReadFile(path)
+		return strings.Contains(string(b), text)
+	}
+}
+
+// nodeRecord is the status record of the node at index i.
+func nodeRecord(t *testing.T, v map[string]any, i int) map[string]any {
+	t.Helper()
+	st, _ := v["status"].([]any)
+	if len(st) <= i {
+		t.Fatalf("status has no node %d: %v", i, v["status"])
+	}
+	rec, _ := st[i].(map[string]any)
+	return rec
+}
+
+// interruptWhenLogged interrupts args once the provider has logged text
+// and a moment has passed (the step's command runs then), and returns the
+// output and how long the command took after the interrupt.
+func interruptWhenLogged(t *testing.T, s *acctest.Session, logged func(string) bool, text string, args ...string) (string, time.Duration) {
+	t.Helper()
+	var seen, at time.Time
+	stdout, stderr, _ := s.InterruptWhen(func() bool {
+		switch {
+		case seen.IsZero() && logged(text):
+			seen = time.Now()
+		case !seen.IsZero() && time.Since(seen) > 700*time.Millisecond:
+			at = time.Now()
+			return true
+		}
+		return false
+	}, args...)
+	return stdout + stderr, time.Since(at)
+}
+
+// Issue 12: Ctrl-C while the apply waits for another deployment's lock on
+// the host ends the apply at once (not when the holder lets go), and the
+// node is recorded as interrupted in the lock step, with nothing done.
+func TestDeploymentCtrlCWhileWaitingForTheLock(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			tg.HoldDeployLock(t, "apply A")
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, `  lock_timeout = "60s"`+"\n"))
+			logged := providerLog(t, s)
+			out, after := interruptWhenLogged(t, s, logged, "taking the host's deploy lock", "apply", "-auto-approve", "-input=false", "-no-color")
+			t.Logf("the apply ended %s after the interrupt:\n%s", after, out)
+			if after > 5*time.Second {
+				t.Errorf("the apply ended %s after the interrupt, want at once (lock_timeout was 60s)", after)
+			}
+			if strings.Contains(out, "inconsistent") {
+				t.Errorf("Terraform found the result inconsistent:\n%s", out)
+			}
+			rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)
+			if rec["phase"] != "Failed" || fmt.Sprint(rec["exit_code"]) != "130" || rec["action"] != "failed" ||
+				!strings.Contains(fmt.Sprint(rec["message"]), "interrupted during the lock step") || !strings.Contains(fmt.Sprint(rec["message"]), "nothing was done on the host") {
+				t.Errorf("the node's record: %v", rec)
+			}
+			if tg.CurrentSystem() != old || len(tg.Calls()) != 0 {
+				t.Errorf("the host was changed: current %s, calls %v", tg.CurrentSystem(), tg.Calls())
+			}
+		})
+	}
+}
+
+// Issue 12: Ctrl-C during the verdict is an interrupt, not a verdict: the
+// node is recorded interrupted in the verdict step (not as a host that
+// cut off SSH), and the host's watchdog switches the unconfirmed system
+// back by itself.
+func TestDeploymentCtrlCDuringVerdict(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			tg.SetSystemState(t, "starting") // the verdict waits for systemd to settle
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.WriteConfig(strings.Replace(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, ""), `settle_timeout  = "2s"`, `settle_timeout  = "60s"`, 1))
+			logged := providerLog(t, s)
+			out, after := interruptWhenLogged(t, s, logged, "judging the new system", "apply", "-auto-approve", "-input=false", "-no-color")
+			t.Logf("the apply ended %s after the interrupt:\n%s", after, out)
+			if after > 5*time.Second {
+				t.Errorf("the apply ended %s after the interrupt", after)
+			}
+			rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)
+			msg := fmt.Sprint(rec["message"])
+			if rec["phase"] != "Failed" || fmt.Sprint(rec["exit_code"]) != "130" || !strings.Contains(msg, "interrupted during the verdict step") ||
+				!strings.Contains(msg, "the host's watchdog switches it back to "+old) || strings.Contains(msg, "cuts off SSH") {
+				t.Errorf("the node's record: %v", rec)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for tg.CurrentSystem() != old && time.Now().Before(deadline) {
+				time.Sleep(200 * time.Millisecond)
+			}
+			if tg.CurrentSystem() != old || tg.BootEntry() != old {
+				t.Errorf("the watchdog did not switch back: current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+			}
+		})
+	}
+}
+
+// Issue 12: a timeouts block that expires mid-rollout is an interrupt with
+// its cause named: the nodes done stay done, the node in flight is
+// recorded with exit 130 and the step, the later ones are not started,
+// nothing Terraform checks is inconsistent, and the next plan switches
+// exactly the nodes not done.
+func TestDeploymentTimeoutsExpireMidRollout(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			var nodes []*nixtest.Target
+			var systems []string
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			for range 4 {
+				tg := nixtest.NewTarget(t)
+				tg.Boot(t, old)
+				nodes = append(nodes, tg)
+				systems = append(systems, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 2 * time.Second}))
+			}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig(nodes, systems, `  timeouts = { create = "5s" }`+"\n"))
+			s.Run("init", "-input=false")
+			start := time.Now()
+			out, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			took := time.Since(start)
+			t.Logf("apply took %s (exit %d):\n%s\n%s", took, code, out, errOut)
+			if code == 0 || strings.Contains(out+errOut, "inconsistent") || !strings.Contains(errOut, "not started") {
+				t.Errorf("apply with an expiring timeouts block: exit %d\n%s\n%s", code, out, errOut)
+			}
+			if took > 12*time.Second {
+				t.Errorf("the apply took %s with a 5s timeouts block", took)
+			}
+			v := s.Values("fleet_ssh_deployment.prod")
+			expired := regexp.MustCompile(`the timeouts block's create limit \(5s\) expired during the (\w+) step`)
+			var phases []string
+			for i := range nodes {
+				rec := nodeRecord(t, v, i)
+				phase := fmt.Sprint(rec["phase"])
+				if phase == "Failed" {
+					if m := expired.FindString(fmt.Sprint(rec["message"])); m == "" || fmt.Sprint(rec["exit_code"]) != "130" {
+						t.Errorf("node %d failed without naming the expired timeouts block (exit %v): %v", i, rec["exit_code"], rec["message"])
+					}
+				}
+				if phase == "Pending" && len(nodes[i].Calls()) != 0 {
+					t.Errorf("node %d was not started but its host was changed: %v", i, nodes[i].Calls())
+				}
+				phases = append(phases, phase)
+			}
+			// Done, then the one in flight, then not started.
+			if got := strings.Join(phases, " "); !regexp.MustCompile(`^(Succeeded )*Failed( Pending)+$`).MatchString(got) {
+				t.Errorf("phases after the timeouts block expired: %s", got)
+			}
+			plan, _, code := s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
+			for i, p := range phases {
+				want := fmt.Sprintf(`"n%d" = "%s" -> "switch"`, i+1, map[string]string{"Failed": "failed", "Pending": "pending"}[p])
+				if p != "Succeeded" && !strings.Contains(plan, want) {
+					t.Errorf("the plan after the timeout does not switch n%d (%s): exit %d\n%s", i+1, p, code, plan)
+				}
+			}
 		})
 	}
 }

@@ -7,11 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
 
@@ -88,19 +88,20 @@ func TestDeploymentTwoAppliesAtOnce(t *testing.T) {
 				}
 				first := session("first", slow, `  activation_timeout = "8s"`+"\n")
 				second := session("second", next, `  lock_timeout = "1s"`+"\n")
-				var wg sync.WaitGroup
-				wg.Add(1)
+				firstDone := make(chan error, 1)
 				go func() {
-					defer wg.Done()
-					first.ExitCode("apply", "-auto-approve", "-input=false") // fails: the hung activation
+					_, _, err := first.Try("apply", "-auto-approve", "-input=false") // fails: the hung activation
+					firstDone <- err
 				}()
-				// The first holds the lock once its node's activation started.
-				for i := 0; i < 200 && !strings.Contains(strings.Join(tg.Calls(), " "), "test "+slow); i++ {
-					sleepBriefly()
+				// The first holds the lock once the host names it as holder.
+				if !waitUntil(func() bool { return tg.Exists(deploy.HolderFile) }, time.Minute) {
+					t.Fatalf("the first apply did not take the host's deploy lock within a minute")
 				}
 				outSecond, errOut, code := second.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
 				errOut = outSecond + errOut
-				wg.Wait()
+				if err := <-firstDone; err == nil {
+					t.Errorf("the first apply, whose activation hangs past activation_timeout, succeeded")
+				}
 				host, _ := os.Hostname()
 				if code == 0 || !strings.Contains(errOut, "deploy lock is held by fleet_ssh_deployment") || !strings.Contains(errOut, "applied on "+host+" in ") ||
 					!strings.Contains(errOut, "lock_timeout (1s)") {
@@ -119,4 +120,16 @@ func TestDeploymentTwoAppliesAtOnce(t *testing.T) {
 	}
 }
 
-func sleepBriefly() { <-time.After(50 * time.Millisecond) }
+// waitUntil asks cond every 50 ms until it holds (true) or limit passes
+// (false): tests order themselves by what they observe, never by sleeping
+// a guessed time.
+func waitUntil(cond func() bool, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}

@@ -72,12 +72,13 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 				t.Errorf("actions in state after the failed apply: %s", got)
 			}
 
-			// The next plan retries exactly n2.
+			// The next plan retries n2. The failed first apply tainted the
+			// deployment: its replacement starts without records, so the
+			// plan shows n1 too, and the apply finds n1 done on its host
+			// (it runs its system, which passed its verdict there) and
+			// activates nothing there.
 			plan, _, code := s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
-			// The failed first apply tainted the deployment: its replacement
-			// starts without records, and finds n1 done on its host.
-			if code != 2 || !strings.Contains(plan, `"n2" = "failed" -> "switch"`) || strings.Contains(plan, `"n1" = "switch" -> `) ||
-				strings.Contains(plan, `"n1" = "none" -> "switch"`) {
+			if code != 2 || !strings.Contains(plan, `"n2" = "failed" -> "switch"`) {
 				t.Errorf("plan after the failure (exit %d):\n%s", code, plan)
 			}
 			calls1 := len(tg1.Calls())
@@ -86,6 +87,9 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 			s.Run("apply", "-auto-approve", "-input=false")
 			if tg2.CurrentSystem() != good2 || tg2.BootEntry() != good2 || len(tg1.Calls()) != calls1 {
 				t.Errorf("retry: n2 current %s boot %s; n1 calls %d -> %d", tg2.CurrentSystem(), tg2.BootEntry(), calls1, len(tg1.Calls()))
+			}
+			if rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0); !strings.Contains(fmt.Sprint(rec["message"]), "without a new activation") {
+				t.Errorf("n1's record after the retry: %v", rec)
 			}
 			s.WantNoChanges()
 
@@ -512,6 +516,90 @@ resource "fleet_ssh_deployment" "prod" {
 				!strings.Contains(all, "host_key_seen in this node's status") || len(imposter.Calls()) != 0 {
 				t.Errorf("the untainted deployment's apply without a refresh (exit %d) did not refuse the other host:\n%s", code, out+errOut)
 			}
+		})
+	}
+}
+
+// Issue 12: a plan depends on configuration, prior state and this run's
+// refresh, never on a live look that the apply's own plan could see
+// differently. A second state that has no record of a host already
+// running its system plans a switch; applying that saved plan finds the
+// host done and activates nothing, and with the host cut off it fails the
+// node, never "inconsistent final plan".
+func TestDeploymentSavedPlanAppliesAsPlanned(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg1.Boot(t, old)
+			tg2.Boot(t, old)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			nodes := []*nixtest.Target{tg1, tg2}
+			first := acctest.NewSession(t, cli, server())
+			first.WriteConfig(deploymentConfig(nodes, []string{sys, sys}, ""))
+			first.Run("init", "-input=false")
+			first.Run("apply", "-auto-approve", "-input=false")
+			calls1, calls2 := len(tg1.Calls()), len(tg2.Calls())
+
+			second := acctest.NewSession(t, cli, server())
+			second.WriteConfig(deploymentConfig(nodes, []string{sys, sys}, ""))
+			second.Run("init", "-input=false")
+			second.Run("plan", "-out=tfplan", "-input=false")
+			tg2.CutSSH(t, nixtest.CutReset)
+			out, errOut, code := second.ExitCode("apply", "-input=false", "-no-color", "tfplan")
+			if code == 0 || strings.Contains(out+errOut, "inconsistent") || !strings.Contains(errOut, "DEPLOY FAILED for n2") {
+				t.Errorf("the saved plan with n2 cut off: exit %d\n%s\n%s", code, out, errOut)
+			}
+			rec := nodeRecord(t, second.Values("fleet_ssh_deployment.prod"), 0)
+			if rec["phase"] != "Succeeded" || rec["action"] != "switch" || !strings.Contains(fmt.Sprint(rec["message"]), "recorded as switched without a new activation") {
+				t.Errorf("n1, which already ran its system: %v", rec)
+			}
+			if len(tg1.Calls()) != calls1 || len(tg2.Calls()) != calls2 {
+				t.Errorf("a host already running its system was activated again: %v / %v", tg1.Calls()[calls1:], tg2.Calls()[calls2:])
+			}
+		})
+	}
+}
+
+// Issue 12: reverting a failed rollout. n1 runs v2; a switch to v3 fails
+// and is rolled back to v2; the configuration is set back to v2. The plan
+// has nothing to switch (the host runs v2, which it records as having
+// passed its verdict), the apply records that, and nothing is activated.
+func TestDeploymentRevertToTheSystemTheHostRuns(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+			v2 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			v3 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"app.service"}})
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{v2}, ""))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{v3}, ""))
+			if _, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color"); code == 0 || !strings.Contains(errOut, "DEPLOY FAILED for n1 (exit 4)") {
+				t.Fatalf("the switch to v3: exit %d\n%s", code, errOut)
+			}
+			if tg.CurrentSystem() != v2 {
+				t.Fatalf("v3 was not rolled back: %s", tg.CurrentSystem())
+			}
+			calls := len(tg.Calls())
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{v2}, ""))
+			plan, _, code := s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
+			if code != 2 || !strings.Contains(plan, `"n1" = "failed" -> "none"`) {
+				t.Errorf("the plan back to v2 (exit %d):\n%s", code, plan)
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)
+			if rec["phase"] != "Succeeded" || !strings.Contains(fmt.Sprint(rec["message"]), "nothing to do: the host runs "+v2+", which passed its verdict there") {
+				t.Errorf("n1 after setting v2 back: %v", rec)
+			}
+			if len(tg.Calls()) != calls {
+				t.Errorf("v2 was activated again: %v", tg.Calls()[calls:])
+			}
+			s.WantNoChanges()
 		})
 	}
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
 
 var (
@@ -106,8 +108,8 @@ const (
 var deployStatusAttrTypes = map[string]attr.Type{
 	"name": types.StringType, "host": types.StringType, "action": types.StringType, "phase": types.StringType,
 	"system": types.StringType, "current_system": types.StringType, "previous_system": types.StringType,
-	"host_key_seen": types.StringType,
-	"exit_code":     types.Int64Type, "message": types.StringType, "hint": types.StringType,
+	"verified_system": types.StringType, "host_key_seen": types.StringType,
+	"exit_code": types.Int64Type, "message": types.StringType, "hint": types.StringType,
 	"started_at": types.StringType, "finished_at": types.StringType,
 	"conditions": types.ListType{ElemType: conditionObjectType},
 }
@@ -121,6 +123,7 @@ type deployStatusModel struct {
 	System         types.String `tfsdk:"system"`
 	CurrentSystem  types.String `tfsdk:"current_system"`
 	PreviousSystem types.String `tfsdk:"previous_system"`
+	VerifiedSystem types.String `tfsdk:"verified_system"`
 	HostKeySeen    types.String `tfsdk:"host_key_seen"`
 	ExitCode       types.Int64  `tfsdk:"exit_code"`
 	Message        types.String `tfsdk:"message"`
@@ -232,6 +235,8 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"phase":  computedStr("`Succeeded`, `Failed` (an interrupted node too: its message names the step it stopped in and what the host runs), `RolledBack`, `Skipped`, or `Pending` (not reached before an interrupt)."),
 					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
 					"previous_system": computedStr("The system before the last deploy."),
+					"verified_system": computedStr("The last system a deploy finished on the host with a passing verdict, as the host itself records it (read with `current_system`). " +
+						"A node whose host runs its configured system, and records that system as verified, has nothing to do: after a failed switch is rolled back and the configuration is set back, or after a failed first apply."),
 					"host_key_seen": computedStr("The host key (`type base64`) the host offered when last reached. A node without `host_key` is held to it from then on, " +
 						"also from a runner whose `known_hosts_file` is new: another key fails the node, naming both keys. Changing the node's `host` forgets it."),
 					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success."},
@@ -254,8 +259,10 @@ func (r *deploymentResource) Configure(_ context.Context, req resource.Configure
 // priorNode is what state says of a node.
 type priorNode struct {
 	action, phase, system, current string
-	previous, host, hostKeySeen    string
+	previous, verified             string
+	host, hostKeySeen              string
 	conds                          []conditions.Condition
+	record                         deployStatusModel
 }
 
 func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) map[string]priorNode {
@@ -271,7 +278,8 @@ func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics
 	for _, rec := range records {
 		name := rec.Name.ValueString()
 		p := priorNode{action: actions[name], phase: rec.Phase.ValueString(), system: rec.System.ValueString(), current: rec.CurrentSystem.ValueString(),
-			previous: rec.PreviousSystem.ValueString(), host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString()}
+			previous: rec.PreviousSystem.ValueString(), verified: rec.VerifiedSystem.ValueString(), host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString(),
+			record: rec}
 		p.conds, _ = conditionsFrom(ctx, rec.Conditions)
 		out[name] = p
 	}
@@ -333,6 +341,11 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 	}
 	r.checkKeyFiles(ctx, &plan, nodes, &resp.Diagnostics)
+	if fullyKnown(plan.Defaults) && !plan.KnownHostsFile.IsUnknown() {
+		if _, err := r.knownHostsFile(ctx, &plan); err != nil {
+			resp.Diagnostics.AddAttributeError(path.Root("known_hosts_file"), "Unusable known_hosts file", err.Error())
+		}
+	}
 	type duration struct {
 		at    path.Path
 		v     string
@@ -412,33 +425,8 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 				}
 			}
 		}
-		found := r.probe(ctx, &plan, nodes, priors, readNow, actions, &resp.Diagnostics)
-		// A node this deployment has no record of (a new one, or all of
-		// them in the replacement of a deployment whose first apply failed)
-		// whose host already runs its system after a passing verdict has
-		// nothing to do.
-		changed := false
-		if goal := deploy.Goal(plan.Goal.ValueString()); goal == deploy.GoalSwitch || goal == deploy.GoalTest {
-			for name, cur := range found {
-				if _, known := priors[name]; !known && cur.Runs(systemOf(nodes, name)) {
-					actions[name], changed = types.StringValue(actionNone), true
-				}
-			}
-		}
-		if changed {
-			plan.Actions = types.MapValueMust(types.StringType, actions)
-			resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
-		}
+		r.probe(ctx, &plan, nodes, priors, readNow, actions, &resp.Diagnostics)
 	}
-}
-
-func systemOf(nodes []deployNodeModel, name string) string {
-	for _, n := range nodes {
-		if n.Name.ValueString() == name {
-			return n.System.ValueString()
-		}
-	}
-	return ""
 }
 
 // checkKeyFiles refuses at plan a key file that cannot be read, or that is
@@ -483,14 +471,14 @@ func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deployment
 
 // probe logs in to every node the plan switches, under the provider's
 // probe semaphore, and warns about those it cannot reach: the apply would
-// fail them.
+// fail them. It warns, never decides: the apply plans again, and a host
+// seen differently then would make that plan differ.
 // Nodes in readNow, whose settings are unchanged, were read by this run's
-// refresh and are not probed again. It returns what it read of each node
-// it reached.
+// refresh and are not probed again.
 func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
-	readNow map[string]deploy.Settings, actions map[string]attr.Value, diags *diag.Diagnostics) map[string]deploy.Current {
+	readNow map[string]deploy.Settings, actions map[string]attr.Value, diags *diag.Diagnostics) {
 	if !fullyKnown(m.Defaults) || m.SSHConfigFile.IsUnknown() || m.KnownHostsFile.IsUnknown() {
-		return nil
+		return
 	}
 	var nd diag.Diagnostics
 	defaults := r.defaults(ctx, m, &nd)
@@ -508,15 +496,14 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		switching, settings = append(switching, n), append(settings, s)
 	}
 	if len(switching) == 0 {
-		return nil
+		return
 	}
 	d, cleanup, err := r.deployer(ctx, m)
 	if err != nil {
-		return nil
+		return
 	}
 	defer cleanup()
 	failures := make([]string, len(switching))
-	read := make([]*deploy.Current, len(switching))
 	var wg sync.WaitGroup
 	for i, s := range settings {
 		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
@@ -528,21 +515,12 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 			defer r.data.prober.Slots.Release(1)
 			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
-			cur, err := d.ReadCurrent(pctx, s)
-			if err != nil {
+			if _, err := d.ReadCurrent(pctx, s); err != nil {
 				failures[i] = err.Error()
-				return
 			}
-			read[i] = &cur
 		}()
 	}
 	wg.Wait()
-	found := map[string]deploy.Current{}
-	for i, cur := range read {
-		if cur != nil {
-			found[switching[i].Name.ValueString()] = *cur
-		}
-	}
 	for i, f := range failures {
 		if f != "" {
 			name := switching[i].Name.ValueString()
@@ -550,7 +528,6 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, strings.TrimRight(f, ".")))
 		}
 	}
-	return found
 }
 
 func fullyKnownNode(n deployNodeModel) bool {
@@ -562,20 +539,27 @@ func fullyKnownNode(n deployNodeModel) bool {
 	return true
 }
 
-// needsSwitch says whether a node must be switched: it is new, its last
-// switch failed, it drifted, or its host runs another system. Plan and
-// apply decide with it alike: a plan keeps a node's last outcome when it
-// needs nothing, and apply must then not switch it again.
+// needsSwitch says whether a node must be switched, from its configured
+// system and what state says of it (this run's refresh included): it is
+// new, its last switch failed or was interrupted, it drifted, or its host
+// runs another system. A host that runs the configured system and records
+// it as verified (a deploy of it passed its verdict there) has nothing to
+// do, whatever the last apply recorded: a failed switch rolled back, and
+// the configuration set back to the system the host runs. No live
+// observation decides: the apply's plan must come out the same.
 func needsSwitch(p priorNode, known bool, system string, goal deploy.Goal) bool {
-	if !known || p.action == actionFailed || p.action == actionDrift || p.action == actionPending {
+	if !known {
 		return true
 	}
 	if goal == deploy.GoalBoot || goal == deploy.GoalDryActivate {
 		// The running system stays the old one: what counts is the system
 		// the last deploy aimed at.
-		return p.system != system
+		return p.action == actionFailed || p.action == actionDrift || p.action == actionPending || p.system != system
 	}
-	return p.current != system
+	if p.current == system && p.verified == system {
+		return false
+	}
+	return p.action == actionFailed || p.action == actionDrift || p.action == actionPending || p.current != system
 }
 
 func stringSet(ctx context.Context, l types.List, diags *diag.Diagnostics) (map[string]bool, bool) {
@@ -603,7 +587,7 @@ func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequ
 	m.ID = types.StringValue(id.String())
 	timeout, diags := m.Timeouts.Create(ctx, 60*time.Minute)
 	resp.Diagnostics.Append(diags...)
-	r.apply(ctx, timeout, &m, nil, &resp.Diagnostics)
+	r.apply(ctx, "create", timeout, &m, nil, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
@@ -618,21 +602,36 @@ func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequ
 	m.ID = prior.ID
 	timeout, diags := m.Timeouts.Update(ctx, 60*time.Minute)
 	resp.Diagnostics.Append(diags...)
-	r.apply(ctx, timeout, &m, &prior, &resp.Diagnostics)
+	r.apply(ctx, "update", timeout, &m, &prior, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
-// apply deploys the nodes planned to switch, in order, and records every
-// node; failures are error diagnostics after all nodes ran, and the state
-// is saved whatever happened.
-func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m, prior *deploymentModel, diags *diag.Diagnostics) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// errInterrupted is what an interrupt (Ctrl-C, Terraform stopping the
+// provider) records.
+var errInterrupted = errors.New("interrupted")
+
+// applyContext bounds an apply by its timeouts block and ends it on an
+// interrupt: one event for the engine, whose cause names which.
+func (r *deploymentResource) applyContext(ctx context.Context, op string, timeout time.Duration) (context.Context, func()) {
+	ctx, interrupt := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the timeouts block's %s limit (%s) expired", op, timeout))
+	stop := func() bool { return false }
 	if r.data.interrupt != nil {
-		stop := context.AfterFunc(r.data.interrupt, cancel)
-		defer stop()
+		stop = context.AfterFunc(r.data.interrupt, func() { interrupt(errInterrupted) })
 	}
+	return ctx, func() { stop(); cancel(); interrupt(nil) }
+}
+
+// apply deploys the nodes the plan switches and records every node. It
+// follows the plan: a node planned switch is deployed (and found already
+// done at apply, if its host runs its system after a passing verdict),
+// any other keeps its record. Failures are error diagnostics after all
+// nodes ran; so is an interrupt, which leaves later nodes untouched. The
+// state is saved whatever happened.
+func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.Duration, m, prior *deploymentModel, diags *diag.Diagnostics) {
+	ctx, stop := r.applyContext(ctx, op, timeout)
+	defer stop()
 	nodes := r.nodes(ctx, m, diags)
 	priors := priorNodes(ctx, prior, diags)
 	planned := map[string]string{}
@@ -646,31 +645,11 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 	defer cleanup()
 	defaults := r.defaults(ctx, m, diags)
 	var targets []deploy.Target
-	// Nodes with no record that the plan found done: read for theirs.
-	fresh := map[string]deploy.Result{}
 	for _, n := range nodes {
 		name := n.Name.ValueString()
-		if _, known := priors[name]; known || hold[name] || planned[name] != actionNone || ctx.Err() != nil {
-			continue
+		if !hold[name] && planned[name] == actionSwitch {
+			targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, priors[name], diags)})
 		}
-		cur, err := d.ReadCurrent(ctx, r.settings(ctx, defaults, n, priorNode{}, diags))
-		res := deploy.Result{Name: name, Phase: deploy.PhaseSucceeded, CurrentSystem: cur.System, PreviousSystem: cur.System, HostKeySeen: cur.HostKey,
-			Message: "nothing to do: the host already runs this system"}
-		switch {
-		case err != nil:
-			res.Phase, res.Message = deploy.PhasePending, "the plan found this system on the host, which cannot be read now: "+err.Error()
-		case !cur.Runs(n.System.ValueString()):
-			res.Phase, res.Message = deploy.PhasePending, "the host no longer runs this system (it did when planned): the next plan switches it"
-		}
-		fresh[name] = res
-	}
-	for _, n := range nodes {
-		name := n.Name.ValueString()
-		p, known := priors[name]
-		if hold[name] || planned[name] != actionSwitch || !needsSwitch(p, known, n.System.ValueString(), deploy.Goal(m.Goal.ValueString())) {
-			continue
-		}
-		targets = append(targets, deploy.Target{System: n.System.ValueString(), SkipIfCurrent: !known, Settings: r.settings(ctx, defaults, n, p, diags)})
 	}
 	byName := map[string]deploy.Result{}
 	for _, res := range d.Deploy(ctx, targets, nil) {
@@ -679,30 +658,35 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 	now := time.Now().UTC()
 	actions := map[string]attr.Value{}
 	var statuses []deployStatusModel
-	var succeeded, failed, skipped []string
+	var succeeded, failed, skipped, notStarted []string
 	var summary []string
 	for _, n := range nodes {
 		name := n.Name.ValueString()
-		p := priors[name]
+		p, known := priors[name]
 		res, ran := byName[name]
 		action := planned[name]
 		switch {
 		case hold[name]:
-			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in hold", CurrentSystem: p.current, PreviousSystem: p.previous}
+			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in hold", CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
 			action = actionSkip
 			skipped = append(skipped, name)
-		case fresh[name].Name != "":
-			res, ran = fresh[name], true
-			if res.Phase == deploy.PhaseSucceeded {
+		case !ran && known && (p.action == actionSwitch || p.action == actionNone):
+			// Nothing to do, and nothing new to record: the last record stands.
+			actions[name] = types.StringValue(p.action)
+			statuses = append(statuses, p.record)
+			if p.phase == string(deploy.PhaseSucceeded) {
 				succeeded = append(succeeded, name)
 			}
+			continue
 		case !ran:
-			// Nothing to do: the last record stands.
-			res = deploy.Result{Name: name, Phase: deploy.Phase(orStr(p.phase, string(deploy.PhaseSucceeded))), CurrentSystem: p.current, PreviousSystem: p.previous, Message: "nothing to do: the host runs this system"}
+			// Planned none after a failure: the host runs the configured
+			// system, which passed its verdict there.
+			res = deploy.Result{Name: name, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified,
+				Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
 			succeeded = append(succeeded, name)
 		case res.Phase == deploy.PhasePending:
 			action = actionPending
-			failed = append(failed, name)
+			notStarted = append(notStarted, name)
 		case res.Failed():
 			action = actionFailed
 			failed = append(failed, name)
@@ -712,10 +696,10 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 		}
 		if ran && res.CurrentSystem == "" {
 			// Failed before the host was read: what was known stands.
-			res.CurrentSystem, res.PreviousSystem = p.current, p.previous
+			res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem = p.current, p.previous, p.verified
 		}
 		actions[name] = types.StringValue(action)
-		conds, err := deploy.Conditions(p.conds, res, 1, now)
+		conds, err := deploy.NodeConditions(p.conds, res, 1, now)
 		if err != nil {
 			diags.AddError("Node record not written", err.Error())
 			return
@@ -730,13 +714,20 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 		statuses = append(statuses, deployStatusModel{
 			Name: types.StringValue(name), Host: types.StringValue(host), Action: types.StringValue(action),
 			Phase: types.StringValue(string(res.Phase)), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
-			PreviousSystem: types.StringValue(res.PreviousSystem), HostKeySeen: types.StringValue(seen), ExitCode: types.Int64Value(int64(res.ExitCode)),
+			PreviousSystem: types.StringValue(res.PreviousSystem), VerifiedSystem: types.StringValue(res.VerifiedSystem),
+			HostKeySeen: types.StringValue(seen), ExitCode: types.Int64Value(int64(res.ExitCode)),
 			Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
 			StartedAt: types.StringValue(timeString(res.Started)), FinishedAt: types.StringValue(timeString(res.Finished)),
 			Conditions: cv,
 		})
-		summary = append(summary, fmt.Sprintf("%-20s %-10s %s", name, res.Phase, res.Message))
-		tflog.Info(ctx, "node deployed", map[string]any{"node": name, "phase": string(res.Phase), "message": res.Message})
+		if ran {
+			summary = append(summary, fmt.Sprintf("%-20s %-10s %s", name, res.Phase, res.Message))
+		}
+	}
+	if len(notStarted) > 0 {
+		failed = append(failed, notStarted...)
+		diags.AddAttributeError(path.Root("nodes"), "Deployment stopped: "+strings.Join(notStarted, ", ")+" not started",
+			fmt.Sprintf("%s before these nodes started; they were not touched, and the next plan switches them.", pendingCause(byName, notStarted)))
 	}
 	m.Actions = types.MapValueMust(types.StringType, actions)
 	m.Status = statusList(ctx, statuses, diags)
@@ -749,9 +740,17 @@ func (r *deploymentResource) apply(ctx context.Context, timeout time.Duration, m
 	default:
 		m.Phase = types.StringValue("Succeeded")
 	}
-	if len(targets) > 0 {
-		diags.AddWarning("Deployment summary", strings.Join(summary, "\n"))
+	if len(summary) > 0 {
+		tflog.Info(ctx, "deployment summary\n"+strings.Join(summary, "\n"))
 	}
+}
+
+// pendingCause is why the nodes not started were not: the engine's words
+// on the first of them.
+func pendingCause(results map[string]deploy.Result, names []string) string {
+	msg := strings.TrimPrefix(results[names[0]].Message, "not started: ")
+	msg, _, _ = strings.Cut(msg, " before this node started")
+	return strings.ToUpper(msg[:1]) + msg[1:]
 }
 
 func orStr(s, def string) string {
@@ -795,20 +794,15 @@ func (r *deploymentResource) defaults(ctx context.Context, m *deploymentModel, d
 // deployer builds the engine for m: its transport (a control directory of
 // its own, removed by cleanup) and options.
 func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (*deploy.Deployer, func(), error) {
-	control, err := os.MkdirTemp("", "fleet-ssh-")
+	known, err := r.knownHostsFile(ctx, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	control, err := deploy.NewControlDir()
 	if err != nil {
 		return nil, nil, err
 	}
 	var diags diag.Diagnostics
-	defaults := r.defaults(ctx, m, &diags)
-	keyFile := os.Getenv(deploy.EnvSSHPrivateKeyFile)
-	if defaults != nil && defaults.PrivateKeyFile != nil {
-		keyFile = *defaults.PrivateKeyFile
-	}
-	known := m.KnownHostsFile.ValueString()
-	if known == "" {
-		known = deploy.KnownHostsFileFor(keyFile)
-	}
 	dur := func(s string, def time.Duration) time.Duration {
 		if v, err := time.ParseDuration(s); err == nil && s != "" {
 			return v
@@ -822,7 +816,13 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 		ActivationTimeout: dur(m.ActivationTimeout.ValueString(), 5*time.Minute),
 		LockTimeout:       dur(m.LockTimeout.ValueString(), 0),
 		Holder:            holder(m.ID.ValueString()),
-		Log:               func(node, msg string) { tflog.Info(ctx, msg, map[string]any{"node": node}) },
+		Log: func(e deploy.Event) {
+			fields := map[string]any{"node": e.Node}
+			if e.Step != "" {
+				fields["step"] = string(e.Step)
+			}
+			tflog.Info(ctx, e.Message, fields)
+		},
 	}
 	if !m.Verdict.IsNull() && !m.Verdict.IsUnknown() {
 		var v verdictModel
@@ -869,6 +869,28 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 		Options: opts,
 	}
 	return d, func() { _ = os.RemoveAll(control) }, nil
+}
+
+// knownHostsFile is the deployment's accept-new trust store: the one it
+// names, else the default beside the key file or in the user's private
+// state directory; one another user could have written is refused.
+func (r *deploymentResource) knownHostsFile(ctx context.Context, m *deploymentModel) (string, error) {
+	if path := m.KnownHostsFile.ValueString(); path != "" {
+		if err := deploy.CheckKnownHostsFile(path); err != nil {
+			return "", fmt.Errorf("known_hosts_file %s: %w", path, err)
+		}
+		return sshdial.ExpandHome(path)
+	}
+	var diags diag.Diagnostics
+	keyFile := os.Getenv(deploy.EnvSSHPrivateKeyFile)
+	if defaults := r.defaults(ctx, m, &diags); defaults != nil && defaults.PrivateKeyFile != nil {
+		keyFile = *defaults.PrivateKeyFile
+	}
+	path, err := deploy.DefaultKnownHostsFile(keyFile)
+	if err != nil {
+		return "", fmt.Errorf("the default known_hosts file: %w", err)
+	}
+	return path, nil
 }
 
 // holder names a deployment to another one that finds the host locked:
@@ -919,6 +941,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			continue
 		}
 		records[i].CurrentSystem = types.StringValue(current.System)
+		records[i].VerifiedSystem = types.StringValue(current.Succeeded)
 		if current.HostKey != "" && rec.Host.ValueString() == orStr(n.Host.ValueString(), name) {
 			records[i].HostKeySeen = types.StringValue(current.HostKey)
 		}

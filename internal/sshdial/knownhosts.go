@@ -188,3 +188,33 @@ func (e *KnownHostMismatchError) Error() string {
 }
 
 func (e *KnownHostMismatchError) Unwrap() error { return e.Err }
+
+// KnownKeys returns the keys the known_hosts file at path holds for host,
+// the name ssh looks a host up by ("name", "name:port" or "[name]:port";
+// port 22 when none), hashed entries included, as OpenSSH reads the file.
+// A missing file holds none.
+func KnownKeys(path, host string) ([]ssh.PublicKey, error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	check, err := knownhosts.New(path)
+	if err != nil {
+		return nil, err
+	}
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		host = net.JoinHostPort(h, p)
+	} else {
+		host = net.JoinHostPort(host, "22")
+	}
+	// A key no host can hold makes the callback list the keys it knows.
+	err = check(host, &net.TCPAddr{IP: net.IPv4zero, Port: 22}, probeKey)
+	var ke *knownhosts.KeyError
+	if !errors.As(err, &ke) {
+		return nil, nil
+	}
+	keys := make([]ssh.PublicKey, 0, len(ke.Want))
+	for _, w := range ke.Want {
+		keys = append(keys, w.Key)
+	}
+	return keys, nil
+}

@@ -1,0 +1,609 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// What the steps do on a host, over the node's connection.
+
+// startMaster opens the node's master connection. ssh backgrounds it (-f)
+// once logged in; its standard streams must not be pipes, which the master
+// would hold open for as long as it lives.
+func (d *Deployer) startMaster(ctx context.Context, c *Conn) (int, string) {
+	errFile, err := os.CreateTemp("", "fleet-ssh-master-*")
+	if err != nil {
+		return 1, err.Error()
+	}
+	defer func() { _ = os.Remove(errFile.Name()) }()
+	cmd := command(ctx, d.Transport.ssh(), c.MasterArgs()...)
+	cmd.Stderr = errFile
+	err = cmd.Run()
+	_ = errFile.Close()
+	if err == nil {
+		c.mastered = true
+		return 0, ""
+	}
+	b, _ := os.ReadFile(errFile.Name())
+	return exitOf(err, string(b))
+}
+
+// lockSession holds the host's deploy lock: a remote command over the
+// master that took it and keeps it until its standard input closes.
+type lockSession struct {
+	cmd    *exec.Cmd
+	kill   context.CancelFunc
+	stdin  io.WriteCloser
+	out    *os.File
+	lines  chan string
+	stderr lockedBuffer
+	exited chan struct{}
+	once   sync.Once
+}
+
+// takeLock takes the host's deploy lock, waiting up to lock_timeout for
+// another deployment to let go of it, or until ctx ends. The session's
+// own context is not ctx: once held, the lock is kept until release, so
+// that an interrupted node still holds it while its record is made.
+func (d *Deployer) takeLock(ctx context.Context, c *Conn) (*lockSession, error) {
+	wait := max(int(d.Options.LockTimeout/time.Second), 0)
+	lctx, kill := context.WithCancel(context.WithoutCancel(ctx))
+	l := &lockSession{kill: kill, lines: make(chan string, 16), exited: make(chan struct{})}
+	l.cmd = c.Command(lctx, lockScript(d.Options.Holder, wait))
+	var err error
+	if l.stdin, err = l.cmd.StdinPipe(); err != nil {
+		kill()
+		return nil, err
+	}
+	var w *os.File
+	if l.out, w, err = os.Pipe(); err != nil {
+		kill()
+		return nil, err
+	}
+	l.cmd.Stdout, l.cmd.Stderr = w, &l.stderr
+	err = l.cmd.Start()
+	_ = w.Close()
+	if err != nil {
+		kill()
+		_ = l.out.Close()
+		return nil, err
+	}
+	go func() {
+		sc := bufio.NewScanner(l.out)
+		for sc.Scan() {
+			l.lines <- strings.TrimSpace(sc.Text())
+		}
+		close(l.lines)
+	}()
+	go func() {
+		_ = l.cmd.Wait()
+		close(l.exited)
+	}()
+	line, err := l.next(ctx)
+	switch {
+	case err != nil:
+		l.release()
+		return nil, err
+	case line == "locked":
+		return l, nil
+	}
+	l.release()
+	if holder, busy := strings.CutPrefix(line, "busy"); busy {
+		return nil, &failure{exit: 3, reason: "DeployLockBusy",
+			message: fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(strings.TrimSpace(holder)), d.Options.LockTimeout),
+			hint:    "another deployment of this host is running; it ends, or its lock_timeout must be longer"}
+	}
+	return nil, fail(1, "LockFailed", "cannot take the host's deploy lock: "+strings.TrimSpace(line+" "+l.stderr.String()), "")
+}
+
+// next is the session's next line, or the error that ended it.
+func (l *lockSession) next(ctx context.Context) (string, error) {
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	select {
+	case line, ok := <-l.lines:
+		if !ok {
+			<-l.exited
+			return "", fmt.Errorf("the lock session ended: %s", orNone(strings.TrimSpace(l.stderr.String())))
+		}
+		return line, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// read returns what readScript printed in the session once it held the
+// lock.
+func (l *lockSession) read(ctx context.Context) ([]string, error) {
+	var lines []string
+	for {
+		line, err := l.next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			return nil, fail(1, "ReadFailed", "cannot read the current system: "+err.Error(), "")
+		}
+		if line == readEnd {
+			return lines, nil
+		}
+		lines = append(lines, line)
+	}
+}
+
+// release lets the lock go: standard input closes, the remote script
+// removes the holder's name and ends; a session that does not end within
+// half a second (the host stopped answering) is killed, which ends it on
+// the host too.
+func (l *lockSession) release() {
+	l.once.Do(func() {
+		_ = l.stdin.Close()
+		select {
+		case <-l.exited:
+		case <-time.After(500 * time.Millisecond):
+			l.kill()
+			<-l.exited
+		}
+		l.kill()
+		_ = l.out.Close()
+		for range l.lines {
+		}
+	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for the copying goroutine of
+// os/exec and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// copyJob is nix-copy-closure of a node's system over its master (FR-008).
+type copyJob struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	out    string
+	err    error
+}
+
+func (d *Deployer) startCopy(ctx context.Context, c *Conn, n Target) *copyJob {
+	cctx, cancel := context.WithCancel(ctx)
+	j := &copyJob{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(j.done)
+		cmd := command(cctx, d.nixCopyClosure(), "--to", "--gzip", "--use-substitutes", n.Host, n.System)
+		cmd.Env = append(append(os.Environ(), d.Options.Env...), "NIX_SSHOPTS="+c.NixSSHOpts())
+		j.out, j.err = d.run(cmd)
+	}()
+	return j
+}
+
+// wait waits for the copy to end, or for ctx.
+func (j *copyJob) wait(ctx context.Context) error {
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if j.err != nil {
+		exit, msg := exitOf(j.err, j.out)
+		return fail(exit, "CopyFailed", "nix-copy-closure failed: "+msg, "")
+	}
+	return nil
+}
+
+// abandon stops the copy if it still runs.
+func (j *copyJob) abandon() {
+	j.cancel()
+	<-j.done
+}
+
+// startDetached runs script on the host in the background, as a transient
+// unit where systemd runs, so that it survives the SSH session.
+func (d *Deployer) startDetached(run string, systemd bool, script string) string {
+	mk := "mkdir -p " + q(stateDir+"/"+run) + " || exit 1; "
+	if systemd {
+		return mk + "systemd-run --collect --quiet --no-ask-password --unit=" + q("fleet-watchdog-"+run) + " sh -c " + q(pathFallback+script)
+	}
+	// Only the background command itself, with every stream redirected:
+	// a backgrounded list would keep the session's output open.
+	return mk + "nohup sh -c " + q(pathFallback+script) + " </dev/null >/dev/null 2>&1 &"
+}
+
+// activate runs switch-to-configuration test, through systemd-run where
+// systemd runs (RuntimeMaxSec=180 in a container, FR-009), retrying exit
+// 11 like the boot lock. It returns the exit status (-1 when the session
+// dropped: the host decides) and what happened. prepare runs first, in the
+// same round trip as the first attempt.
+func (d *Deployer) activate(ctx context.Context, c *Conn, run, system string, systemd, container bool, prepare string) (exit int, msg string, timedOut bool) {
+	cmd := "sh -c " + q(activationScript(run, system, "test"))
+	if systemd {
+		props := ""
+		if container {
+			props = " -p RuntimeMaxSec=180"
+		}
+		cmd = "systemd-run --collect --pipe --quiet --no-ask-password --service-type=exec --unit=" + q("fleet-activate-"+run) + props + " " + cmd
+	}
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, d.activationTimeout())
+		first := ""
+		if attempt == 1 {
+			first = prepare
+		}
+		out, err := d.output(c.Command(actx, remote(first+cmd)))
+		expired := actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if ctx.Err() != nil {
+			return -1, "", false
+		}
+		if attempt == 1 && err != nil && (strings.Contains(out, profileFailed) || strings.Contains(out, prepareFailed)) {
+			exit, msg := exitOf(err, out)
+			return exit, msg + " (" + strings.TrimSpace(out) + ")", false
+		}
+		if expired {
+			return 1, fmt.Sprintf("the activation did not finish within activation_timeout (%s)", d.activationTimeout()), true
+		}
+		exit, msg := exitOf(err, out)
+		if exit == 255 {
+			return -1, "the SSH session dropped during activation: " + msg, false
+		}
+		if exit == ExitSwitchLocked && attempt < d.bootLockAttempts() {
+			d.note(c.s.Name, StepActivate, "switch lock held (exit 11); attempt %d of %d", attempt, d.bootLockAttempts())
+			if !sleep(ctx, d.bootLockInterval()) {
+				return -1, "", false
+			}
+			continue
+		}
+		if exit == 0 {
+			return 0, "switch-to-configuration test succeeded", false
+		}
+		return exit, fmt.Sprintf("switch-to-configuration test exited %d: %s", exit, msg), false
+	}
+}
+
+func activationReason(exit int) string {
+	switch exit {
+	case 0:
+		return "Activated"
+	case -1:
+		return "SessionDropped"
+	case ExitUnitsFailed:
+		return "UnitsFailed"
+	case ExitSwitchLocked:
+		return "SwitchLockBusy"
+	case ExitRebootRequired:
+		return "RebootRequired"
+	}
+	return "ActivationFailed"
+}
+
+// activationExit waits, over new connections, for the exit status the
+// activation of run records on the host, up to activation_timeout, and
+// returns it with the activation's last words; false when none comes (no
+// systemd kept the activation alive, the host cannot be reached, or ctx
+// ended).
+func (d *Deployer) activationExit(ctx context.Context, c *Conn, run string) (int, string, bool) {
+	dir := stateDir + "/" + run
+	deadline := time.Now().Add(d.activationTimeout())
+	for {
+		out, err := d.output(c.FreshCommand(ctx, remote("cat "+q(dir+"/activated")+" 2>/dev/null || echo pending; tail -n 3 "+q(dir+"/output")+" 2>/dev/null")))
+		if err == nil {
+			first, rest, _ := strings.Cut(out, "\n")
+			if n, err := strconv.Atoi(strings.TrimSpace(first)); err == nil {
+				return n, lastLines(rest, 3), true
+			}
+		}
+		if time.Now().After(deadline) || !sleep(ctx, time.Second) {
+			return -1, "", false
+		}
+	}
+}
+
+// observe gathers the verdict's inputs: a new connection must succeed, and
+// the current system, the system state within the settle timeout and the
+// failed units are read, then the user checks run.
+func (d *Deployer) observe(ctx context.Context, c *Conn, n Target, exit int, systemd bool) Observed {
+	o := Observed{ActivationExit: exit}
+	settle := int(d.settleTimeout() / time.Second)
+	script := fmt.Sprintf(`readlink -f /run/current-system || echo
+timeout %d systemctl is-system-running --wait 2>/dev/null | tail -n 1 || true
+echo --failed--
+systemctl --failed --plain --no-legend 2>/dev/null | awk '{print $1}'`, settle)
+	if !systemd {
+		// No systemd to settle or to list failed units: the current
+		// system and the user checks decide.
+		script = "readlink -f /run/current-system || echo\necho running\necho --failed--"
+	}
+	// The new login and the reading over the master run side by side.
+	fresh := make(chan error, 1)
+	go func() {
+		out, err := d.output(c.FreshCommand(ctx, "true"))
+		if err != nil {
+			_, msg := exitOf(err, out)
+			err = errors.New(msg)
+		}
+		fresh <- err
+	}()
+	out, err := d.output(c.Command(ctx, remote(script)))
+	if ferr := <-fresh; ferr != nil {
+		o.ReconnectError = ferr.Error()
+		return o
+	}
+	if err != nil {
+		_, o.ReconnectError = exitOf(err, out)
+		return o
+	}
+	o.Reconnected = true
+	head, failed, _ := strings.Cut(out, "--failed--")
+	lines := strings.Split(strings.TrimSpace(head), "\n")
+	if len(lines) > 0 {
+		o.CurrentSystem = strings.TrimSpace(lines[0])
+	}
+	if len(lines) > 1 {
+		o.SystemState = strings.TrimSpace(lines[len(lines)-1])
+	}
+	for _, u := range strings.Fields(failed) {
+		// The deploy's own transient units are not the system's; a unit
+		// of the system named fleet-something is.
+		if !strings.HasPrefix(u, "fleet-activate-") && !strings.HasPrefix(u, "fleet-watchdog-") {
+			o.FailedUnits = append(o.FailedUnits, u)
+		}
+	}
+	o.CheckFailures = d.userChecks(ctx, c, n)
+	return o
+}
+
+// userChecks runs the verdict's http and tcp checks from the deployer and
+// its commands on the node.
+func (d *Deployer) userChecks(ctx context.Context, c *Conn, n Target) []string {
+	var failures []string
+	spec := d.Options.Verdict
+	for _, cmd := range spec.Command {
+		if out, err := d.output(c.Command(ctx, remote(cmd))); err != nil {
+			exit, msg := exitOf(err, out)
+			failures = append(failures, fmt.Sprintf("command %q exited %d: %s", cmd, exit, msg))
+		}
+	}
+	for _, port := range spec.TCP {
+		addr := net.JoinHostPort(n.Host, strconv.Itoa(port))
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", addr)
+		cancel()
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("tcp %s: %v", addr, err))
+			continue
+		}
+		_ = conn.Close()
+	}
+	for _, h := range spec.HTTP {
+		if msg := httpCheck(ctx, h); msg != "" {
+			failures = append(failures, msg)
+		}
+	}
+	return failures
+}
+
+func httpCheck(ctx context.Context, h HTTPCheck) string {
+	want := h.ExpectStatus
+	if want == 0 {
+		want = http.StatusOK
+	}
+	client := retryablehttp.NewClient()
+	client.Logger = nil
+	client.RetryMax = 3
+	client.RetryWaitMin, client.RetryWaitMax = 200*time.Millisecond, 2*time.Second
+	client.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := retryablehttp.NewRequestWithContext(rctx, http.MethodGet, h.URL, nil)
+	if err != nil {
+		return fmt.Sprintf("http %s: %v", h.URL, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Sprintf("http %s: %v", h.URL, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != want {
+		return fmt.Sprintf("http %s: status %d, expected %d", h.URL, resp.StatusCode, want)
+	}
+	return ""
+}
+
+// rollback asks the host's watchdog to switch back now (when SSH still
+// works) and waits for it; without SSH the host rolls itself back when the
+// confirmation does not come.
+func (d *Deployer) rollback(ctx context.Context, c *Conn, run string, r *Result, reachable bool) {
+	dir := stateDir + "/" + run
+	if !reachable {
+		r.Phase = PhaseRolledBack
+		r.RolledBack = true
+		r.Message += fmt.Sprintf("; the host rolls itself back to %s when no confirmation arrives within confirm_timeout (%s): it could not be confirmed over SSH",
+			r.PreviousSystem, d.confirmTimeout())
+		return
+	}
+	_, _ = d.output(c.FreshCommand(ctx, remote(decideScript(run, decisionRollback))))
+	deadline := time.Now().Add(d.confirmTimeout() + 30*time.Second)
+	for time.Now().Before(deadline) {
+		out, err := d.output(c.FreshCommand(ctx, remote("cat "+q(dir+"/rolledback")+" 2>/dev/null; readlink -f /run/current-system")))
+		if err == nil {
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) == 2 {
+				r.CurrentSystem = lines[1]
+				if lines[0] == "0" && lines[1] == r.PreviousSystem {
+					r.Phase, r.RolledBack = PhaseRolledBack, true
+					r.Message += "; rolled back to " + r.PreviousSystem
+					return
+				}
+				r.Message += fmt.Sprintf("; the rollback to %s failed (exit %s; the host runs %s)", r.PreviousSystem, lines[0], lines[1])
+				return
+			}
+		}
+		if !sleep(ctx, time.Second) {
+			return
+		}
+	}
+	r.Message += "; the rollback was not seen to finish"
+}
+
+// decision asks the host, over a new connection, what was decided for
+// run: decisionConfirm, decisionRollback, or "" when nothing was decided
+// yet; false when the host could not be asked.
+func (d *Deployer) decision(ctx context.Context, c *Conn, run string) (string, bool) {
+	out, err := d.output(c.FreshCommand(ctx, remote("readlink "+q(stateDir+"/"+run+"/decision")+" 2>/dev/null; echo .")))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(out), ".")), true
+}
+
+// hostState says what the host runs now, over a new connection.
+func (d *Deployer) hostState(c *Conn, system string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	out, err := d.output(c.FreshCommand(ctx, remote(readCurrentScript)))
+	if err != nil {
+		return "the host could not be read"
+	}
+	if current := parseCurrent(out); current.System != system {
+		return "it runs " + current.System
+	}
+	return "it runs the new system"
+}
+
+// waitDelay bounds the wait for a killed command's output: a command over
+// the master passed its standard streams to the master, which holds them
+// until the remote command ends, however long that takes.
+const waitDelay = 250 * time.Millisecond
+
+// run runs a local command whose output is only for errors.
+func (d *Deployer) run(cmd *exec.Cmd) (string, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// output runs cmd and returns its standard output; on failure, what it
+// printed on standard error too.
+func (d *Deployer) output(cmd *exec.Cmd) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+// exitOf is a command's exit status and its last words (without ssh's
+// note that accept-new added a key, which is no failure).
+func exitOf(err error, out string) (int, string) {
+	var kept []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "Warning: Permanently added") {
+			kept = append(kept, line)
+		}
+	}
+	out = strings.Join(kept, "\n")
+	if err == nil {
+		return 0, lastLines(out, 3)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), lastLines(out, 3)
+	}
+	return 1, err.Error()
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(s, "\r", "")), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " / ")
+}
+
+// sshHint names the fix for the usual SSH failures.
+func sshHint(msg string) string {
+	if strings.Contains(msg, "Permission denied") {
+		return "the key was refused: check user and private_key_file, or the ssh-agent"
+	}
+	return ""
+}
+
+func hostKeyRefused(msg string) bool {
+	return strings.Contains(msg, "Host key verification failed") || strings.Contains(msg, "HOST IDENTIFICATION HAS CHANGED")
+}
+
+// hostKeyMismatch says which key the node offered, which one it was held
+// to and where that came from, and how to accept a key changed on purpose.
+// trusted is the key it was held to without a pin (recorded on first use),
+// which stays the node's host_key_seen.
+func (d *Deployer) hostKeyMismatch(ctx context.Context, c *Conn, s Settings) (msg, hint, trusted string) {
+	offered := orNone(c.OfferedKey(ctx))
+	const otherwise = "; if not, something else answers at this address: do not deploy to it"
+	switch {
+	case s.HostKey != "":
+		return fmt.Sprintf("Host key verification failed: the host offered %s, not the key pinned in host_key (%s); nothing was done on it", offered, strings.TrimSpace(s.HostKey)),
+			"if the host was reinstalled or re-keyed, update host_key to the key it offers now" + otherwise, ""
+	case s.SeenHostKey != "":
+		return fmt.Sprintf("Host key verification failed: the host offered %s, not the key it showed on first use (host_key_seen in this node's status: %s); nothing was done on it", offered, strings.TrimSpace(s.SeenHostKey)),
+			"if the host was reinstalled or re-keyed, set host_key on this node to the key it offers now: the next apply that reaches it records that key as host_key_seen, and host_key can then go again" + otherwise,
+			strings.TrimSpace(s.SeenHostKey)
+	}
+	recorded, name := c.RecordedKey(ctx)
+	if name == "" {
+		name = s.Host
+	}
+	return fmt.Sprintf("Host key verification failed: the host offered %s, not the key recorded for it on first use in %s (%s); nothing was done on it", offered, d.Transport.KnownHostsFile, orNone(recorded)),
+		fmt.Sprintf("if the host was reinstalled or re-keyed, set host_key on this node to the key it offers now (with no record of the node in state, removing its line with ssh-keygen -R '%s' -f %s also does)", name, d.Transport.KnownHostsFile) + otherwise,
+		recorded
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func runID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

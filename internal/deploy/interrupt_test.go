@@ -1,0 +1,243 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// expiring is a context whose deadline the test makes expire at the
+// moment it chooses: its Err is context.DeadlineExceeded, as when a
+// timeouts block runs out mid-step.
+type expiring struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+}
+
+func newExpiring() *expiring {
+	return &expiring{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *expiring) Done() <-chan struct{} { return c.done }
+func (c *expiring) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+func (c *expiring) expire() { c.once.Do(func() { close(c.done) }) }
+
+// interruptCase stops a two-node rollout while its first node is in one
+// step: set up makes that step block (a held lock, a slow copy, a long
+// activation, ...) so that the interrupt lands while a command runs.
+type interruptCase struct {
+	name string // empty: the step's name
+	step deploy.StepName
+	// stall stops the host answering as the step starts.
+	stall bool
+	// after is how long after the step starts the interrupt comes.
+	after time.Duration
+	// setup makes the first node's step block; it returns the system to
+	// deploy and options.
+	setup func(t *testing.T, tg *nixtest.Target, opts *deploy.Options) (system string)
+	// says is what the node's message must say of the host.
+	says []string
+	// check looks at the host right after the deploy returned.
+	check func(t *testing.T, tg *nixtest.Target, old, system string)
+}
+
+func succeeding(t *testing.T, _ *nixtest.Target, _ *deploy.Options) string {
+	return nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+}
+
+// untouched checks that the host still runs old and never activated
+// system.
+func untouched(t *testing.T, tg *nixtest.Target, old, system string) {
+	t.Helper()
+	if tg.CurrentSystem() != old || tg.BootEntry() != old || strings.Contains(strings.Join(tg.Calls(), "\n"), system) {
+		t.Errorf("the host was changed: current %s, boot %s, calls %v", tg.CurrentSystem(), tg.BootEntry(), tg.Calls())
+	}
+}
+
+// bootUnchanged checks that the boot entry never moved to system.
+func bootUnchanged(t *testing.T, tg *nixtest.Target, old, _ string) {
+	t.Helper()
+	if tg.BootEntry() != old {
+		t.Errorf("the boot entry moved to %s", tg.BootEntry())
+	}
+}
+
+func interruptCases() []interruptCase {
+	return []interruptCase{
+		{step: deploy.StepConnect, setup: succeeding, says: []string{"nothing was done on the host"}, check: untouched},
+		{step: deploy.StepLock, after: 500 * time.Millisecond,
+			setup: func(t *testing.T, tg *nixtest.Target, opts *deploy.Options) string {
+				tg.HoldDeployLock(t, "apply A")
+				opts.LockTimeout = time.Minute
+				return nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			},
+			says: []string{"nothing was done on the host"}, check: bootUnchanged},
+		{step: deploy.StepRead, setup: succeeding, says: []string{"nothing was changed on the host"}, check: untouched},
+		{step: deploy.StepCopy, after: 500 * time.Millisecond,
+			setup: func(t *testing.T, _ *nixtest.Target, opts *deploy.Options) string {
+				opts.NixCopyClosure = slowCopy(t)
+				return nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			},
+			says: []string{"only adds paths to the host's store"}, check: untouched},
+		{step: deploy.StepActivate, after: 700 * time.Millisecond,
+			setup: func(t *testing.T, _ *nixtest.Target, _ *deploy.Options) string {
+				return nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 10 * time.Second})
+			},
+			says: []string{"goes on on the host", "switched back to", "by the host's watchdog within confirm_timeout"}, check: bootUnchanged},
+		{step: deploy.StepVerdict, after: 700 * time.Millisecond,
+			setup: func(t *testing.T, tg *nixtest.Target, opts *deploy.Options) string {
+				tg.SetSystemState(t, "starting") // is-system-running --wait waits
+				opts.Verdict.SettleTimeout = time.Minute
+				return nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			},
+			says: []string{"is active and unconfirmed", "the host's watchdog switches it back to"}, check: bootUnchanged},
+		{step: deploy.StepConfirm, setup: succeeding,
+			says: []string{"the confirmation did not reach the host", "the host's watchdog switches it back to"}, check: bootUnchanged},
+		{name: "confirm-host-silent", step: deploy.StepConfirm, stall: true, after: 300 * time.Millisecond, setup: succeeding,
+			says: []string{"whether the confirmation reached the host is not known", "the host's watchdog switches", "the next refresh reads which system it runs"}, check: bootUnchanged},
+		{step: deploy.StepFinalise, after: 700 * time.Millisecond,
+			setup: func(t *testing.T, _ *nixtest.Target, opts *deploy.Options) string {
+				opts.BootLockInterval = time.Minute // the interrupt comes while it waits for the switch lock
+				return nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 5, LockedAction: "boot"})
+			},
+			says: []string{"is active and confirmed", "the boot entry may still point at the old system"},
+			check: func(t *testing.T, tg *nixtest.Target, old, system string) {
+				if tg.CurrentSystem() != system || tg.BootEntry() != old {
+					t.Errorf("current %s, boot %s; want %s active and the boot entry still %s", tg.CurrentSystem(), tg.BootEntry(), system, old)
+				}
+			}},
+	}
+}
+
+// Issue 12: Ctrl-C and an expiring deadline are one event. In every step
+// of a node, the deploy ends within 2 s of it, the node is recorded with
+// exit 130, the step, and what the host is doing now; the next node is
+// never started, and nothing is recorded as switched.
+func TestDeployInterruptedInEveryStep(t *testing.T) {
+	for _, event := range []string{"interrupt", "deadline"} {
+		for _, c := range interruptCases() {
+			name := c.name
+			if name == "" {
+				name = string(c.step)
+			}
+			t.Run(event+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
+				old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+				tg1.Boot(t, old)
+				tg2.Boot(t, old)
+				opts := deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
+				system := c.setup(t, tg1, &opts)
+				d := deployer(t, opts)
+
+				var ctx context.Context
+				var stop func()
+				if event == "interrupt" {
+					cctx, cancel := context.WithCancel(context.Background())
+					ctx, stop = cctx, cancel
+					defer cancel()
+				} else {
+					e := newExpiring()
+					ctx, stop = e, e.expire
+					defer e.expire()
+				}
+				var stopped time.Time
+				var once sync.Once
+				interrupt := func() { once.Do(func() { stopped = time.Now(); stop() }) }
+				log := d.Options.Log
+				d.Options.Log = func(e deploy.Event) {
+					log(e)
+					if e.Kind == deploy.EventStepStarted && e.Node == "n1" && e.Step == c.step {
+						if c.stall {
+							tg1.Gate.Stall(true)
+							t.Cleanup(func() { tg1.Gate.Stall(false) })
+						}
+						if c.after == 0 {
+							interrupt()
+						} else {
+							time.AfterFunc(c.after, interrupt)
+						}
+					}
+				}
+				res := d.Deploy(ctx, []deploy.Target{targetOf(tg1, "n1", system), targetOf(tg2, "n2", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)
+				took := time.Since(stopped)
+				if stopped.IsZero() {
+					t.Fatalf("the %s step was never reached: %+v", c.step, res[0])
+				}
+				t.Logf("the deploy ended %s after the %s", took, event)
+				if took > 2*time.Second {
+					t.Errorf("the deploy ended %s after the %s, want within 2s", took, event)
+				}
+				r := res[0]
+				what := map[string]string{"interrupt": "interrupted", "deadline": "the deadline expired"}[event]
+				words := append([]string{fmt.Sprintf("%s during the %s step", what, c.step)}, c.says...)
+				wantPhase(t, r, deploy.PhaseFailed, words...)
+				if r.ExitCode != deploy.ExitInterrupted || !r.Interrupted || r.Step != c.step {
+					t.Errorf("exit %d, interrupted %v, step %q; want 130, true, %q", r.ExitCode, r.Interrupted, r.Step, c.step)
+				}
+				if res[1].Phase != deploy.PhasePending || len(tg2.Calls()) != 0 || !strings.Contains(res[1].Message, what+" before this node started") {
+					t.Errorf("n2 after the %s: %s %q, calls %v", event, res[1].Phase, res[1].Message, tg2.Calls())
+				}
+				c.check(t, tg1, old, system)
+			})
+		}
+	}
+}
+
+// An interrupt between two nodes: the first is recorded as it ended, the
+// second is never started.
+func TestDeployInterruptedBetweenNodes(t *testing.T) {
+	tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg1.Boot(t, old)
+	tg2.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := d.Options.Log
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventNodeEnded && e.Node == "n1" {
+			cancel()
+		}
+	}
+	res := d.Deploy(ctx, []deploy.Target{targetOf(tg1, "n1", sys), targetOf(tg2, "n2", sys)}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	wantPhase(t, res[1], deploy.PhasePending, "interrupted before this node started")
+	if len(tg2.Calls()) != 0 || tg2.CurrentSystem() != old {
+		t.Errorf("n2 was touched: %v", tg2.Calls())
+	}
+}
+
+// slowCopy is a nix-copy-closure that waits a minute before copying, and
+// whose child processes an interrupt must end with it.
+func slowCopy(t *testing.T) string {
+	t.Helper()
+	nixCopy, err := exec.LookPath("nix-copy-closure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "nix-copy-closure")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\nsleep 60\nexec "+nixCopy+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -1,0 +1,223 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// StepName names a step of a node's deploy, as logs and messages say it.
+type StepName string
+
+// The steps, in the order a node goes through them.
+const (
+	StepConnect     StepName = "connect"
+	StepLock        StepName = "lock"
+	StepRead        StepName = "read"
+	StepCopy        StepName = "copy"
+	StepProfile     StepName = "profile"
+	StepActivate    StepName = "activate"
+	StepDryActivate StepName = "dry-activate"
+	StepVerdict     StepName = "verdict"
+	StepConfirm     StepName = "confirm"
+	StepFinalise    StepName = "finalise"
+	StepRollback    StepName = "rollback"
+)
+
+// step is one named unit of a node's deploy: what it does, the condition
+// its outcome belongs to, the phase the node is in meanwhile, and what an
+// interrupt in it (or just before it) leaves on the host. One runner
+// (nodeRun.step) owns what every step shares: cancellation, the
+// classification of an interrupt or an expired deadline, the record and
+// the log line. A step's own code is only its work.
+type step struct {
+	name  StepName
+	does  string
+	cond  Condition
+	phase Phase // empty: the phase stays
+	run   func(ctx context.Context, nr *nodeRun) error
+	// leaves says what the host is left with when the deploy stops in
+	// this step (during) or just before it.
+	leaves func(nr *nodeRun, during bool) string
+}
+
+// errFinished ends a node's sequence early with the record a step set
+// (the host already ran the system).
+var errFinished = errors.New("finished")
+
+// failure is a step that failed: the node's exit status and record, and
+// whether the activation must be switched back.
+type failure struct {
+	exit     int
+	reason   string
+	message  string
+	hint     string
+	rollback bool
+	phase    Phase // empty: Failed
+}
+
+func (f *failure) Error() string { return f.message }
+
+func fail(exit int, reason, message, hint string) *failure {
+	return &failure{exit: exit, reason: reason, message: message, hint: hint}
+}
+
+// nodeRun is one node's deploy in progress: what the steps learnt and
+// what they hold.
+type nodeRun struct {
+	d *Deployer
+	n Target
+	r Result
+
+	c    *Conn
+	lock *lockSession
+	copy *copyJob
+
+	container, systemd bool
+	run                string // the activation's name on the host
+	watch              bool   // the host's watchdog switches an unconfirmed activation back
+	activation         activationState
+	exit               int  // the activation's exit status; -1 while not known
+	sshWorks           bool // the host still takes logins (false once the verdict's new login failed)
+}
+
+// activationState is how far the activation got, for the record of an
+// interrupt.
+type activationState int
+
+const (
+	notActivated activationState = iota
+	activationSent
+	activationEnded
+)
+
+// node runs n's sequence, one step after the other.
+func (d *Deployer) node(ctx context.Context, n Target) Result {
+	nr := &nodeRun{d: d, n: n, exit: -1, sshWorks: true,
+		r: Result{Name: n.Name, Host: n.Host, Phase: PhasePending, Started: time.Now().UTC(), Outcomes: map[Condition]Outcome{}}}
+	for _, s := range nr.sequence() {
+		if !nr.step(ctx, s) {
+			break
+		}
+	}
+	nr.release()
+	nr.r.Finished = time.Now().UTC()
+	return nr.r
+}
+
+// sequence is the node's steps for the deployment's goal.
+func (nr *nodeRun) sequence() []*step {
+	head := []*step{connectStep, lockStep, readStep, copyStep}
+	switch nr.d.Options.Goal {
+	case GoalBoot:
+		return append(head, profileStep, finaliseStep)
+	case GoalDryActivate:
+		return append(head, dryActivateStep)
+	case GoalTest:
+		return append(head, activateStep, verdictStep, confirmStep)
+	case GoalSwitch:
+	}
+	return append(head, activateStep, verdictStep, confirmStep, finaliseStep)
+}
+
+// step runs s and records how it ended; false ends the sequence. An
+// interrupt or an expired deadline, before s or during it, ends the node
+// as interrupted, whatever the step's commands made of being killed; a
+// step that finished its work stands, and the next one is the one
+// interrupted.
+func (nr *nodeRun) step(ctx context.Context, s *step) bool {
+	if ctx.Err() != nil {
+		nr.interrupted(ctx, s, false)
+		return false
+	}
+	if s.phase != "" {
+		nr.r.Phase = s.phase
+	}
+	nr.d.emit(Event{Kind: EventStepStarted, Node: nr.n.Name, Step: s.name, Message: s.does})
+	err := s.run(ctx, nr)
+	var f *failure
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, errFinished):
+		return false
+	case ctx.Err() != nil:
+		nr.interrupted(ctx, s, true)
+		return false
+	case !errors.As(err, &f):
+		f = fail(1, "Failed", err.Error(), "")
+	}
+	nr.r.Phase, nr.r.ExitCode, nr.r.Message, nr.r.Hint, nr.r.Step = orPhase(f.phase, PhaseFailed), f.exit, f.message, f.hint, s.name
+	nr.r.Outcomes[s.cond] = Outcome{Reason: f.reason, Message: f.message}
+	switch {
+	case !f.rollback:
+	case nr.watch:
+		nr.rollback(ctx)
+	case nr.d.Options.Keep:
+		nr.r.Message += "; kept active for inspection (on_failure = keep)"
+	default:
+		nr.r.Message += "; nothing to roll back to"
+	}
+	return false
+}
+
+// rollback switches a failed activation back, as a step of its own: an
+// interrupt before or during it is recorded beside the failure that
+// asked for it, which stays the node's outcome.
+func (nr *nodeRun) rollback(ctx context.Context) {
+	if ctx.Err() == nil {
+		nr.d.emit(Event{Kind: EventStepStarted, Node: nr.n.Name, Step: StepRollback, Message: rollbackStep.does})
+		if err := rollbackStep.run(ctx, nr); err == nil || ctx.Err() == nil {
+			return
+		}
+	}
+	nr.r.Message += fmt.Sprintf("; %s during the rollback: %s", cause(ctx), rollbackStep.leaves(nr, true))
+}
+
+// interrupted records the node as stopped by what ended ctx, in step s:
+// exit 130, the step, and what the host is doing now.
+func (nr *nodeRun) interrupted(ctx context.Context, s *step, during bool) {
+	where := "before"
+	if during {
+		where = "during"
+	}
+	reason := "Interrupted"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		reason = "DeadlineExceeded"
+	}
+	msg := fmt.Sprintf("%s %s the %s step (%s): %s", cause(ctx), where, s.name, s.does, s.leaves(nr, during))
+	nr.r.Phase, nr.r.ExitCode, nr.r.Message, nr.r.Step, nr.r.Interrupted = PhaseFailed, ExitInterrupted, msg, s.name, true
+	nr.r.Hint = "the next apply retries this node"
+	nr.r.Outcomes[s.cond] = Outcome{Reason: reason, Message: msg}
+}
+
+// pass records a step's success for its condition.
+func (nr *nodeRun) pass(c Condition, reason, message string) {
+	nr.r.Outcomes[c] = Outcome{Passed: true, Reason: reason, Message: message}
+}
+
+// release lets go of what the steps hold: the copy, the host's deploy
+// lock and the master connection, each bounded so that an interrupted
+// deploy ends at once.
+func (nr *nodeRun) release() {
+	var wg sync.WaitGroup
+	if nr.copy != nil {
+		wg.Go(nr.copy.abandon)
+	}
+	if nr.lock != nil {
+		wg.Go(nr.lock.release)
+	}
+	wg.Wait()
+	if nr.c != nil {
+		nr.c.Close()
+	}
+}
+
+func orPhase(p, def Phase) Phase {
+	if p == "" {
+		return def
+	}
+	return p
+}

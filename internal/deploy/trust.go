@@ -1,0 +1,130 @@
+package deploy
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
+)
+
+// What decides trust on the deployer's machine lives where no one else
+// can write: CI runners are shared. A trust file or directory that another
+// user owns, or that others can write, is refused, naming it and the fix.
+
+// maxSocketPath is the longest Unix socket path every supported OS takes
+// (104 bytes on macOS and the BSDs, 108 on Linux).
+const maxSocketPath = 104
+
+// socketRoom is what ssh adds to a control directory's path: "/", the 40
+// characters of %C, and the 17 of the temporary name it creates the
+// socket under.
+const socketRoom = 1 + 40 + 17
+
+// NewControlDir makes a directory of its own (0700, a name no one could
+// have taken first) for a deployment's master sockets: in the temporary
+// directory when its path leaves room for a socket name, else in /tmp (a
+// macOS $TMPDIR is about 50 bytes long).
+func NewControlDir() (string, error) {
+	const pattern = "fssh" // os.MkdirTemp adds up to 10 digits
+	for _, base := range []string{os.TempDir(), "/tmp"} {
+		if len(base)+1+len(pattern)+10+socketRoom <= maxSocketPath {
+			return os.MkdirTemp(base, pattern)
+		}
+	}
+	return "", fmt.Errorf("no temporary directory has a path short enough for ssh's control sockets (at most %d bytes)", maxSocketPath-socketRoom)
+}
+
+// StateDirName is the provider's directory in the user's state directory.
+const StateDirName = "terraform-provider-fleet"
+
+// DefaultKnownHostsFile is the accept-new trust store of a deployment that
+// names none: fleet-known-hosts beside the key file when that directory is
+// the user's own and no one else can write it (FR-015); else known_hosts
+// in the provider's private state directory ($XDG_STATE_HOME, else
+// ~/.local/state), made 0700 when missing; else, when that cannot be made,
+// ssh's own default file. A directory or file of these that another user
+// owns or others can write is refused.
+func DefaultKnownHostsFile(privateKeyFile string) (string, error) {
+	if privateKeyFile != "" {
+		if key, err := sshdial.ExpandHome(privateKeyFile); err == nil {
+			dir := filepath.Dir(key)
+			if writableByUser(dir) && checkPrivate(dir, false) == nil {
+				path := filepath.Join(dir, KnownHostsFileName)
+				return path, checkPrivateFile(path)
+			}
+		}
+	}
+	if state, ok := userStateDir(); ok {
+		dir := filepath.Join(state, StateDirName)
+		err := os.MkdirAll(dir, 0o700)
+		if err == nil {
+			if err := checkPrivate(dir, true); err != nil {
+				return "", err
+			}
+			path := filepath.Join(dir, "known_hosts")
+			return path, checkPrivateFile(path)
+		}
+		// It cannot be made (no home, a read-only or foreign file
+		// system): ssh's own file is left.
+	}
+	// Last, ssh's own default file (FR-015).
+	path, err := sshdial.ExpandHome("~/.ssh/known_hosts")
+	if err != nil {
+		return "", fmt.Errorf("no private directory for the deployment's known_hosts file: %w; set known_hosts_file", err)
+	}
+	return path, checkPrivateFile(path)
+}
+
+// CheckKnownHostsFile refuses a known_hosts file an operator named whose
+// directory does not exist, or that someone else could have written: the
+// file, when it exists, must be the user's (or root's) and writable by no
+// one else, and so must its directory.
+func CheckKnownHostsFile(path string) error {
+	expanded, err := sshdial.ExpandHome(path)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(expanded)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the directory %s does not exist: create it (mkdir -m 700 %s), or name a file in an existing directory", dir, dir)
+	}
+	if err := checkPrivate(dir, false); err != nil {
+		return err
+	}
+	return checkPrivateFile(expanded)
+}
+
+// userStateDir is the user's state directory: $XDG_STATE_HOME, else
+// ~/.local/state.
+func userStateDir() (string, bool) {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return d, true
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return "", false
+	}
+	return filepath.Join(home, ".local", "state"), true
+}
+
+// writableByUser reports whether the user can make files in dir.
+func writableByUser(dir string) bool {
+	f, err := os.CreateTemp(dir, ".fleet-write-test-*")
+	if err != nil {
+		return false
+	}
+	_ = f.Close()
+	_ = os.Remove(f.Name())
+	return true
+}
+
+// checkPrivateFile checks a trust file that may not exist yet.
+func checkPrivateFile(path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return checkPrivate(path, false)
+}

@@ -1,0 +1,180 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// nobody is a uid no test runs as.
+const nobody = 65534
+
+// Issue 12, shared runners: the default accept-new trust store is never in
+// a place someone else can write or has made.
+func TestDefaultKnownHostsFile(t *testing.T) {
+	private := t.TempDir() // 0700, ours
+	key := filepath.Join(private, "id_ed25519")
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o1777); err != nil { // as /tmp
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	ours := filepath.Join(state, StateDirName, "known_hosts")
+
+	cases := []struct {
+		name    string
+		key     string
+		prepare func(t *testing.T)
+		want    string
+		wantErr string
+	}{
+		{name: "beside a key in a private directory (FR-015)", key: key, want: filepath.Join(private, KnownHostsFileName)},
+		{name: "a key in a directory others can write", key: filepath.Join(shared, "id"), want: ours},
+		{name: "no key file", want: ours},
+		{name: "the state directory belongs to another user", prepare: func(t *testing.T) {
+			dir := filepath.Join(state, StateDirName)
+			mustMkdir(t, dir, 0o700)
+			mustChown(t, dir, nobody)
+		}, wantErr: "belongs to another user"},
+		{name: "the state directory can be written by others", prepare: func(t *testing.T) {
+			mustMkdir(t, filepath.Join(state, StateDirName), 0o777)
+		}, wantErr: "can be written by other users"},
+		{name: "the state directory is a symbolic link", prepare: func(t *testing.T) {
+			if err := os.Symlink(private, filepath.Join(state, StateDirName)); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: "is a symbolic link"},
+		{name: "the known_hosts file belongs to another user", prepare: func(t *testing.T) {
+			mustMkdir(t, filepath.Join(state, StateDirName), 0o700)
+			if err := os.WriteFile(ours, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			mustChown(t, ours, nobody)
+		}, wantErr: "belongs to another user"},
+		{name: "a fleet-known-hosts others can write beside the key", key: key, prepare: func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(private, KnownHostsFileName), nil, 0o666); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(filepath.Join(private, KnownHostsFileName), 0o666); err != nil {
+				t.Fatal(err)
+			}
+		}, wantErr: "can be written by other users"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_ = os.RemoveAll(filepath.Join(state, StateDirName))
+			_ = os.Remove(filepath.Join(private, KnownHostsFileName))
+			if c.prepare != nil {
+				c.prepare(t)
+			}
+			got, err := DefaultKnownHostsFile(c.key)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("DefaultKnownHostsFile = %q, %v; want an error saying %q", got, err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("DefaultKnownHostsFile = %q, %v; want %q", got, err, c.want)
+			}
+			if got == ours {
+				fi, err := os.Lstat(filepath.Dir(ours))
+				if err != nil || fi.Mode().Perm() != 0o700 {
+					t.Errorf("the private directory: %v, %v; want mode 0700", fi, err)
+				}
+			}
+		})
+	}
+}
+
+// FR-015: when no private directory can be made, ssh's own default file
+// is left.
+func TestDefaultKnownHostsFileFallsBackToSSHsOwn(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	notADir := filepath.Join(home, "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_STATE_HOME", filepath.Join(notADir, "state"))
+	got, err := DefaultKnownHostsFile("")
+	if want := filepath.Join(home, ".ssh", "known_hosts"); err != nil || got != want {
+		t.Errorf("DefaultKnownHostsFile = %q, %v; want ssh's own %s", got, err, want)
+	}
+}
+
+// Issue 12: a known_hosts_file an operator names is refused when its
+// directory is missing, or when someone else could have written it.
+func TestCheckKnownHostsFile(t *testing.T) {
+	dir := t.TempDir()
+	shared := t.TempDir()
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(dir, "foreign")
+	if err := os.WriteFile(foreign, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustChown(t, foreign, nobody)
+	open := filepath.Join(dir, "open")
+	if err := os.WriteFile(open, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o646); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(dir, "known_hosts"):            "",
+		filepath.Join(dir, "missing", "known_hosts"): "does not exist",
+		filepath.Join(shared, "known_hosts"):         "can be written by other users",
+		foreign:                                      "belongs to another user",
+		open:                                         "can be written by other users",
+	} {
+		err := CheckKnownHostsFile(path)
+		if (want == "") != (err == nil) || (err != nil && (!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), filepath.Dir(path)))) {
+			t.Errorf("CheckKnownHostsFile(%s) = %v; want %q", path, err, want)
+		}
+	}
+}
+
+// Issue 12: every control socket path fits the shortest limit of the
+// supported systems (104 bytes), whatever $TMPDIR is.
+func TestControlDirLeavesRoomForSockets(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 60))
+	mustMkdir(t, long, 0o700)
+	for _, tmp := range []string{"", long} {
+		if tmp != "" {
+			t.Setenv("TMPDIR", tmp)
+		}
+		dir, err := NewControlDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		if n := len(dir) + socketRoom; n > maxSocketPath {
+			t.Errorf("TMPDIR %q: control sockets in %s would be %d bytes long", tmp, dir, n)
+		}
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("control directory %s: %v, %v; want mode 0700", dir, fi, err)
+		}
+	}
+}
+
+func mustMkdir(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustChown(t *testing.T, path string, uid int) {
+	t.Helper()
+	if err := os.Chown(path, uid, uid); err != nil {
+		t.Fatalf("chown %s (the tests run as root): %v", path, err)
+	}
+}
