@@ -7,14 +7,19 @@
 #     the storage faults of node health tests), nodejs (an ECMA-262 engine:
 #     the published ssh_opts pattern is tested in it), git, make,
 #     ca-certificates, and a C
-#     toolchain (gcc, libc6-dev), which the race detector (go test -race) needs
+#     toolchain (gcc, libc6-dev), which the race detector (go test -race) needs,
+#     debootstrap and systemd-container (systemd-nspawn) for the real
+#     systemd host of the deployment tests
 #   - Go modules of the provider and of tools/
 #   - OpenTofu, built from its Go module by scripts/build-tofu.sh (cached)
+#   - the real systemd host's Debian root file system, made by
+#     scripts/build-systemd-rootfs.sh with debootstrap from this machine's
+#     apt mirror (cached)
 #   - Terraform must already be on the machine image (it is not in Debian)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(openssh-server openssh-client nix-bin iproute2 util-linux nodejs git make ca-certificates gcc libc6-dev)
+packages=(openssh-server openssh-client nix-bin iproute2 util-linux nodejs git make ca-certificates gcc libc6-dev debootstrap systemd-container)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,6 +40,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 [ -x /usr/sbin/sshd ] || { echo "setup: /usr/sbin/sshd missing after installing openssh-server" >&2; exit 1; }
+command -v systemd-nspawn >/dev/null || { echo "setup: systemd-nspawn missing after installing systemd-container" >&2; exit 1; }
 
 # PostgreSQL for the pg state backend tests (two applies at once): the
 # machine image has it with initdb and pg_ctl on PATH; Debian's package
@@ -66,6 +72,8 @@ go mod download
 (cd tools && go mod download)
 tofu="${FLEET_TOFU_PATH:-$(scripts/build-tofu.sh)}"
 [ -x "$tofu" ] || { echo "setup: FLEET_TOFU_PATH=$tofu is not an executable OpenTofu" >&2; exit 1; }
+rootfs=$(scripts/build-systemd-rootfs.sh)
+[ -x "$rootfs/lib/systemd/systemd" ] || { echo "setup: $rootfs is not the systemd host's root file system" >&2; exit 1; }
 # The CLIs' version lines, read with an empty CLI configuration: a
 # TF_CLI_CONFIG_FILE naming a missing file makes them print a warning first.
 version() { TF_CLI_CONFIG_FILE="$PWD/.ci/empty.tfrc" "$@" version | head -1; }
