@@ -339,6 +339,16 @@ func Closure(tb TB, b Behaviour) string {
 			tb.Fatalf("nixtest: %v", err)
 		}
 	}
+	return AddToStore(tb, dir)
+}
+
+// AddToStore adds the directory dir to the deployer's Nix store (the
+// host's /nix) with nix-store --add and returns its store path, named as
+// dir's last element.
+func AddToStore(tb TB, dir string) string {
+	tb.Helper()
+	requireNix(tb)
+	name := filepath.Base(dir)
 	cmd := exec.Command("nix-store", "--add", dir)
 	cmd.Env = DeployerEnv()
 	var stderr bytes.Buffer
