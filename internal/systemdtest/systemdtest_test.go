@@ -171,6 +171,11 @@ func TestClosureInTransientUnit(t *testing.T) {
 	if len(acts) != 1 || acts[0].Unit != "probe-activate.service" || acts[0].RuntimeMaxSec != "3min" {
 		t.Errorf("activations %+v, want one in probe-activate.service with RuntimeMaxSec 3min", acts)
 	}
+	// --collect: the transient unit that failed is gone, and only the
+	// closure's unit is listed failed.
+	if failed, _ := tg.Systemctl(t, "--failed", "--plain", "--no-legend"); len(lines(failed)) != 1 || !strings.HasPrefix(failed, DefaultUnit+" ") {
+		t.Errorf("systemctl --failed after the collected unit failed: %q, want only %s", failed, DefaultUnit)
+	}
 }
 
 // A switch by hand, outside any deployment, moves everything and is

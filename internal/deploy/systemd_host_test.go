@@ -1,0 +1,170 @@
+package deploy_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/systemdtest"
+)
+
+// The deployment against a real systemd host (internal/systemdtest): real
+// systemctl, systemd-run and journalctl in a systemd-nspawn container, real
+// units that start or fail. What the nixtest stand-ins claim, checked.
+
+func systemdTargetOf(tg *systemdtest.Target, name, system string) deploy.Target {
+	return deploy.Target{System: system, Settings: deploy.Settings{
+		Name: name, Host: tg.Host, User: tg.User, PrivateKeyFile: tg.ClientKeyFile, HostKey: tg.HostKey,
+		SSHOpts: []string{"Port=" + strconv.Itoa(tg.Port), "IdentitiesOnly=yes"},
+	}}
+}
+
+// bootedSystemdHost is a real systemd host running a Succeed system whose
+// unit is unit ("" for systemdtest.DefaultUnit).
+func bootedSystemdHost(t *testing.T, unit string) (*systemdtest.Target, string) {
+	t.Helper()
+	tg := systemdtest.NewTarget(t)
+	old := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed, Unit: unit})
+	tg.Boot(t, old)
+	if got := tg.SystemState(t); got != "running" {
+		t.Fatalf("the host booted %s %q, want running", old, got)
+	}
+	return tg, old
+}
+
+// activationsOf are the activations of system on tg.
+func activationsOf(tg *systemdtest.Target, system string) []systemdtest.Activation {
+	var out []systemdtest.Activation
+	for _, a := range tg.Activations() {
+		if a.System == system {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// FR-001, FR-009, US1-3 on a real systemd host: the activation runs in a
+// transient unit of the real systemd-run, with RuntimeMaxSec=180 since
+// systemd-detect-virt says the host is a container; real systemctl judges
+// the system settled; the new unit runs and the boot entry moves.
+func TestSystemdHostSwitchSucceeds(t *testing.T) {
+	tg, old := bootedSystemdHost(t, "")
+	if got := tg.DetectVirt(t); got != "systemd-nspawn" {
+		t.Fatalf("systemd-detect-virt --container says %q on the host, want systemd-nspawn", got)
+	}
+	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
+	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{systemdTargetOf(tg, "web1", sys)}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	for _, step := range []deploy.Step{deploy.StepReachable, deploy.StepCopied, deploy.StepActivated, deploy.StepVerdict, deploy.StepBootloader} {
+		if !r.Steps[step].Passed {
+			t.Errorf("step %s: %+v", step, r.Steps[step])
+		}
+	}
+	if r.PreviousSystem != old || r.CurrentSystem != sys {
+		t.Errorf("previous %s, current %s; want %s, %s", r.PreviousSystem, r.CurrentSystem, old, sys)
+	}
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys || tg.ProfileSystem() != sys {
+		t.Errorf("host: current %s, boot %s, profile %s; want %s", tg.CurrentSystem(), tg.BootEntry(), tg.ProfileSystem(), sys)
+	}
+	if got := tg.Service(t, systemdtest.DefaultUnit); got.ActiveState != "active" || got.System != sys {
+		t.Errorf("%s is %+v, want active from %s", systemdtest.DefaultUnit, got, sys)
+	}
+	if got := tg.SystemState(t); got != "running" {
+		t.Errorf("system state %q after the switch", got)
+	}
+	if want := []string{"test " + sys, "boot " + sys}; !slices.Equal(tg.Calls(), want) {
+		t.Errorf("switch-to-configuration calls %q, want %q", tg.Calls(), want)
+	}
+	acts := activationsOf(tg, sys)
+	if len(acts) == 0 || acts[0].Action != "test" {
+		t.Fatalf("activations of %s: %+v", sys, acts)
+	}
+	act := acts[0]
+	if !strings.HasPrefix(act.Unit, "fleet-activate-") || act.RuntimeMaxSec != "3min" {
+		t.Errorf("the activation ran in %q with RuntimeMaxSec %q, want a fleet-activate-* transient unit with 3min (RuntimeMaxSec=180 in a container)", act.Unit, act.RuntimeMaxSec)
+	}
+	if act.Exit != 0 || act.SystemState != "running" {
+		t.Errorf("the activation ended with exit %d, system %q", act.Exit, act.SystemState)
+	}
+	t.Logf("%s: %s", r.Phase, r.Message)
+}
+
+// FR-011 on a real systemd host: the new system's unit fails to start;
+// switch-to-configuration exits 4 and systemd says degraded; the verdict
+// fails naming the unit, the engine rolls the host back to the previous
+// system (whose unit runs again, the system running) and the boot entry
+// never moved.
+func TestSystemdHostFailedUnitRollsBack(t *testing.T) {
+	testSystemdHostFailedUnit(t, "")
+}
+
+// The same with a unit of the user's whose name starts with fleet-, as
+// the deployment's own transient units do: it is the user's, and it
+// failed.
+func TestSystemdHostFailedUnitNamedFleet(t *testing.T) {
+	testSystemdHostFailedUnit(t, "fleet-app.service")
+}
+
+func testSystemdHostFailedUnit(t *testing.T, unit string) {
+	t.Helper()
+	tg, old := bootedSystemdHost(t, unit)
+	if unit == "" {
+		unit = systemdtest.DefaultUnit
+	}
+	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.FailUnit, Unit: unit})
+	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{systemdTargetOf(tg, "web1", sys)}, nil)[0]
+	wantPhase(t, r, deploy.PhaseRolledBack, unit, "rolled back to "+old)
+	if r.ExitCode != deploy.ExitUnitsFailed {
+		t.Errorf("exit code %d, want %d", r.ExitCode, deploy.ExitUnitsFailed)
+	}
+	acts := activationsOf(tg, sys)
+	if len(acts) != 1 || acts[0].Action != "test" || acts[0].Exit != 4 || acts[0].SystemState != "degraded" || !slices.Contains(acts[0].FailedUnits, unit) {
+		t.Errorf("activations of %s: %+v, want one test that exited 4 with the system degraded and %s failed", sys, acts, unit)
+	}
+	if tg.CurrentSystem() != old || tg.ProfileSystem() != old {
+		t.Errorf("after the rollback: current %s, profile %s; want %s", tg.CurrentSystem(), tg.ProfileSystem(), old)
+	}
+	// The boot entry never moved: no boot of the new system was run.
+	if tg.BootEntry() != old || slices.Contains(tg.Calls(), "boot "+sys) || slices.Contains(tg.Calls(), "switch "+sys) {
+		t.Errorf("boot entry %s, calls %q; want the entry at %s and no boot of %s", tg.BootEntry(), tg.Calls(), old, sys)
+	}
+	if got := tg.Service(t, unit); got.ActiveState != "active" || got.System != old {
+		t.Errorf("after the rollback %s is %+v, want active from %s", unit, got, old)
+	}
+	if got := tg.SystemState(t); got != "running" {
+		t.Errorf("system state %q after the rollback, want running", got)
+	}
+	// The host's watchdog, a transient unit of its own, switched back.
+	if back := activationsOf(tg, old); len(back) != 1 || back[0].Action != "test" || back[0].Exit != 0 || !strings.HasPrefix(back[0].Unit, "fleet-watchdog-") {
+		t.Errorf("the rollback's activations of %s: %+v, want one test in a fleet-watchdog-* unit that exited 0", old, back)
+	}
+}
+
+// Drift on a real systemd host: after a deploy, the host switched by hand
+// (nixos-rebuild switch on it) is read as such by ReadCurrent, and not as
+// a system a deploy finished.
+func TestSystemdHostReadCurrentSeesDrift(t *testing.T) {
+	tg, _ := bootedSystemdHost(t, "")
+	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
+	n := systemdTargetOf(tg, "web1", sys)
+	d := deployer(t, deploy.Options{})
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseSucceeded)
+	got, err := d.ReadCurrent(context.Background(), n.Settings)
+	if err != nil || got.System != sys || !got.Runs(sys) || got.HostKey != keyOf(tg.HostKey) {
+		t.Fatalf("ReadCurrent after the deploy = %+v, %v; want %s, done, key %s", got, err, sys, keyOf(tg.HostKey))
+	}
+	byHand := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
+	if out, code := tg.Switch(t, byHand); code != 0 {
+		t.Fatalf("switch by hand: exit %d\n%s", code, out)
+	}
+	got, err = d.ReadCurrent(context.Background(), n.Settings)
+	if err != nil || got.System != byHand {
+		t.Fatalf("ReadCurrent after the switch by hand = %+v, %v; want %s", got, err, byHand)
+	}
+	if got.Succeeded != sys || got.Runs(byHand) {
+		t.Errorf("ReadCurrent = %+v: want the last deployed system %s recorded, and %s not taken as deployed", got, sys, byHand)
+	}
+}
