@@ -2,12 +2,16 @@ package deploy_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/systemdtest"
 )
 
@@ -166,5 +170,61 @@ func TestSystemdHostReadCurrentSeesDrift(t *testing.T) {
 	}
 	if got.Succeeded != sys || got.Runs(byHand) {
 		t.Errorf("ReadCurrent = %+v: want the last deployed system %s recorded, and %s not taken as deployed", got, sys, byHand)
+	}
+}
+
+// The SSH session drops while the real systemd-run runs the activation
+// (every connection to the host is closed): the transient unit runs on
+// without its client, records its exit status, and the engine decides from
+// what the host recorded, never from the lost exit status.
+func TestSystemdHostSessionDroppedMidActivation(t *testing.T) {
+	cases := []struct {
+		name   string
+		kind   systemdtest.Kind
+		phase  deploy.Phase
+		exit   int
+		reason string
+	}{
+		{"the activation succeeds", systemdtest.Succeed, deploy.PhaseSucceeded, 0, "ActivatedAfterSessionDropped"},
+		{"the activation fails its unit", systemdtest.FailUnit, deploy.PhaseRolledBack, deploy.ExitUnitsFailed, "UnitsFailedAfterSessionDropped"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tg, old := bootedSystemdHost(t, "")
+			sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: c.kind, Delay: 2 * time.Second})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var dropped sync.WaitGroup
+			dropped.Add(1)
+			go func() {
+				defer dropped.Done()
+				for ctx.Err() == nil && !slices.Contains(tg.Calls(), "test "+sys) {
+					time.Sleep(50 * time.Millisecond)
+				}
+				// Closes every established connection; new ones still pass.
+				tg.Gate.SetMode(sshtest.GateOpen)
+			}()
+			r := deployer(t, deploy.Options{}).Deploy(ctx, []deploy.Target{systemdTargetOf(tg, "web1", sys)}, nil)[0]
+			cancel()
+			dropped.Wait()
+			wantPhase(t, r, c.phase)
+			if got := r.Steps[deploy.StepActivated]; got.Reason != c.reason || !strings.Contains(got.Message, fmt.Sprintf("the host recorded exit %d", c.exit)) {
+				t.Errorf("activation step %+v, want reason %s and the host's exit %d", got, c.reason, c.exit)
+			}
+			acts := activationsOf(tg, sys)
+			if len(acts) == 0 || acts[0].Action != "test" || acts[0].Exit != c.exit || !strings.HasPrefix(acts[0].Unit, "fleet-activate-") {
+				t.Errorf("activations of %s: %+v, want first a test in its fleet-activate-* unit that exited %d", sys, acts, c.exit)
+			}
+			want := old
+			if c.phase == deploy.PhaseSucceeded {
+				want = sys
+			}
+			if tg.CurrentSystem() != want || tg.BootEntry() != want {
+				t.Errorf("host: current %s, boot %s; want both %s", tg.CurrentSystem(), tg.BootEntry(), want)
+			}
+			if got := tg.Service(t, systemdtest.DefaultUnit); got.ActiveState != "active" || got.System != want {
+				t.Errorf("%s is %+v, want active from %s", systemdtest.DefaultUnit, got, want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
@@ -71,6 +72,9 @@ type Behaviour struct {
 	// DefaultUnit. Every closure installs its unit under this name, so a
 	// switch replaces the previous system's unit of the same name.
 	Unit string
+	// Delay makes an activation take this long (after it records its
+	// call, before it switches), so a test can act while one is running.
+	Delay time.Duration
 }
 
 var servicePattern = regexp.MustCompile(`^[A-Za-z0-9@._:-]+\.service$`)
@@ -88,6 +92,9 @@ func (b Behaviour) check() error {
 	}
 	if !servicePattern.MatchString(b.unit()) {
 		return fmt.Errorf("unit %q: want a service name such as webapp.service", b.Unit)
+	}
+	if b.Delay < 0 {
+		return fmt.Errorf("negative delay %s: want zero or more", b.Delay)
 	}
 	return nil
 }
@@ -110,9 +117,10 @@ func (b Behaviour) script() string {
 # A systemdtest system closure (%s): it activates its unit with the host's
 # real systemd and records every call in %s.
 unit=%s
+delay=%.3f
 state=%s
 boot_entry=%s
-`, b.Kind, StateDir, b.unit(), StateDir, BootEntryPath) + switchBody
+`, b.Kind, StateDir, b.unit(), b.Delay.Seconds(), StateDir, BootEntryPath) + switchBody
 }
 
 // switchBody activates as NixOS's switch-to-configuration does, in small:
@@ -168,6 +176,7 @@ install_bootloader() {
 
 activate() {
 	echo "activating the configuration..." >&2
+	[ "$delay" = 0.000 ] || sleep "$delay"
 	replace_link "$self" /run/current-system || finish 1
 	echo "setting up /run/systemd/system/$unit..." >&2
 	sed "s|@out@|$self|g" "$self/etc/systemd/system/$unit" > "/run/systemd/system/$unit.systemdtest.$$" &&

@@ -18,7 +18,9 @@
 // systemd-nspawn runs, so a stopped target leaves no mount behind. The
 // container shares the host's network (tests listen on 127.0.0.1 only);
 // it gets cgroups of its own, since the machine's PID 1 is not systemd
-// (no systemd-machined to register with).
+// (no systemd-machined to register with). Host and Port are a sshtest.Gate
+// in front of the container's sshd, as in nixtest, so a test can drop the
+// open connections; SSHDPort bypasses it.
 //
 // Like nixtest, it is imported only from tests, and it needs root.
 package systemdtest
@@ -67,11 +69,15 @@ const (
 	commandTimeout   = 60 * time.Second
 )
 
-// Target is a real systemd host reached over SSH at Host:Port.
+// Target is a real systemd host reached over SSH at Host:Port, a gate in
+// front of its sshd, so a test can drop every open connection
+// (Gate.SetMode) while the host runs on.
 type Target struct {
 	Host string // "127.0.0.1"
-	Port int
-	User string // root
+	Port int    // the gate's
+	// SSHDPort is the port the container's sshd listens on, past the gate.
+	SSHDPort int
+	User     string // root
 	// HostKey is the target's sshd host key in authorized_keys form
 	// ("ssh-ed25519 AAAA..."), to pin.
 	HostKey string
@@ -83,7 +89,8 @@ type Target struct {
 	// container's console log (console.log).
 	Dir string
 	// PID is the container's init, its systemd, as the host numbers it.
-	PID int
+	PID  int
+	Gate *sshtest.Gate
 
 	tb      TB
 	cmd     *exec.Cmd     // systemd-nspawn
@@ -118,7 +125,7 @@ func NewTarget(tb TB) *Target {
 			tb.Fatalf("systemdtest: %v", err)
 		}
 	}
-	_, t.Port = sshtest.ClosedPort(tb)
+	_, t.SSHDPort = sshtest.ClosedPort(tb)
 	t.writeUpper(tb)
 	t.makeCgroups(tb)
 	t.start(tb, rootfs)
@@ -127,6 +134,8 @@ func NewTarget(tb TB) *Target {
 	t.findInit(tb)
 	t.waitBooted(tb)
 	t.waitSSHD(tb)
+	t.Gate = sshtest.NewGate(tb, net.JoinHostPort(t.Host, strconv.Itoa(t.SSHDPort)))
+	t.Port = t.Gate.Port
 	return t
 }
 
@@ -183,7 +192,7 @@ const sshdSnippet = "etc/ssh/sshd_config.d/systemdtest.conf"
 
 func (t *Target) sshdConfig() string {
 	return strings.Join([]string{
-		"Port " + strconv.Itoa(t.Port),
+		"Port " + strconv.Itoa(t.SSHDPort),
 		"ListenAddress 127.0.0.1",
 		"HostKey /etc/ssh/ssh_host_ed25519_key",
 		"PermitRootLogin prohibit-password",
@@ -349,7 +358,7 @@ func (t *Target) waitBooted(tb TB) {
 // port was taken meanwhile), it moves sshd to another port.
 func (t *Target) waitSSHD(tb TB) {
 	tb.Helper()
-	addr := func() string { return net.JoinHostPort(t.Host, strconv.Itoa(t.Port)) }
+	addr := func() string { return net.JoinHostPort(t.Host, strconv.Itoa(t.SSHDPort)) }
 	deadline := time.Now().Add(bootTimeout)
 	for attempt := 1; ; {
 		err := readBanner(addr())
@@ -358,12 +367,12 @@ func (t *Target) waitSSHD(tb TB) {
 		}
 		if _, code := t.exec("systemctl", "is-failed", "--quiet", "ssh.service"); code == 0 && attempt < sshdPortAttempts {
 			attempt++
-			_, t.Port = sshtest.ClosedPort(tb)
+			_, t.SSHDPort = sshtest.ClosedPort(tb)
 			if err := os.WriteFile(t.root+"/"+sshdSnippet, []byte(t.sshdConfig()), 0o644); err != nil {
 				tb.Fatalf("systemdtest: %v", err)
 			}
 			if out, code := t.exec("sh", "-c", "systemctl reset-failed ssh.service && systemctl restart ssh.service"); code != 0 {
-				tb.Fatalf("systemdtest: restart sshd on port %d: exit %d\n%s", t.Port, code, out)
+				tb.Fatalf("systemdtest: restart sshd on port %d: exit %d\n%s", t.SSHDPort, code, out)
 			}
 			continue
 		}
