@@ -94,8 +94,7 @@ echo "build-systemd-rootfs: debootstrap $suite from $uri into $dir (takes a few 
 start=$(date +%s)
 # debootstrap replaces start-stop-daemon in the tree by a stub while it
 # installs, so no package script starts a daemon on this machine.
-if ! debootstrap --variant=minbase --include="$include" "$suite" "$work/rootfs" "$uri" >"$work/debootstrap.log" 2>&1; then
-  tail -n 30 "$work/debootstrap.log" >&2
+if ! debootstrap --variant=minbase --include="$include" "$suite" "$work/rootfs" "$uri" 2>&1 | tee "$work/debootstrap.log" >&2; then
   [ -f "$work/rootfs/debootstrap/debootstrap.log" ] && tail -n 30 "$work/rootfs/debootstrap/debootstrap.log" >&2
   echo "build-systemd-rootfs: debootstrap failed (see above)" >&2
   exit 1
