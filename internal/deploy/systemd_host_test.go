@@ -62,9 +62,9 @@ func TestSystemdHostSwitchSucceeds(t *testing.T) {
 	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
 	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{systemdTargetOf(tg, "web1", sys)}, nil)[0]
 	wantPhase(t, r, deploy.PhaseSucceeded)
-	for _, step := range []deploy.Step{deploy.StepReachable, deploy.StepCopied, deploy.StepActivated, deploy.StepVerdict, deploy.StepBootloader} {
-		if !r.Steps[step].Passed {
-			t.Errorf("step %s: %+v", step, r.Steps[step])
+	for _, cond := range []deploy.Condition{deploy.CondReachable, deploy.CondCopied, deploy.CondActivated, deploy.CondVerdict, deploy.CondBootloader} {
+		if !r.Outcomes[cond].Passed {
+			t.Errorf("%s: %+v", cond, r.Outcomes[cond])
 		}
 	}
 	if r.PreviousSystem != old || r.CurrentSystem != sys {
@@ -208,7 +208,7 @@ func TestSystemdHostSessionDroppedMidActivation(t *testing.T) {
 			cancel()
 			dropped.Wait()
 			wantPhase(t, r, c.phase)
-			if got := r.Steps[deploy.StepActivated]; got.Reason != c.reason || !strings.Contains(got.Message, fmt.Sprintf("the host recorded exit %d", c.exit)) {
+			if got := r.Outcomes[deploy.CondActivated]; got.Reason != c.reason || !strings.Contains(got.Message, fmt.Sprintf("the host recorded exit %d", c.exit)) {
 				t.Errorf("activation step %+v, want reason %s and the host's exit %d", got, c.reason, c.exit)
 			}
 			acts := activationsOf(tg, sys)
