@@ -1,0 +1,199 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+)
+
+func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var m deploymentModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot generate an ID", err.Error())
+		return
+	}
+	m.ID = types.StringValue(id.String())
+	timeout, diags := m.Timeouts.Create(ctx, 60*time.Minute)
+	resp.Diagnostics.Append(diags...)
+	r.apply(ctx, "create", timeout, &m, nil, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
+}
+
+func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var m, prior deploymentModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	m.ID = prior.ID
+	timeout, diags := m.Timeouts.Update(ctx, 60*time.Minute)
+	resp.Diagnostics.Append(diags...)
+	r.apply(ctx, "update", timeout, &m, &prior, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
+}
+
+// errInterrupted is what an interrupt (Ctrl-C, Terraform stopping the
+// provider) records.
+var errInterrupted = errors.New("interrupted")
+
+// applyContext bounds an apply by its timeouts block and ends it on an
+// interrupt: one event for the engine, whose cause names which.
+func (r *deploymentResource) applyContext(ctx context.Context, op string, timeout time.Duration) (context.Context, func()) {
+	ctx, interrupt := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the timeouts block's %s limit (%s) expired", op, timeout))
+	stop := func() bool { return false }
+	if r.data.interrupt != nil {
+		stop = context.AfterFunc(r.data.interrupt, func() { interrupt(errInterrupted) })
+	}
+	return ctx, func() { stop(); cancel(); interrupt(nil) }
+}
+
+// apply deploys the nodes the plan switches and records every node. It
+// follows the plan: a node planned switch is deployed (and found already
+// done at apply, if its host runs its system after a passing verdict),
+// any other keeps its record. Failures are error diagnostics after all
+// nodes ran; so is an interrupt, which leaves later nodes untouched. The
+// state is saved whatever happened.
+func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.Duration, m, prior *deploymentModel, diags *diag.Diagnostics) {
+	ctx, stop := r.applyContext(ctx, op, timeout)
+	defer stop()
+	nodes := r.nodes(ctx, m, diags)
+	priors := priorNodes(ctx, prior, diags)
+	planned := map[string]string{}
+	diags.Append(m.Actions.ElementsAs(ctx, &planned, false)...)
+	hold, _ := stringSet(ctx, m.Hold, diags)
+	d, cleanup, err := r.deployer(ctx, m)
+	if err != nil {
+		diags.AddError("Deployment not started", err.Error())
+		return
+	}
+	defer cleanup()
+	defaults := r.defaults(ctx, m, diags)
+	var targets []deploy.Target
+	for _, n := range nodes {
+		name := n.Name.ValueString()
+		if !hold[name] && planned[name] == actionSwitch {
+			targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, priors[name], diags)})
+		}
+	}
+	byName := map[string]deploy.Result{}
+	for _, res := range d.Deploy(ctx, targets, nil) {
+		byName[res.Name] = res
+	}
+	now := time.Now().UTC()
+	actions := map[string]attr.Value{}
+	var statuses []deployStatusModel
+	var succeeded, failed, skipped, notStarted []string
+	var summary []string
+	for _, n := range nodes {
+		name := n.Name.ValueString()
+		p, known := priors[name]
+		res, ran := byName[name]
+		action := planned[name]
+		switch {
+		case hold[name]:
+			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in hold", CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
+			action = actionSkip
+			skipped = append(skipped, name)
+		case !ran && known && (p.action == actionSwitch || p.action == actionNone):
+			// Nothing to do, and nothing new to record: the last record stands.
+			actions[name] = types.StringValue(p.action)
+			statuses = append(statuses, p.record)
+			if p.phase == string(deploy.PhaseSucceeded) {
+				succeeded = append(succeeded, name)
+			}
+			continue
+		case !ran:
+			// Planned none after a failure: the host runs the configured
+			// system, which passed its verdict there.
+			res = deploy.Result{Name: name, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified,
+				Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
+			succeeded = append(succeeded, name)
+		case res.Phase == deploy.PhasePending:
+			action = actionPending
+			notStarted = append(notStarted, name)
+		case res.Failed():
+			action = actionFailed
+			failed = append(failed, name)
+			diags.AddAttributeError(path.Root("nodes"), deploy.FailedLine(name, res.ExitCode, res.Message), orStr(res.Hint, "See status for this node."))
+		default:
+			succeeded = append(succeeded, name)
+		}
+		if ran && res.CurrentSystem == "" {
+			// Failed before the host was read: what was known stands.
+			res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem = p.current, p.previous, p.verified
+		}
+		actions[name] = types.StringValue(action)
+		conds, err := deploy.NodeConditions(p.conds, res, 1, now)
+		if err != nil {
+			diags.AddError("Node record not written", err.Error())
+			return
+		}
+		cv, d := conditionsValue(conds)
+		diags.Append(d...)
+		host := orStr(n.Host.ValueString(), name)
+		seen := res.HostKeySeen
+		if seen == "" && p.host == host {
+			seen = p.hostKeySeen // not reached this time: the recorded key stands
+		}
+		statuses = append(statuses, deployStatusModel{
+			Name: types.StringValue(name), Host: types.StringValue(host), Action: types.StringValue(action),
+			Phase: types.StringValue(string(res.Phase)), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
+			PreviousSystem: types.StringValue(res.PreviousSystem), VerifiedSystem: types.StringValue(res.VerifiedSystem),
+			HostKeySeen: types.StringValue(seen), ExitCode: types.Int64Value(int64(res.ExitCode)),
+			Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
+			StartedAt: types.StringValue(timeString(res.Started)), FinishedAt: types.StringValue(timeString(res.Finished)),
+			Conditions: cv,
+		})
+		if ran {
+			summary = append(summary, fmt.Sprintf("%-20s %-10s %s", name, res.Phase, res.Message))
+		}
+	}
+	if len(notStarted) > 0 {
+		failed = append(failed, notStarted...)
+		diags.AddAttributeError(path.Root("nodes"), "Deployment stopped: "+strings.Join(notStarted, ", ")+" not started",
+			fmt.Sprintf("%s before these nodes started; they were not touched, and the next plan switches them.", pendingCause(byName, notStarted)))
+	}
+	m.Actions = types.MapValueMust(types.StringType, actions)
+	m.Status = statusList(ctx, statuses, diags)
+	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = stringList(orEmpty(succeeded)), stringList(orEmpty(failed)), stringList(orEmpty(skipped))
+	switch {
+	case len(failed) > 0:
+		m.Phase = types.StringValue("Failed")
+	case len(skipped) > 0:
+		m.Phase = types.StringValue("Partial")
+	default:
+		m.Phase = types.StringValue("Succeeded")
+	}
+	if len(summary) > 0 {
+		tflog.Info(ctx, "deployment summary\n"+strings.Join(summary, "\n"))
+	}
+}
+
+// pendingCause is why the nodes not started were not: the engine's words
+// on the first of them.
+func pendingCause(results map[string]deploy.Result, names []string) string {
+	msg := strings.TrimPrefix(results[names[0]].Message, "not started: ")
+	msg, _, _ = strings.Cut(msg, " before this node started")
+	return strings.ToUpper(msg[:1]) + msg[1:]
+}

@@ -1,0 +1,325 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
+)
+
+type deploymentModel struct {
+	ID                types.String   `tfsdk:"id"`
+	Defaults          types.Object   `tfsdk:"defaults"`
+	SSHConfigFile     types.String   `tfsdk:"ssh_config_file"`
+	KnownHostsFile    types.String   `tfsdk:"known_hosts_file"`
+	Nodes             types.List     `tfsdk:"nodes"`
+	Goal              types.String   `tfsdk:"goal"`
+	OnFailure         types.String   `tfsdk:"on_failure"`
+	Hold              types.List     `tfsdk:"hold"`
+	RemoteExecTimeout types.Int64    `tfsdk:"remote_exec_timeout"`
+	BootLockAttempts  types.Int64    `tfsdk:"boot_lock_attempts"`
+	ActivationTimeout types.String   `tfsdk:"activation_timeout"`
+	LockTimeout       types.String   `tfsdk:"lock_timeout"`
+	Verdict           types.Object   `tfsdk:"verdict"`
+	Timeouts          timeouts.Value `tfsdk:"timeouts"`
+	Actions           types.Map      `tfsdk:"actions"`
+	Status            types.List     `tfsdk:"status"`
+	SucceededNodes    types.List     `tfsdk:"succeeded_nodes"`
+	FailedNodes       types.List     `tfsdk:"failed_nodes"`
+	SkippedNodes      types.List     `tfsdk:"skipped_nodes"`
+	Phase             types.String   `tfsdk:"phase"`
+}
+
+type deployNodeModel struct {
+	Name           types.String `tfsdk:"name"`
+	System         types.String `tfsdk:"system"`
+	Host           types.String `tfsdk:"host"`
+	HostKey        types.String `tfsdk:"host_key"`
+	User           types.String `tfsdk:"user"`
+	PrivateKeyFile types.String `tfsdk:"private_key_file"`
+	SSHOpts        types.List   `tfsdk:"ssh_opts"`
+}
+
+type deployDefaultsModel struct {
+	User           types.String `tfsdk:"user"`
+	PrivateKeyFile types.String `tfsdk:"private_key_file"`
+	SSHOpts        types.List   `tfsdk:"ssh_opts"`
+}
+
+type verdictModel struct {
+	ConfirmTimeout      types.String `tfsdk:"confirm_timeout"`
+	SettleTimeout       types.String `tfsdk:"settle_timeout"`
+	AllowFailedUnits    types.List   `tfsdk:"allow_failed_units"`
+	AllowRebootRequired types.Bool   `tfsdk:"allow_reboot_required"`
+	HTTP                types.List   `tfsdk:"http"`
+	TCP                 types.List   `tfsdk:"tcp"`
+	Command             types.List   `tfsdk:"command"`
+}
+
+// Actions a plan takes on a node, and the outcomes state records.
+const (
+	actionSwitch = "switch"
+	actionNone   = "none"
+	actionSkip   = "skip"
+	// In state only: the last switch failed (the next plan retries it), or
+	// the host runs another system than the last deploy left (drift).
+	actionFailed = "failed"
+	actionDrift  = "drift"
+	// In state only: the node was not reached (an interrupted apply).
+	actionPending = "pending"
+)
+
+var deployStatusAttrTypes = map[string]attr.Type{
+	"name": types.StringType, "host": types.StringType, "action": types.StringType, "phase": types.StringType,
+	"system": types.StringType, "current_system": types.StringType, "previous_system": types.StringType,
+	"verified_system": types.StringType, "host_key_seen": types.StringType,
+	"exit_code": types.Int64Type, "message": types.StringType, "hint": types.StringType,
+	"started_at": types.StringType, "finished_at": types.StringType,
+	"conditions": types.ListType{ElemType: conditionObjectType},
+}
+
+// deployStatusModel is one node's record in status.
+type deployStatusModel struct {
+	Name           types.String `tfsdk:"name"`
+	Host           types.String `tfsdk:"host"`
+	Action         types.String `tfsdk:"action"`
+	Phase          types.String `tfsdk:"phase"`
+	System         types.String `tfsdk:"system"`
+	CurrentSystem  types.String `tfsdk:"current_system"`
+	PreviousSystem types.String `tfsdk:"previous_system"`
+	VerifiedSystem types.String `tfsdk:"verified_system"`
+	HostKeySeen    types.String `tfsdk:"host_key_seen"`
+	ExitCode       types.Int64  `tfsdk:"exit_code"`
+	Message        types.String `tfsdk:"message"`
+	Hint           types.String `tfsdk:"hint"`
+	StartedAt      types.String `tfsdk:"started_at"`
+	FinishedAt     types.String `tfsdk:"finished_at"`
+	Conditions     types.List   `tfsdk:"conditions"`
+}
+
+// statusRecords reads status; nil when it is null or unknown.
+func statusRecords(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) []deployStatusModel {
+	if m == nil || m.Status.IsNull() || m.Status.IsUnknown() {
+		return nil
+	}
+	var out []deployStatusModel
+	diags.Append(m.Status.ElementsAs(ctx, &out, false)...)
+	return out
+}
+
+// statusList is status holding records.
+func statusList(ctx context.Context, records []deployStatusModel, diags *diag.Diagnostics) types.List {
+	l, d := types.ListValueFrom(ctx, deployStatusType, orEmpty(records))
+	diags.Append(d...)
+	return l
+}
+
+var deployStatusType = types.ObjectType{AttrTypes: deployStatusAttrTypes}
+
+// priorNode is what state says of a node.
+type priorNode struct {
+	action, phase, system, current string
+	previous, verified             string
+	host, hostKeySeen              string
+	conds                          []conditions.Condition
+	record                         deployStatusModel
+}
+
+func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) map[string]priorNode {
+	out := map[string]priorNode{}
+	records := statusRecords(ctx, m, diags)
+	if records == nil {
+		return out
+	}
+	actions := map[string]string{}
+	if !m.Actions.IsNull() && !m.Actions.IsUnknown() {
+		diags.Append(m.Actions.ElementsAs(ctx, &actions, false)...)
+	}
+	for _, rec := range records {
+		name := rec.Name.ValueString()
+		p := priorNode{action: actions[name], phase: rec.Phase.ValueString(), system: rec.System.ValueString(), current: rec.CurrentSystem.ValueString(),
+			previous: rec.PreviousSystem.ValueString(), verified: rec.VerifiedSystem.ValueString(), host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString(),
+			record: rec}
+		p.conds, _ = conditionsFrom(ctx, rec.Conditions)
+		out[name] = p
+	}
+	return out
+}
+
+// settings resolves node n's SSH settings; a node without host_key is
+// held to the key its host showed on first use, while its host is the
+// one that key was seen at.
+func (r *deploymentResource) settings(ctx context.Context, defaults *deploy.Layer, n deployNodeModel, p priorNode, diags *diag.Diagnostics) deploy.Settings {
+	s := deploy.Resolve(deploy.BuiltinFromEnv(os.Getenv), defaults, deploy.Node{Name: n.Name.ValueString(), Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
+		Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, diags)}})
+	if p.host == s.Host {
+		s.SeenHostKey = p.hostKeySeen
+	}
+	return s
+}
+
+func (r *deploymentResource) nodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) []deployNodeModel {
+	var nodes []deployNodeModel
+	if !m.Nodes.IsNull() && !m.Nodes.IsUnknown() {
+		diags.Append(m.Nodes.ElementsAs(ctx, &nodes, false)...)
+	}
+	return nodes
+}
+
+func orStr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func timeString(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timestampLayout)
+}
+
+func ptrOf(s types.String) *string {
+	if s.IsNull() || s.IsUnknown() {
+		return nil
+	}
+	v := s.ValueString()
+	return &v
+}
+
+func optsOf(ctx context.Context, l types.List, diags *diag.Diagnostics) []string {
+	if l.IsNull() || l.IsUnknown() {
+		return nil
+	}
+	return stringsOf(ctx, l, diags)
+}
+
+func (r *deploymentResource) defaults(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) *deploy.Layer {
+	if m.Defaults.IsNull() || m.Defaults.IsUnknown() {
+		return nil
+	}
+	var d deployDefaultsModel
+	diags.Append(m.Defaults.As(ctx, &d, objectAsOptions)...)
+	return &deploy.Layer{User: ptrOf(d.User), PrivateKeyFile: ptrOf(d.PrivateKeyFile), SSHOpts: optsOf(ctx, d.SSHOpts, diags)}
+}
+
+// deployer builds the engine for m: its transport (a control directory of
+// its own, removed by cleanup) and options.
+func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (*deploy.Deployer, func(), error) {
+	known, err := r.knownHostsFile(ctx, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	control, err := deploy.NewControlDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	var diags diag.Diagnostics
+	dur := func(s string, def time.Duration) time.Duration {
+		if v, err := time.ParseDuration(s); err == nil && s != "" {
+			return v
+		}
+		return def
+	}
+	opts := deploy.Options{
+		Goal:              deploy.Goal(m.Goal.ValueString()),
+		Keep:              m.OnFailure.ValueString() == "keep",
+		BootLockAttempts:  int(m.BootLockAttempts.ValueInt64()),
+		ActivationTimeout: dur(m.ActivationTimeout.ValueString(), 5*time.Minute),
+		LockTimeout:       dur(m.LockTimeout.ValueString(), 0),
+		Holder:            holder(m.ID.ValueString()),
+		Log: func(e deploy.Event) {
+			fields := map[string]any{"node": e.Node}
+			if e.Step != "" {
+				fields["step"] = string(e.Step)
+			}
+			tflog.Info(ctx, e.Message, fields)
+		},
+	}
+	if !m.Verdict.IsNull() && !m.Verdict.IsUnknown() {
+		var v verdictModel
+		diags.Append(m.Verdict.As(ctx, &v, objectAsOptions)...)
+		opts.Verdict.ConfirmTimeout = dur(v.ConfirmTimeout.ValueString(), 0)
+		opts.Verdict.SettleTimeout = dur(v.SettleTimeout.ValueString(), 0)
+		opts.Verdict.Rules = deploy.VerdictRules{AllowFailedUnits: optsOf(ctx, v.AllowFailedUnits, &diags), AllowRebootRequired: v.AllowRebootRequired.ValueBool()}
+		var https []struct {
+			URL          types.String `tfsdk:"url"`
+			ExpectStatus types.Int64  `tfsdk:"expect_status"`
+		}
+		if !v.HTTP.IsNull() {
+			diags.Append(v.HTTP.ElementsAs(ctx, &https, false)...)
+		}
+		for _, h := range https {
+			opts.Verdict.HTTP = append(opts.Verdict.HTTP, deploy.HTTPCheck{URL: h.URL.ValueString(), ExpectStatus: int(h.ExpectStatus.ValueInt64())})
+		}
+		var tcps []struct {
+			Port types.Int64 `tfsdk:"port"`
+		}
+		if !v.TCP.IsNull() {
+			diags.Append(v.TCP.ElementsAs(ctx, &tcps, false)...)
+		}
+		for _, t := range tcps {
+			opts.Verdict.TCP = append(opts.Verdict.TCP, int(t.Port.ValueInt64()))
+		}
+		var cmds []struct {
+			Run types.String `tfsdk:"run"`
+		}
+		if !v.Command.IsNull() {
+			diags.Append(v.Command.ElementsAs(ctx, &cmds, false)...)
+		}
+		for _, c := range cmds {
+			opts.Verdict.Command = append(opts.Verdict.Command, c.Run.ValueString())
+		}
+	}
+	if diags.HasError() {
+		_ = os.RemoveAll(control)
+		return nil, nil, fmt.Errorf("reading the configuration: %v", diags)
+	}
+	d := &deploy.Deployer{
+		Transport: &deploy.Transport{ConfigFile: m.SSHConfigFile.ValueString(), RemoteExecTimeout: time.Duration(m.RemoteExecTimeout.ValueInt64()) * time.Second,
+			KnownHostsFile: known, ControlDir: control},
+		Options: opts,
+	}
+	return d, func() { _ = os.RemoveAll(control) }, nil
+}
+
+// knownHostsFile is the deployment's accept-new trust store: the one it
+// names, else the default beside the key file or in the user's private
+// state directory; one another user could have written is refused.
+func (r *deploymentResource) knownHostsFile(ctx context.Context, m *deploymentModel) (string, error) {
+	if path := m.KnownHostsFile.ValueString(); path != "" {
+		if err := deploy.CheckKnownHostsFile(path); err != nil {
+			return "", fmt.Errorf("known_hosts_file %s: %w", path, err)
+		}
+		return sshdial.ExpandHome(path)
+	}
+	var diags diag.Diagnostics
+	keyFile := os.Getenv(deploy.EnvSSHPrivateKeyFile)
+	if defaults := r.defaults(ctx, m, &diags); defaults != nil && defaults.PrivateKeyFile != nil {
+		keyFile = *defaults.PrivateKeyFile
+	}
+	path, err := deploy.DefaultKnownHostsFile(keyFile)
+	if err != nil {
+		return "", fmt.Errorf("the default known_hosts file: %w", err)
+	}
+	return path, nil
+}
+
+// holder names a deployment to another one that finds the host locked:
+// the resource, and where it runs.
+func holder(id string) string {
+	host, _ := os.Hostname()
+	dir, _ := os.Getwd() // the provider runs in the configuration's directory
+	return fmt.Sprintf("fleet_ssh_deployment %s, applied on %s in %s (pid %d)", id, orStr(host, "an unknown machine"), orStr(dir, "an unknown directory"), os.Getpid())
+}
