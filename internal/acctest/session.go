@@ -156,7 +156,7 @@ func (s *Session) Try(args ...string) (stdout, stderr string, err error) {
 // Interrupt runs the CLI with args in a process group of its own and, after
 // a while, sends SIGINT to the whole group, as Ctrl-C in a terminal does:
 // the CLI and the provider processes it started both get it. It returns
-// how long the command took from its start.
+// how long the command went on after the interrupt.
 func (s *Session) Interrupt(after time.Duration, args ...string) (stdout, stderr string, took time.Duration) {
 	s.t.Helper()
 	start := time.Now()
@@ -164,8 +164,9 @@ func (s *Session) Interrupt(after time.Duration, args ...string) (stdout, stderr
 }
 
 // InterruptWhen is Interrupt at the moment ready first reports true (it is
-// asked every 50 ms while the command runs); a command that ends before
-// that fails the test.
+// asked every 50 ms while the command runs): tests interrupt on what they
+// observe, never after a guessed time. A command that ends before that
+// fails the test.
 func (s *Session) InterruptWhen(ready func() bool, args ...string) (stdout, stderr string, took time.Duration) {
 	s.t.Helper()
 	commands.Add(1)
@@ -175,35 +176,37 @@ func (s *Session) InterruptWhen(ready func() bool, args ...string) (stdout, stde
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	begin := time.Now()
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("%s %s: %v", s.CLI.Name, strings.Join(args, " "), err)
 	}
 	done := make(chan struct{})
-	sent := make(chan bool, 1)
+	sent := make(chan time.Time, 1)
 	go func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			select {
 			case <-done:
-				sent <- false
+				sent <- time.Time{}
 				return
 			case <-tick.C:
 				if ready() {
+					at := time.Now()
 					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-					sent <- true
+					sent <- at
 					return
 				}
 			}
 		}
 	}()
 	_ = cmd.Wait() // an interrupted command exits non-zero
+	ended := time.Now()
 	close(done)
-	if !<-sent {
+	at := <-sent
+	if at.IsZero() {
 		s.t.Fatalf("%s %s ended before it was interrupted:\n%s\n%s", s.CLI.Name, strings.Join(args, " "), out.String(), errOut.String())
 	}
-	return out.String(), errOut.String(), time.Since(begin)
+	return out.String(), errOut.String(), ended.Sub(at)
 }
 
 // ExitCode runs the CLI with args and returns its exit code, failing the

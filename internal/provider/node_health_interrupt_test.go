@@ -41,9 +41,12 @@ resource "fleet_node_health_policy" "p" {
 			}
 			config(fmt.Sprintf(`hole = { roles = ["storage"], connection = { host = "127.0.0.1", port = %d, private_key_file = %q, host_key_fingerprint = %q } }`,
 				hole.Port, sshtest.NewKey(t).WriteFile(t, t.TempDir()), sshtest.NewKey(t).Fingerprint()))
-			stdout, stderr, took := s.Interrupt(time.Second, "apply", "-auto-approve", "-input=false")
+			// Once the node's connection is in flight (the black hole took
+			// it), not after a guessed time: under load the plan alone can
+			// take longer, and nothing would be interrupted.
+			stdout, stderr, took := s.InterruptWhen(func() bool { return hole.Accepted() > 0 }, "apply", "-auto-approve", "-input=false")
 			if took > 6*time.Second {
-				t.Fatalf("the interrupted create took %s, against a 10 s connect timeout:\n%s\n%s", took, stdout, stderr)
+				t.Fatalf("the interrupted create ended %s after the interrupt, against a 10 s connect timeout:\n%s\n%s", took, stdout, stderr)
 			}
 			if list, _ := s.Run("state", "list"); strings.TrimSpace(list) != "" {
 				t.Errorf("an interrupted create recorded %q", list)
