@@ -20,7 +20,7 @@ import (
 
 func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m deploymentModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	getDeployment(ctx, req.Plan.Get, &m, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -39,8 +39,8 @@ func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequ
 
 func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var m, prior deploymentModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+	getDeployment(ctx, req.Plan.Get, &m, &resp.Diagnostics)
+	getDeployment(ctx, req.State.Get, &prior, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}

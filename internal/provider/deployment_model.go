@@ -17,12 +17,12 @@ import (
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
 
-type deploymentModel struct {
+// deploymentState is what every schema version of the deployment keeps
+// alike.
+type deploymentState struct {
 	ID                types.String   `tfsdk:"id"`
-	Defaults          types.Object   `tfsdk:"defaults"`
 	SSHConfigFile     types.String   `tfsdk:"ssh_config_file"`
 	KnownHostsFile    types.String   `tfsdk:"known_hosts_file"`
-	Nodes             types.List     `tfsdk:"nodes"`
 	Goal              types.String   `tfsdk:"goal"`
 	OnFailure         types.String   `tfsdk:"on_failure"`
 	Hold              types.List     `tfsdk:"hold"`
@@ -30,7 +30,6 @@ type deploymentModel struct {
 	BootLockAttempts  types.Int64    `tfsdk:"boot_lock_attempts"`
 	ActivationTimeout types.String   `tfsdk:"activation_timeout"`
 	LockTimeout       types.String   `tfsdk:"lock_timeout"`
-	Verdict           types.Object   `tfsdk:"verdict"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
 	Actions           types.Map      `tfsdk:"actions"`
 	Status            types.List     `tfsdk:"status"`
@@ -38,6 +37,35 @@ type deploymentModel struct {
 	FailedNodes       types.List     `tfsdk:"failed_nodes"`
 	SkippedNodes      types.List     `tfsdk:"skipped_nodes"`
 	Phase             types.String   `tfsdk:"phase"`
+}
+
+type deploymentModel struct {
+	deploymentState
+	DefaultsInput types.Dynamic `tfsdk:"defaults"`
+	NodesInput    types.Dynamic `tfsdk:"nodes"`
+	VerdictInput  types.Dynamic `tfsdk:"verdict"`
+
+	// The nested inputs, checked and typed by decode.
+	Defaults types.Object `tfsdk:"-"`
+	Nodes    types.List   `tfsdk:"-"`
+	Verdict  types.Object `tfsdk:"-"`
+}
+
+// decode checks the nested inputs and types them; faults go to diags
+// (validate and plan report them; the apply and the refresh read inputs
+// those already passed).
+func (m *deploymentModel) decode(ctx context.Context, diags *diag.Diagnostics) {
+	m.Defaults = deployDefaultsInput.decodeObject(ctx, m.DefaultsInput, diags)
+	m.Nodes = deployNodesInput.decodeList(ctx, m.NodesInput, diags)
+	m.Verdict = verdictInput.decodeObject(ctx, m.VerdictInput, diags)
+}
+
+// getDeployment reads a deployment from a plan, state or configuration
+// and decodes its nested inputs, whose faults are not reported.
+func getDeployment(ctx context.Context, get func(context.Context, any) diag.Diagnostics, m *deploymentModel, diags *diag.Diagnostics) {
+	diags.Append(get(ctx, m)...)
+	var ignored diag.Diagnostics
+	m.decode(ctx, &ignored)
 }
 
 type deployNodeModel struct {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -16,7 +17,63 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
+
+// checkNodes refuses what can be known of the nodes before any file or
+// host is looked at: a name listed twice, a name that must serve as the
+// host and cannot. It returns the names known.
+func checkNodes(nodes []deployNodeModel, diags *diag.Diagnostics) map[string]bool {
+	seen := map[string]bool{}
+	for i, n := range nodes {
+		if n.Name.IsUnknown() || n.Name.IsNull() {
+			continue
+		}
+		name := n.Name.ValueString()
+		if seen[name] {
+			diags.AddAttributeError(path.Root("nodes"), "Duplicate node", fmt.Sprintf("nodes[%d].name: node %q is listed twice", i, name))
+		}
+		seen[name] = true
+		if n.Host.IsNull() {
+			if err := sshdial.CheckHost(name); err != nil {
+				diags.AddAttributeError(path.Root("nodes"), "Invalid host", fmt.Sprintf("nodes[%d]: with no host, the name is the host: %s; set host", i, err))
+			}
+		}
+	}
+	return seen
+}
+
+// checkLocalFiles refuses at plan what the machine running Terraform
+// shows wrong: a system that is not built, a key file ssh cannot use, an
+// ssh_config_file that does not exist, a known_hosts file another user
+// could have written.
+func (r *deploymentResource) checkLocalFiles(ctx context.Context, plan *deploymentModel, nodes []deployNodeModel, diags *diag.Diagnostics) {
+	for i, n := range nodes {
+		if sys := n.System.ValueString(); !n.System.IsUnknown() && !n.System.IsNull() {
+			if _, err := os.Stat(sys); err != nil {
+				diags.AddAttributeError(path.Root("nodes"), "System not built",
+					fmt.Sprintf("nodes[%d].system: node %s: system %s does not exist on this machine: build it first (for example nix build .#nixosConfigurations.%s.config.system.build.toplevel)",
+						i, n.Name.ValueString(), sys, n.Name.ValueString()))
+			}
+		}
+	}
+	r.checkKeyFiles(ctx, plan, nodes, diags)
+	if f := plan.SSHConfigFile; !f.IsUnknown() && !f.IsNull() && f.ValueString() != "" {
+		expanded, err := sshdial.ExpandHome(f.ValueString())
+		if err == nil {
+			_, err = os.Stat(expanded)
+		}
+		if err != nil {
+			diags.AddAttributeError(path.Root("ssh_config_file"), "Missing ssh_config_file",
+				fmt.Sprintf("ssh_config_file %s cannot be read (%v): ssh would only warn and go on without it, reaching other hosts than meant. Create it, or correct the path.", f.ValueString(), errors.Unwrap(err)))
+		}
+	}
+	if fullyKnown(plan.Defaults) && !plan.KnownHostsFile.IsUnknown() {
+		if _, err := r.knownHostsFile(ctx, plan); err != nil {
+			diags.AddAttributeError(path.Root("known_hosts_file"), "Unusable known_hosts file", err.Error())
+		}
+	}
+}
 
 func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() || r.data == nil {
@@ -24,61 +81,20 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	}
 	var plan deploymentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	// Parts known only now (from variables or other resources) are
+	// checked now; validate checked the rest.
+	plan.decode(ctx, &resp.Diagnostics)
 	var prior *deploymentModel
 	if !req.State.Raw.IsNull() {
 		prior = &deploymentModel{}
-		resp.Diagnostics.Append(req.State.Get(ctx, prior)...)
+		getDeployment(ctx, req.State.Get, prior, &resp.Diagnostics)
 	}
 	if resp.Diagnostics.HasError() || plan.Nodes.IsUnknown() {
 		return
 	}
 	nodes := r.nodes(ctx, &plan, &resp.Diagnostics)
-	seen := map[string]bool{}
-	for i, n := range nodes {
-		if n.Name.IsUnknown() {
-			continue
-		}
-		if seen[n.Name.ValueString()] {
-			resp.Diagnostics.AddAttributeError(path.Root("nodes").AtListIndex(i).AtName("name"), "Duplicate node", fmt.Sprintf("node %q is listed twice", n.Name.ValueString()))
-		}
-		seen[n.Name.ValueString()] = true
-		if sys := n.System.ValueString(); !n.System.IsUnknown() {
-			if !strings.HasPrefix(sys, "/nix/store/") {
-				resp.Diagnostics.AddAttributeError(path.Root("nodes").AtListIndex(i).AtName("system"), "Not a system closure",
-					fmt.Sprintf("node %s: system %q is not a path in the Nix store (/nix/store/...-nixos-system-...)", n.Name.ValueString(), sys))
-			} else if _, err := os.Stat(sys); err != nil {
-				resp.Diagnostics.AddAttributeError(path.Root("nodes").AtListIndex(i).AtName("system"), "System not built",
-					fmt.Sprintf("node %s: system %s does not exist on this machine: build it first (for example nix build .#nixosConfigurations.%s.config.system.build.toplevel)", n.Name.ValueString(), sys, n.Name.ValueString()))
-			}
-		}
-	}
-	r.checkKeyFiles(ctx, &plan, nodes, &resp.Diagnostics)
-	if fullyKnown(plan.Defaults) && !plan.KnownHostsFile.IsUnknown() {
-		if _, err := r.knownHostsFile(ctx, &plan); err != nil {
-			resp.Diagnostics.AddAttributeError(path.Root("known_hosts_file"), "Unusable known_hosts file", err.Error())
-		}
-	}
-	type duration struct {
-		at    path.Path
-		v     string
-		least time.Duration
-	}
-	durations := []duration{{path.Root("activation_timeout"), plan.ActivationTimeout.ValueString(), time.Second}, {path.Root("lock_timeout"), plan.LockTimeout.ValueString(), 0}}
-	if !plan.Verdict.IsNull() && !plan.Verdict.IsUnknown() {
-		var v verdictModel
-		resp.Diagnostics.Append(plan.Verdict.As(ctx, &v, objectAsOptions)...)
-		durations = append(durations,
-			duration{path.Root("verdict").AtName("confirm_timeout"), v.ConfirmTimeout.ValueString(), time.Second},
-			duration{path.Root("verdict").AtName("settle_timeout"), v.SettleTimeout.ValueString(), time.Second})
-	}
-	for _, d := range durations {
-		if d.v == "" {
-			continue
-		}
-		if v, err := time.ParseDuration(d.v); err != nil || v < d.least {
-			resp.Diagnostics.AddAttributeError(d.at, "Invalid duration", fmt.Sprintf("%s: %q is not a Go duration of at least %s, such as \"5m\"", d.at, d.v, d.least))
-		}
-	}
+	seen := checkNodes(nodes, &resp.Diagnostics)
+	r.checkLocalFiles(ctx, &plan, nodes, &resp.Diagnostics)
 	hold, holdKnown := stringSet(ctx, plan.Hold, &resp.Diagnostics)
 	if holdKnown {
 		for name := range hold {
@@ -154,27 +170,28 @@ func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deployment
 	}
 	agentSocket := os.Getenv("SSH_AUTH_SOCK")
 	reported := map[string]bool{}
-	check := func(at path.Path, what, file string) {
-		if reported[at.String()] {
+	// Each fault is reported once, on the attribute that holds it, and
+	// names the place inside it.
+	check := func(attr path.Path, what, file string) {
+		if reported[what] {
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := deploy.CheckKeyFile(actx, file, agentSocket); err != nil {
-			reported[at.String()] = true
-			diags.AddAttributeError(at, "Unusable private key", fmt.Sprintf("%s: %s", what, err))
+			reported[what] = true
+			diags.AddAttributeError(attr, "Unusable private key", fmt.Sprintf("%s: %s", what, err))
 		}
 	}
 	env := os.Getenv(deploy.EnvSSHPrivateKeyFile)
 	for i, n := range nodes {
-		at := path.Root("nodes").AtListIndex(i)
 		switch {
 		case n.PrivateKeyFile.IsUnknown() || n.Name.IsUnknown():
 		case !n.PrivateKeyFile.IsNull():
-			check(at.AtName("private_key_file"), "node "+n.Name.ValueString()+": private_key_file", n.PrivateKeyFile.ValueString())
+			check(path.Root("nodes"), fmt.Sprintf("nodes[%d].private_key_file (node %s)", i, n.Name.ValueString()), n.PrivateKeyFile.ValueString())
 		case defaults.PrivateKeyFile.IsUnknown():
 		case !defaults.PrivateKeyFile.IsNull():
-			check(path.Root("defaults").AtName("private_key_file"), "defaults.private_key_file", defaults.PrivateKeyFile.ValueString())
+			check(path.Root("defaults"), "defaults.private_key_file", defaults.PrivateKeyFile.ValueString())
 		case env != "":
 			check(path.Root("nodes"), deploy.EnvSSHPrivateKeyFile+" (the built-in key of nodes without one)", env)
 		}

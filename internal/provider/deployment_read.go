@@ -17,7 +17,7 @@ import (
 // warning.
 func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var m deploymentModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	getDeployment(ctx, req.State.Get, &m, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() || m.Status.IsNull() {
 		return
 	}

@@ -369,7 +369,7 @@ resource "fleet_ssh_deployment" "prod" {
 		name, defaultsKey, nodeKey, hostKey, env, agent string
 		want                                            []string // empty: accepted
 	}{
-		{"missing on the node", "null", fmt.Sprintf("%q", dir+"/nope"), "", "", "", []string{"Unusable private key", "node web1: private_key_file: cannot read " + dir + "/nope", "no such file"}},
+		{"missing on the node", "null", fmt.Sprintf("%q", dir+"/nope"), "", "", "", []string{"Unusable private key", "nodes[0].private_key_file (node web1): cannot read " + dir + "/nope", "no such file"}},
 		{"missing in defaults", fmt.Sprintf("%q", dir+"/nope"), "null", "", "", "", []string{"Unusable private key", "defaults.private_key_file: cannot read"}},
 		{"missing in the environment", "null", "null", "", dir + "/nope", "", []string{"Unusable private key", "FLEET_SSH_PRIVATE_KEY_FILE (the built-in key of nodes without one): cannot read"}},
 		{"encrypted, no agent", "null", fmt.Sprintf("%q", encrypted), "", "", "", []string{"Unusable private key", "is encrypted", "ssh-add " + encrypted}},

@@ -2,6 +2,10 @@ package provider
 
 import (
 	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
@@ -40,5 +44,59 @@ func (hostKeyLineValidator) ValidateString(_ context.Context, req validator.Stri
 	}
 	if err := deploy.CheckHostKeyLine(req.ConfigValue.ValueString()); err != nil {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid host_key", req.Path.String()+": "+err.Error())
+	}
+}
+
+// durationValidator accepts a Go duration of at least least, such as "5m".
+type durationValidator struct{ least time.Duration }
+
+func (v durationValidator) Description(context.Context) string {
+	return fmt.Sprintf("a Go duration of at least %s, such as \"5m\"", v.least)
+}
+func (v durationValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (v durationValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if d, err := time.ParseDuration(req.ConfigValue.ValueString()); err != nil || d < v.least {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid duration",
+			fmt.Sprintf("%s: %q is not a Go duration of at least %s, such as \"90s\" or \"5m\"", req.Path, req.ConfigValue.ValueString(), v.least))
+	}
+}
+
+// urlValidator accepts an http:// or https:// URL with a host.
+type urlValidator struct{}
+
+func (urlValidator) Description(context.Context) string { return "an http:// or https:// URL" }
+func (v urlValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+func (urlValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	u, err := url.Parse(req.ConfigValue.ValueString())
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid URL",
+			fmt.Sprintf("%s: %q is not an http:// or https:// URL with a host, such as \"https://web1.example.org/health\"", req.Path, req.ConfigValue.ValueString()))
+	}
+}
+
+// storePathValidator accepts a path in the Nix store.
+type storePathValidator struct{}
+
+func (storePathValidator) Description(context.Context) string {
+	return "a path in the Nix store (/nix/store/...-nixos-system-...)"
+}
+func (v storePathValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+func (storePathValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if !strings.HasPrefix(req.ConfigValue.ValueString(), "/nix/store/") {
+		resp.Diagnostics.AddAttributeError(req.Path, "Not a system closure",
+			fmt.Sprintf("%s: %q is not a path in the Nix store (/nix/store/...-nixos-system-...)", req.Path, req.ConfigValue.ValueString()))
 	}
 }

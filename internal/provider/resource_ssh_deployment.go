@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
@@ -9,7 +10,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
@@ -18,11 +18,14 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/validators"
 )
 
 var (
-	_ resource.ResourceWithConfigure  = (*deploymentResource)(nil)
-	_ resource.ResourceWithModifyPlan = (*deploymentResource)(nil)
+	_ resource.ResourceWithConfigure      = (*deploymentResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*deploymentResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*deploymentResource)(nil)
+	_ resource.ResourceWithUpgradeState   = (*deploymentResource)(nil)
 )
 
 func newDeploymentResource() resource.Resource { return &deploymentResource{} }
@@ -38,40 +41,92 @@ func sshOptsAttribute(desc string) schema.ListAttribute {
 		Validators: []validator.List{listvalidator.ValueStringsAre(sshOptValidator{})}}
 }
 
+func optionalString(desc string, validators ...validator.String) schema.StringAttribute {
+	return schema.StringAttribute{Optional: true, MarkdownDescription: desc, Validators: validators}
+}
+
+const keyFileDescription = "Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."
+
+// The deployment's nested inputs, checked key by key (see nestedInput).
+var (
+	deployNodesInput = nestedInput{name: "nodes", decl: schema.ListNestedAttribute{NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+		"name": schema.StringAttribute{Required: true, MarkdownDescription: "Node name, unique; the host when `host` is not set.",
+			Validators: []validator.String{stringvalidator.LengthAtLeast(1)}},
+		"system": schema.StringAttribute{Required: true, MarkdownDescription: "The system closure to switch to (a `/nix/store/...-nixos-system-...` path built on this machine).",
+			Validators: []validator.String{storePathValidator{}}},
+		"host": optionalString("Host name or address. Default: `name`.", validators.Host()),
+		"host_key": optionalString("The host's public key line (`ssh-ed25519 AAAA...`, as in its `ssh_host_ed25519_key.pub` or from `ssh-keyscan`; a `SHA256:` fingerprint is refused, as OpenSSH needs the key itself): "+
+			"only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file` and in `status` (`host_key_seen`), and the node is held to it.", hostKeyLineValidator{}),
+		"user":             optionalString("User to log in as."),
+		"private_key_file": optionalString(keyFileDescription),
+		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
+	}}}}
+	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
+		"user":             optionalString("User to log in as."),
+		"private_key_file": optionalString(keyFileDescription),
+		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`."),
+	}}}
+	verdictInput = nestedInput{name: "verdict", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
+		"confirm_timeout": optionalString("How long the host waits for the deployer's confirmation before rolling itself back, as a Go duration of at least 1s. Default `30s`.",
+			durationValidator{least: time.Second}),
+		"settle_timeout": optionalString("How long `systemctl is-system-running --wait` may take, as a Go duration of at least 1s. Default `90s`.",
+			durationValidator{least: time.Second}),
+		"allow_failed_units":    schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units that may fail (exit 4 and `degraded` pass with only these)."},
+		"allow_reboot_required": schema.BoolAttribute{Optional: true, MarkdownDescription: "Let exit 100 (reboot required) pass. Default `false`."},
+		"http": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "URLs requested from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+			"url": schema.StringAttribute{Required: true, MarkdownDescription: "`http://` or `https://` URL.", Validators: []validator.String{urlValidator{}}},
+			"expect_status": schema.Int64Attribute{Optional: true, MarkdownDescription: "Expected status. Default 200.",
+				Validators: []validator.Int64{int64validator.Between(100, 599)}},
+		}}},
+		"tcp": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Ports on the node's host, connected to from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+			"port": schema.Int64Attribute{Required: true, MarkdownDescription: "Port.", Validators: []validator.Int64{int64validator.Between(1, 65535)}},
+		}}},
+		"command": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Commands run on the node; each must exit 0.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+			"run": schema.StringAttribute{Required: true, MarkdownDescription: "Shell command.", Validators: []validator.String{stringvalidator.LengthAtLeast(1)}},
+		}}},
+	}}}
+)
+
 func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	str := func(desc string) schema.StringAttribute {
-		return schema.StringAttribute{Optional: true, MarkdownDescription: desc}
-	}
+	resp.Schema = r.schema(ctx, 1)
+}
+
+// schema is the resource's schema at a version: 0 took the nested inputs
+// as nested attributes, which Terraform converts to their type before the
+// provider sees them, dropping misspelt keys; 1 takes them as dynamic
+// attributes that nestedInput checks.
+func (r *deploymentResource) schema(ctx context.Context, version int64) schema.Schema {
 	computedStr := func(desc string) schema.StringAttribute {
 		return schema.StringAttribute{Computed: true, MarkdownDescription: desc}
 	}
-	resp.Schema = schema.Schema{
+	input := func(in nestedInput, required bool, desc string) schema.Attribute {
+		if version == 1 {
+			return in.attribute(required, desc)
+		}
+		switch d := in.decl.(type) {
+		case schema.ListNestedAttribute:
+			d.Required, d.Optional = required, !required
+			return d
+		case schema.SingleNestedAttribute:
+			d.Required, d.Optional = required, !required
+			return d
+		}
+		panic("unreachable")
+	}
+	return schema.Schema{
+		Version: version,
 		MarkdownDescription: "Rolls NixOS system closures onto existing hosts over SSH with the system OpenSSH client and `nix-copy-closure`, " +
 			"one host after the other in list order, each with a verdict: the bootloader is finalised only after a passing verdict, a failing host is rolled back " +
 			"(on the host itself when the new system cuts off SSH), and a failure never stops the hosts after it. Plans show each node's action in `actions`.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "Identifier generated at create.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}},
-			"defaults": schema.SingleNestedAttribute{Optional: true, MarkdownDescription: "SSH settings every node inherits unless it sets its own (built-in: user `FLEET_SSH_USER`, else `root`; key `FLEET_SSH_PRIVATE_KEY_FILE`, else the ssh-agent).",
-				Attributes: map[string]schema.Attribute{
-					"user":             str("User to log in as."),
-					"private_key_file": str("Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."),
-					"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`."),
-				}},
-			"ssh_config_file":  str("An OpenSSH client configuration file, given to every ssh as `-F`. Host-key options it sets are left to it."),
-			"known_hosts_file": str("The accept-new trust store for nodes without `host_key` and for jump hosts. Default: `fleet-known-hosts` beside the key file, else in the temporary directory."),
-			"nodes": schema.ListNestedAttribute{Required: true, MarkdownDescription: "The nodes, deployed in this order.",
-				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"name": schema.StringAttribute{Required: true, MarkdownDescription: "Node name, unique; the host when `host` is not set.",
-						Validators: []validator.String{stringvalidator.LengthAtLeast(1)}},
-					"system": schema.StringAttribute{Required: true, MarkdownDescription: "The system closure to switch to (a `/nix/store/...-nixos-system-...` path built on this machine)."},
-					"host":   str("Host name or address. Default: `name`."),
-					"host_key": schema.StringAttribute{Optional: true, Validators: []validator.String{hostKeyLineValidator{}},
-						MarkdownDescription: "The host's public key line (`ssh-ed25519 AAAA...`, as in its `ssh_host_ed25519_key.pub` or from `ssh-keyscan`; a `SHA256:` fingerprint is refused, as OpenSSH needs the key itself): only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file` and in `status` (`host_key_seen`), and the node is held to it."},
-					"user":             str("User to log in as."),
-					"private_key_file": str("Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."),
-					"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
-				}}},
+			"defaults":        input(deployDefaultsInput, false, "SSH settings every node inherits unless it sets its own (built-in: user `FLEET_SSH_USER`, else `root`; key `FLEET_SSH_PRIVATE_KEY_FILE`, else the ssh-agent)."),
+			"ssh_config_file": optionalString("An OpenSSH client configuration file, given to every ssh as `-F`; a plan refuses one that does not exist. Host-key options it sets are left to it."),
+			"known_hosts_file": optionalString("The accept-new trust store for nodes without `host_key` and for jump hosts. Default: `fleet-known-hosts` beside the defaults' key file when its directory is yours alone, " +
+				"else `known_hosts` in the provider's private directory (`$XDG_STATE_HOME`, else `~/.local/state`, then `terraform-provider-fleet/`), else ssh's own. " +
+				"A plan refuses one in a directory that does not exist, and a file or directory another user owns or others can write."),
+			"nodes": input(deployNodesInput, true, "The nodes, deployed in this order."),
 			"goal": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString(string(deploy.GoalSwitch)),
 				MarkdownDescription: "`switch` (activate, judge, make the boot default), `boot` (boot default only), `test` (activate and judge only) or `dry-activate`.",
 				Validators:          []validator.String{stringvalidator.OneOf("switch", "boot", "test", "dry-activate")}},
@@ -84,26 +139,10 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "Seconds a remote command may stay silent before the keepalive ends it. Default 60.", Validators: []validator.Int64{int64validator.Between(5, 3600)}},
 			"boot_lock_attempts": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(60),
 				MarkdownDescription: "Attempts, 5 s apart, while the switch lock is held (exit 11). Default 60.", Validators: []validator.Int64{int64validator.Between(1, 1000)}},
-			"activation_timeout": str("How long an activation may take, as a Go duration. Default `5m`."),
-			"lock_timeout":       str("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder."),
-			"verdict": schema.SingleNestedAttribute{Optional: true, MarkdownDescription: "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system.",
-				Attributes: map[string]schema.Attribute{
-					"confirm_timeout":       str("How long the host waits for the deployer's confirmation before rolling itself back. Default `30s`."),
-					"settle_timeout":        str("How long `systemctl is-system-running --wait` may take. Default `90s`."),
-					"allow_failed_units":    schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units that may fail (exit 4 and `degraded` pass with only these)."},
-					"allow_reboot_required": schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false), MarkdownDescription: "Let exit 100 (reboot required) pass."},
-					"http": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "URLs requested from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-						"url":           schema.StringAttribute{Required: true, MarkdownDescription: "URL."},
-						"expect_status": schema.Int64Attribute{Optional: true, MarkdownDescription: "Expected status. Default 200."},
-					}}},
-					"tcp": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Ports on the node's host, connected to from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-						"port": schema.Int64Attribute{Required: true, MarkdownDescription: "Port.", Validators: []validator.Int64{int64validator.Between(1, 65535)}},
-					}}},
-					"command": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Commands run on the node; each must exit 0.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-						"run": schema.StringAttribute{Required: true, MarkdownDescription: "Shell command."},
-					}}},
-				}},
-			"timeouts": timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
+			"activation_timeout": optionalString("How long an activation may take, as a Go duration of at least 1s. Default `5m`.", durationValidator{least: time.Second}),
+			"lock_timeout":       optionalString("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder.", durationValidator{}),
+			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
+			"timeouts":           timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `failed`: the next plan retries it, `drift`: the host was changed outside, `skip`)."},
 			"status": schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
@@ -114,15 +153,15 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"previous_system": computedStr("The system before the last deploy."),
 					"verified_system": computedStr("The last system a deploy finished on the host with a passing verdict, as the host itself records it (read with `current_system`). " +
 						"A node whose host runs its configured system, and records that system as verified, has nothing to do: after a failed switch is rolled back and the configuration is set back, or after a failed first apply."),
-					"host_key_seen": computedStr("The host key (`type base64`) the host offered when last reached. A node without `host_key` is held to it from then on, " +
+					"host_key_seen": computedStr("The host key (`type base64`) the host showed when last reached. A node without `host_key` is held to it from then on, " +
 						"also from a runner whose `known_hosts_file` is new: another key fails the node, naming both keys. Changing the node's `host` forgets it."),
-					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success."},
+					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success; 130 when an interrupt or an expired `timeouts` block stopped it."},
 					"message":   computedStr("What happened."), "hint": computedStr("How to fix a failure, where one helps."),
 					"started_at": computedStr("When the node's deploy started (RFC 3339)."), "finished_at": computedStr("When it ended."),
 					"conditions": conditionsAttribute("`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`"),
 				}}},
 			"succeeded_nodes": schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy succeeded."},
-			"failed_nodes":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy failed."},
+			"failed_nodes":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy failed, or that an interrupted apply did not start."},
 			"skipped_nodes":   schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes held back."},
 			"phase":           schema.StringAttribute{Computed: true, MarkdownDescription: "`Succeeded` when every node is, `Failed` when one failed, else `Partial`."},
 		},
@@ -131,4 +170,56 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 
 func (r *deploymentResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.data = configuredData(req.ProviderData, &resp.Diagnostics)
+}
+
+// ValidateConfig refuses what the configuration shows wrong as soon as
+// the parts concerned are known: a misspelt or missing key in a nested
+// input, a value of the wrong kind, a name listed twice.
+func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m deploymentModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	m.decode(ctx, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() || m.Nodes.IsUnknown() {
+		return
+	}
+	checkNodes(r.nodes(ctx, &m, &resp.Diagnostics), &resp.Diagnostics)
+}
+
+// deploymentModelV0 is the state of schema version 0, whose nested inputs
+// were typed.
+type deploymentModelV0 struct {
+	deploymentState
+	Defaults types.Object `tfsdk:"defaults"`
+	Nodes    types.List   `tfsdk:"nodes"`
+	Verdict  types.Object `tfsdk:"verdict"`
+}
+
+// UpgradeState turns a version 0 state's nested inputs into the values a
+// configuration writes (a tuple of objects holding the keys that were set),
+// so that a configuration unchanged since plans no change.
+func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resource.StateUpgrader {
+	prior := r.schema(ctx, 0)
+	return map[int64]resource.StateUpgrader{0: {PriorSchema: &prior,
+		StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
+			var old deploymentModelV0
+			resp.Diagnostics.Append(req.State.Get(ctx, &old)...)
+			if resp.Diagnostics.HasError() {
+				return
+			}
+			verdict := old.Verdict
+			if !verdict.IsNull() && !verdict.IsUnknown() {
+				// Version 0 wrote its default; a configuration does not.
+				attrs := verdict.Attributes()
+				if b, ok := attrs["allow_reboot_required"].(types.Bool); ok && !b.ValueBool() {
+					attrs["allow_reboot_required"] = types.BoolNull()
+					verdict = types.ObjectValueMust(verdict.AttributeTypes(ctx), attrs)
+				}
+			}
+			m := deploymentModel{deploymentState: old.deploymentState,
+				DefaultsInput: writtenValue(old.Defaults), NodesInput: writtenValue(old.Nodes), VerdictInput: writtenValue(verdict)}
+			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+		}}}
 }

@@ -1,0 +1,166 @@
+package provider_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// Issue 12: the deployment refuses static faults before anything runs,
+// naming the attribute, the place inside it and the fix: at validate what
+// the configuration alone shows (a misspelt or missing key, a bad URL,
+// duration or host), at plan what needs this machine's files or values
+// known only then. Misspelt keys were dropped without a word by both CLIs
+// when the inputs were nested attributes: a verdict check vanished, and a
+// node deployed to the host named after it.
+func TestDeploymentRefusesStaticFaults(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+	node := func(extra string) string {
+		return fmt.Sprintf(`{ name = "n1", host = "127.0.0.1", system = %q, host_key = %q%s }`, sys, key, extra)
+	}
+	resource := func(body string) string {
+		return "resource \"fleet_ssh_deployment\" \"prod\" {\n" + body + "\n}\n"
+	}
+	cases := []struct {
+		name   string
+		config string
+		at     string   // "validate" or "plan"
+		want   []string // in the error
+	}{
+		{"a misspelt key in a node", resource(`nodes = [{ name = "n1", hots = "10.0.0.1", system = "` + sys + `" }]`), "validate",
+			[]string{"Unsupported key", `An object key named "hots" is not expected in nodes[0]. Did you mean "host"?`}},
+		{"a misspelt verdict check", resource("nodes = [" + node("") + "]\nverdict = { commnd = [{ run = \"false\" }] }"), "validate",
+			[]string{`An object key named "commnd" is not expected in verdict. Did you mean "command"?`}},
+		{"a misspelt key in a verdict check", resource("nodes = [" + node("") + "]\nverdict = { command = [{ rn = \"false\" }] }"), "validate",
+			[]string{`"rn" is not expected in verdict.command[0]. Did you mean "run"?`, `verdict.command[0]: "run" is required`}},
+		{"a misspelt key in defaults", resource("defaults = { privat_key_file = \"/k\" }\nnodes = [" + node("") + "]"), "validate",
+			[]string{`"privat_key_file" is not expected in defaults. Did you mean "private_key_file"?`}},
+		{"the same typo in two nodes, once", resource("nodes = [" + node(`, usr = "a"`) + ", " + strings.Replace(node(`, usr = "b"`), `"n1"`, `"n2"`, 1) + "]"), "validate",
+			[]string{`An object key named "usr" is not expected in nodes[0], nodes[1]. Did you mean "user"?`}},
+		{"a missing system", resource(`nodes = [{ name = "n1" }]`), "validate", []string{"Missing required key", `nodes[0]: "system" is required`}},
+		{"a number for a name", resource(`nodes = [{ name = ["n1"], system = "` + sys + `" }]`), "validate", []string{"nodes[0].name: a string is expected, not a list"}},
+		{"not a url", resource("nodes = [" + node("") + "]\nverdict = { http = [{ url = \"not a url\" }] }"), "validate",
+			[]string{"Invalid URL", `verdict.http[0].url: "not a url" is not an http:// or https:// URL`}},
+		{"an empty host", resource("nodes = [" + strings.Replace(node(""), `host = "127.0.0.1"`, `host = ""`, 1) + "]"), "validate",
+			[]string{"nodes[0].host", "empty host name"}},
+		{"a host that is an option", resource("nodes = [" + strings.Replace(node(""), `host = "127.0.0.1"`, `host = "-oProxyCommand=x"`, 1) + "]"), "validate",
+			[]string{"nodes[0].host", "starts with '-'"}},
+		{"a name that cannot be the host", resource(`nodes = [{ name = "web 1", system = "` + sys + `" }]`), "validate",
+			[]string{"nodes[0]: with no host, the name is the host", "set host"}},
+		{"a duration in words", resource("nodes = [" + node("") + "]\nactivation_timeout = \"five minutes\""), "validate",
+			[]string{"Invalid duration", `activation_timeout: "five minutes" is not a Go duration`}},
+		{"a verdict duration without a unit", resource("nodes = [" + node("") + "]\nverdict = { confirm_timeout = \"30\" }"), "validate",
+			[]string{`verdict.confirm_timeout: "30" is not a Go duration of at least 1s`}},
+		{"a status out of range", resource("nodes = [" + node("") + "]\nverdict = { http = [{ url = \"https://x/\", expect_status = 20 }] }"), "validate",
+			[]string{"verdict.http[0].expect_status", "between 100 and 599"}},
+		{"a typo from a variable", "variable \"hosts\" {\n  default = { n1 = \"127.0.0.1\" }\n}\n" +
+			resource("nodes = [for k, v in var.hosts : { name = k, hots = v, system = \""+sys+"\" }]"), "plan",
+			[]string{`"hots" is not expected in nodes[0]. Did you mean "host"?`}},
+		{"a missing ssh_config_file", resource("nodes = [" + node("") + "]\nssh_config_file = \"/nonexistent/ssh_config\""), "plan",
+			[]string{"Missing ssh_config_file", "/nonexistent/ssh_config cannot be read"}},
+		{"known_hosts_file in a missing directory", resource("nodes = [" + node("") + "]\nknown_hosts_file = \"/nonexistent/known_hosts\""), "plan",
+			[]string{"Unusable known_hosts file", "the directory /nonexistent does not exist"}},
+		{"known_hosts_file in /tmp", resource("nodes = [" + node("") + "]\nknown_hosts_file = \"/tmp/fleet-test-known-hosts\""), "plan",
+			[]string{"Unusable known_hosts file", "/tmp can be written by other users"}},
+	}
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					s := acctest.NewSession(t, cli, server())
+					s.WriteConfig(c.config)
+					s.Run("init", "-input=false")
+					valid, diags := s.Validate()
+					var errs []string
+					for _, d := range diags {
+						if d.Severity == "error" {
+							errs = append(errs, d.Summary+": "+d.Detail)
+						}
+					}
+					if c.at == "validate" {
+						if valid {
+							t.Fatalf("validate accepted it")
+						}
+					} else {
+						if !valid {
+							t.Fatalf("validate refused it, want it refused at plan: %v", errs)
+						}
+						out, errOut, code := s.ExitCode("plan", "-input=false", "-no-color")
+						if code == 0 {
+							t.Fatalf("plan accepted it:\n%s", out)
+						}
+						errs = []string{strings.Join(strings.Fields(errOut), " ")}
+					}
+					all := strings.Join(errs, "\n")
+					for _, w := range c.want {
+						if !strings.Contains(all, w) {
+							t.Errorf("the error does not say %q:\n%s", w, all)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// A state written by schema version 0, whose nested inputs were typed
+// (every key present, null when unset; the verdict's default written), is
+// upgraded: the same configuration plans no change, and applies.
+func TestDeploymentStateUpgradesFromVersion0(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, sys)
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, ""))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+
+			var state map[string]any
+			if err := json.Unmarshal(s.State(), &state); err != nil {
+				t.Fatal(err)
+			}
+			inst := state["resources"].([]any)[0].(map[string]any)["instances"].([]any)[0].(map[string]any)
+			attrs := inst["attributes"].(map[string]any)
+			typed := func(v any, keys ...string) any {
+				o, _ := v.(map[string]any)
+				out := map[string]any{}
+				for _, k := range keys {
+					out[k] = o[k]
+				}
+				return out
+			}
+			var nodes []any
+			for _, n := range attrs["nodes"].(map[string]any)["value"].([]any) {
+				nodes = append(nodes, typed(n, "name", "system", "host", "host_key", "user", "private_key_file", "ssh_opts"))
+			}
+			verdict := typed(attrs["verdict"].(map[string]any)["value"], "confirm_timeout", "settle_timeout", "allow_failed_units", "allow_reboot_required", "http", "tcp", "command")
+			verdict.(map[string]any)["allow_reboot_required"] = false
+			attrs["nodes"], attrs["verdict"], attrs["defaults"] = nodes, verdict, nil
+			inst["schema_version"] = 0
+			b, err := json.MarshalIndent(state, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(s.Dir, "terraform.tfstate"), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s.WantNoChanges()
+			s.Run("apply", "-auto-approve", "-input=false")
+			if v := s.Values("fleet_ssh_deployment.prod"); fmt.Sprint(v["actions"]) != "map[n1:none]" {
+				t.Errorf("actions after the upgrade: %v", v["actions"])
+			}
+		})
+	}
+}
