@@ -66,13 +66,27 @@ func (p *Prober) Probe(ctx context.Context, t sshdial.Target) sshdial.Outcome {
 
 // probe runs one probe in a slot the caller holds and stamps when it ended.
 func (p *Prober) probe(ctx context.Context, t sshdial.Target) sshdial.Outcome {
-	o := p.Dialer.Probe(ctx, t, p.timeout())
+	o := p.contained(ctx, t)
 	if p.Clock != nil {
 		o.CheckedAt = p.Clock.Now()
 	} else {
 		o.CheckedAt = time.Now().UTC()
 	}
 	return o
+}
+
+// contained is the dial of one probe, with a panic in it recovered: a bug
+// in the dial path costs that probe (an observation of reason unknown that
+// names the panic), never the pass nor the provider process.
+func (p *Prober) contained(ctx context.Context, t sshdial.Target) (o sshdial.Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			o = sshdial.Outcome{Target: t.Endpoint, Reason: sshdial.ReasonUnknown,
+				HostKey: sshdial.HostKeyNotSeen, Auth: sshdial.AuthNotAttempted,
+				Message: sshdial.Sanitize(fmt.Sprintf("%s: the probe panicked (a bug in the provider; please report it): %v", t.Addr(), v))}
+		}
+	}()
+	return p.Dialer.Probe(ctx, t, p.timeout())
 }
 
 // ProbeAll probes every target and returns the outcomes in input order.

@@ -3,6 +3,9 @@ package reachability_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,5 +206,59 @@ func TestProberInterrupt(t *testing.T) {
 	}
 	if o := p.Probe(context.Background(), targets[0].Target); !o.Canceled {
 		t.Errorf("a probe after the interrupt = %+v, want cancelled", o)
+	}
+}
+
+// panickingDialer is a dialer whose TCP connect panics for addr, in the
+// goroutine that runs the probe, as a bug in the dial path would; every
+// other address is dialled as usual.
+func panickingDialer(addr string) *sshdial.Dialer {
+	return &sshdial.Dialer{NetDialer: &net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
+		if address == addr {
+			panic("injected fault in the dial of " + address)
+		}
+		return nil
+	}}}
+}
+
+// A probe that panics is contained: it is an observation of reason unknown
+// naming the panic, and the pass goes on to probe the other hosts (before
+// and after it in dispatch order) instead of ending the provider process.
+func TestProbeAllContainsAPanickingProbe(t *testing.T) {
+	client := sshtest.NewKey(t)
+	var targets []reachability.Named
+	for _, name := range []string{"alpha", "bravo", "charlie"} {
+		targets = append(targets, named(name, sshtest.NewServerWithKeys(t, sshtest.Healthy, nil, client)))
+	}
+	bad := targets[1].Target.Addr()
+	p := &reachability.Prober{Dialer: panickingDialer(bad), Slots: semaphore.NewWeighted(1), Timeout: 2 * time.Second}
+	out, err := p.ProbeAll(context.Background(), targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2} {
+		if !out[i].Reachable() {
+			t.Errorf("%s = %+v, want reachable: a panic in another probe must not stop the pass", targets[i].Name, out[i])
+		}
+	}
+	o := out[1]
+	if o.Canceled || o.Reason != sshdial.ReasonUnknown || !strings.Contains(o.Message, "panic") ||
+		!strings.Contains(o.Message, "injected fault in the dial of "+bad) || o.CheckedAt.IsZero() {
+		t.Errorf("panicking probe = %+v, want reason unknown, stamped, with the panic in its message", o)
+	}
+	if o.Target != targets[1].Target.Endpoint {
+		t.Errorf("panicking probe names %+v, want its target %+v", o.Target, targets[1].Target.Endpoint)
+	}
+	// The slot it held was given back: a single probe still gets one.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if o := p.Probe(ctx, targets[0].Target); !o.Reachable() {
+		t.Errorf("probe after the panic = %+v, want reachable (the panicking probe kept its slot?)", o)
+	}
+	if o := p.Probe(ctx, targets[1].Target); o.Reason != sshdial.ReasonUnknown || !strings.Contains(o.Message, "panic") {
+		t.Errorf("single panicking probe = %+v, want reason unknown with the panic", o)
+	}
+	if obs, ok := reachability.ObservationOf(o); !ok || obs.Reason.Sticky() {
+		t.Errorf("ObservationOf(panicked) = %+v, %v; want a transient observation", obs, ok)
 	}
 }
