@@ -90,7 +90,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, p *Policy, names []string) ([]
 		go func() {
 			defer wg.Done()
 			defer e.Slots.Release(1)
-			out[i] = e.node(ctx, p, name)
+			out[i] = e.contained(ctx, p, name)
 		}()
 	}
 	wg.Wait()
@@ -100,14 +100,61 @@ func (e *Evaluator) Evaluate(ctx context.Context, p *Policy, names []string) ([]
 	return out, nil
 }
 
-// node evaluates one node.
-func (e *Evaluator) node(ctx context.Context, p *Policy, name string) Report {
+// contained evaluates one node with a panic in its evaluation recovered: a
+// bug in the provider costs the checks it hit (unhealthy, the panic in
+// their detail), never the other nodes of the pass nor the process. Checks
+// already decided keep their results.
+func (e *Evaluator) contained(ctx context.Context, p *Policy, name string) (r Report) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		r.Node, r.EvaluatedAt = name, e.now()
+		if len(r.Planned) == 0 {
+			// Nothing says which checks the node has: it was not evaluated.
+			r.Reached = false
+			r.Unreachable = &sshdial.Outcome{Reason: sshdial.ReasonUnknown, Message: panicDetail(v)}
+			return
+		}
+		r.Reached, r.Unreachable = true, nil
+		for i := range r.Results {
+			if r.Results[i] == (Result{}) {
+				r.Results[i] = panicResult(v)
+			}
+		}
+	}()
+	e.node(ctx, p, name, &r)
+	return r
+}
+
+// guarded runs one check's own code (a probe, the reading of its output)
+// with a panic in it contained: that check is unhealthy, the panic in its
+// detail, and the node's other checks go on.
+func guarded(f func() Result) (res Result, panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			res, panicked = panicResult(v), true
+		}
+	}()
+	return f(), false
+}
+
+func panicResult(v any) Result { return Result{Tier: TierProbe, Detail: panicDetail(v)} }
+
+func panicDetail(v any) string {
+	return sshdial.Sanitize(fmt.Sprintf("the probe panicked (a bug in the provider; please report it): %v", v))
+}
+
+// node evaluates one node into r.
+func (e *Evaluator) node(ctx context.Context, p *Policy, name string, r *Report) {
 	n := p.Nodes[name]
-	planned := p.Plan(name)
-	r := Report{Node: name, Roles: sorted(n.Roles), Planned: planned, Results: make([]Result, len(planned))}
-	if len(planned) == 0 {
+	*r = Report{Node: name, Roles: sorted(n.Roles)}
+	r.Planned = p.Plan(name)
+	r.Results = make([]Result, len(r.Planned))
+	if len(r.Planned) == 0 {
 		r.Reached, r.EvaluatedAt = true, e.now()
-		return r
+		return
 	}
 	// An evaluation of the same node still running in this process (the
 	// data source and the resource at once) is waited for, up to this one's
@@ -119,7 +166,7 @@ func (e *Evaluator) node(ctx context.Context, p *Policy, name string) Report {
 			r.Results[i] = Result{Tier: TierProbe, Outstanding: true, OutstandingSince: since,
 				Detail: "previous probe still outstanding since " + since.Format(time.RFC3339)}
 		}
-		return r
+		return
 	}
 	defer e.end(name)
 
@@ -136,15 +183,14 @@ func (e *Evaluator) node(ctx context.Context, p *Policy, name string) Report {
 		if client == nil {
 			r.EvaluatedAt = e.now()
 			r.Unreachable = &o
-			return r
+			return
 		}
 		e.Counters.connections.Add(1)
 		defer func() { _ = client.Close() }()
 		host = sshHost{client: client, counters: &e.Counters}
 	}
-	e.run(ctx, p, name, host, &r)
+	e.run(ctx, p, name, host, r)
 	r.Reached, r.EvaluatedAt = true, e.now()
-	return r
 }
 
 // begin marks node as being evaluated, waiting up to wait for an
@@ -195,6 +241,9 @@ func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, 
 	var scripted []ScriptCheck
 	var at []int
 	var wg sync.WaitGroup
+	// Deferred: a panic below must not leave dial checks writing results
+	// while the node's report is being recovered.
+	defer wg.Wait()
 	for i, pl := range r.Planned {
 		switch c := pl.Check.(type) {
 		case ScriptCheck:
@@ -207,9 +256,9 @@ func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, 
 				dctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
 				start := time.Now()
-				res := c.Probe(dctx, host.Dial)
+				res, panicked := guarded(func() Result { return c.Probe(dctx, host.Dial) })
 				res.Duration = time.Since(start)
-				if dctx.Err() != nil && !res.Healthy {
+				if dctx.Err() != nil && !res.Healthy && !panicked {
 					res.TimedOut, res.Detail = true, "probe timed out"
 				}
 				r.Results[i] = res
@@ -227,23 +276,27 @@ func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, 
 		elapsed := time.Since(start)
 		cancel()
 		parts, perr := s.parse(out)
+		interpret := func(c ScriptCheck, exit int, output string) Result {
+			res, _ := guarded(func() Result { return c.Interpret(exit, output) })
+			return res
+		}
 		for k, c := range scripted {
 			i := at[k]
 			switch {
 			case perr != nil:
 				r.Results[i] = Result{Tier: TierProbe, Detail: perr.Error()}
 			case parts[k].status == "done":
-				res := c.Interpret(parts[k].exit, parts[k].output)
+				res := interpret(c, parts[k].exit, parts[k].output)
 				res.Duration = time.Duration(parts[k].ms) * time.Millisecond
 				r.Results[i] = res
 			case parts[k].status == "outstanding":
-				res := c.Interpret(-1, "")
+				res := interpret(c, -1, "")
 				res.Healthy, res.Outstanding, res.OutstandingSince = false, true, parts[k].since
 				res.Detail = "previous probe still outstanding since " + parts[k].since.Format(time.RFC3339)
 				r.Results[i] = res
 			// sctx is cancelled by now: only its deadline means a timeout.
 			case parts[k].status == "timeout" || (err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded)):
-				res := c.Interpret(-1, parts[k].output)
+				res := interpret(c, -1, parts[k].output)
 				res.Healthy, res.TimedOut, res.Detail, res.Duration = false, true, "probe timed out", timeout
 				r.Results[i] = res
 			case err != nil:
@@ -253,5 +306,4 @@ func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, 
 			}
 		}
 	}
-	wg.Wait()
 }
