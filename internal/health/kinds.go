@@ -48,8 +48,8 @@ func lastLine(out string) string {
 
 // ---- path ----
 
-// PathCheck checks a directory in two tiers: statvfs (and the mount's
-// read-only flag) at every evaluation, and a heartbeat write with fsync when
+// PathCheck checks a directory in two tiers: statvfs (and the read-only
+// flags of the mount and of its file system) at every evaluation, and a heartbeat write with fsync when
 // the last good one is older than the write-probe interval.
 type PathCheck struct{ Path string }
 
@@ -73,11 +73,17 @@ func (PathCheck) Kind() string { return "path" }
 // Target implements Check.
 func (c PathCheck) Target() string { return c.Path }
 
+// ReadOnlySuperblock is the detail of a path whose file system is read-only
+// while the mount it is reached through says rw.
+const ReadOnlySuperblock = "mounted read-only: the file system's superblock is read-only, though this mount's own flag says rw " +
+	"(the kernel remounts a file system read-only after errors, errors=remount-ro)"
+
 // HeartbeatFile is the file a heartbeat writes in a checked path.
 const HeartbeatFile = "_heartbeat"
 
 // Script implements ScriptCheck. Its output is "tier T", then "hb EPOCH_MS"
-// for a good heartbeat, or "fail TEXT". The heartbeat's success marker lives
+// for a good heartbeat, "ro mount" or "ro super" for a read-only mount or
+// file system, or "fail TEXT". The heartbeat's success marker lives
 // in $M (outside the path) and holds the time of the last good heartbeat in
 // milliseconds, shared by every evaluation of this node and path, whoever
 // runs it.
@@ -87,7 +93,7 @@ func (c PathCheck) Script(env ScriptEnv) string {
 echo "tier statvfs"
 if ! e=$(stat -f -c %%i -- "$p" 2>&1 >/dev/null); then echo "fail $e"; return 1; fi
 if [ ! -d "$p" ]; then echo "fail not a directory"; return 1; fi
-if fleet_ro "$p"; then echo "fail mounted read-only"; return 1; fi
+if w=$(fleet_ro "$p"); then echo "ro $w"; return 1; fi
 if [ -f "$ok" ] && read -r t < "$ok" && [ -n "$t" ] && [ $(( $(fleet_ms) - t )) -lt %d ]; then echo "hb $t"; return 0; fi
 echo "tier heartbeat"
 if e=$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ | dd of="$p/%s" conv=fsync status=none 2>&1); then
@@ -108,6 +114,10 @@ func (c PathCheck) Interpret(exit int, output string) Result {
 			if n, err := strconv.ParseInt(strings.TrimPrefix(line, "hb "), 10, 64); err == nil {
 				r.Heartbeat = time.UnixMilli(n).UTC()
 			}
+		case line == "ro mount":
+			r.Detail = "mounted read-only"
+		case line == "ro super":
+			r.Detail = ReadOnlySuperblock
 		case strings.HasPrefix(line, "fail "):
 			r.Detail = plainError(strings.TrimPrefix(line, "fail "))
 		}

@@ -37,13 +37,20 @@ type script struct {
 
 // roHelper tells whether the mount holding a directory is read-only, from
 // /proc/self/mountinfo (the mount point that is the longest prefix of the
-// directory's physical path).
+// directory's physical path): it prints "mount" when the mount's own flag
+// is ro, "super" when only its superblock's is (the super options, after
+// the " - " separator: a file system the kernel forced read-only after
+// errors, seen through a bind mount whose own flag still says rw), and
+// fails when neither is.
 const roHelper = `fleet_ro() {
   fleet_r=$(cd -- "$1" 2>/dev/null && pwd -P) || return 1
   awk -v p="$fleet_r" 'BEGIN { best = -1 }
     { m = $5; gsub(/\\040/, " ", m)
-      if (m == "/" || p == m || substr(p, 1, length(m) + 1) == m "/") { if (length(m) > best) { best = length(m); o = $6 } } }
-    END { n = split(o, a, ","); for (i = 1; i <= n; i++) if (a[i] == "ro") exit 0; exit 1 }' /proc/self/mountinfo
+      if (m == "/" || p == m || substr(p, 1, length(m) + 1) == m "/") {
+        if (length(m) > best) { best = length(m); o = $6; so = ""; for (i = 7; i < NF; i++) if ($i == "-") { so = $(i + 3); break } } } }
+    END { n = split(o, a, ","); for (i = 1; i <= n; i++) if (a[i] == "ro") { print "mount"; exit 0 }
+      n = split(so, a, ","); for (i = 1; i <= n; i++) if (a[i] == "ro") { print "super"; exit 0 }
+      exit 1 }' /proc/self/mountinfo
 }
 `
 

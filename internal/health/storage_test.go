@@ -102,6 +102,79 @@ func checkReadOnly(t *testing.T, h storageHost) {
 	}
 }
 
+func TestLocalPathReadOnlySuperblock(t *testing.T) { checkReadOnlySuperblock(t, localHost(t)) }
+func TestSSHDPathReadOnlySuperblock(t *testing.T)  { checkReadOnlySuperblock(t, sshdHost(t)) }
+
+// checkReadOnlySuperblock: a file system the kernel forced read-only
+// (errors=remount-ro) is read-only in its superblock, while a bind mount of
+// it keeps its own flag rw. The checked path is such a bind mount, and its
+// heartbeat is fresh, so only the cheap tier runs: it must see the
+// superblock's flag, or the node stays healthy until the next heartbeat.
+func checkReadOnlySuperblock(t *testing.T, h storageHost) {
+	fs, root := t.TempDir(), t.TempDir()
+	blobs := filepath.Join(root, "blobs")
+	if err := os.Mkdir(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.ns.MountTmpfs(t, fs)
+	h.ns.Run(t, "mount", "--bind", fs, blobs)
+	node := uniqueNode(t, "ro-super")
+	p := pathPolicy(root, node, h.node, 2*time.Second)
+	p.WriteProbeInterval = time.Hour // after the first heartbeat, only the cheap tier runs
+	forgetMarkers(t, p, node)
+	e := h.evaluator()
+	id := "path:" + blobs
+
+	r, _ := evalNode(t, e, p, node)
+	if res := result(t, r, id); r.State() != StateHealthy || res.Tier != TierHeartbeat {
+		t.Fatalf("before the fault: %s%s", describeReport(r, p), h.log())
+	}
+
+	// Remount the file system itself, not the bind mount.
+	h.ns.RemountReadOnly(t, fs)
+	mount, super := mountFlags(t, h.ns, blobs)
+	if mount != "rw" || super != "ro" {
+		t.Fatalf("the bind mount's flags: own %q, superblock %q; the test needs rw and ro", mount, super)
+	}
+	r, _ = evalNode(t, e, p, node)
+	res := result(t, r, id)
+	if r.State() != StateError || res.Healthy || res.Tier != TierStatvfs {
+		t.Fatalf("superblock read-only, fresh heartbeat: %s%s", describeReport(r, p), h.log())
+	}
+	wantContains(t, "superblock read-only detail", res.Detail, "mounted read-only", "superblock")
+	wantContains(t, "superblock read-only reason", r.Reason(p), "node "+node, "blob storage", blobs+": mounted read-only")
+
+	h.ns.RemountReadWrite(t, fs)
+	if r, _ = evalNode(t, e, p, node); r.State() != StateHealthy {
+		t.Errorf("after RemountReadWrite: %s", describeReport(r, p))
+	}
+}
+
+// mountFlags reads, inside ns, the read-only flags of the mount at dir from
+// /proc/self/mountinfo: the mount's own (field 6) and its superblock's
+// (the super options, after the " - " separator).
+func mountFlags(t *testing.T, ns *sshtest.MountNamespace, dir string) (mount, super string) {
+	t.Helper()
+	for _, line := range strings.Split(ns.Run(t, "cat", "/proc/self/mountinfo"), "\n") {
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if len(f) < 6 || f[4] != dir || sep < 0 || sep+3 >= len(f) {
+			continue
+		}
+		flag := func(opts string) string {
+			if slices.Contains(strings.Split(opts, ","), "ro") {
+				return "ro"
+			}
+			return "rw"
+		}
+		mount, super = flag(f[5]), flag(f[sep+3])
+	}
+	if mount == "" {
+		t.Fatalf("%s is not a mount point in the namespace", dir)
+	}
+	return mount, super
+}
+
 func TestLocalPathHungHeartbeat(t *testing.T) { checkHungHeartbeat(t, localHost(t)) }
 func TestSSHDPathHungHeartbeat(t *testing.T)  { checkHungHeartbeat(t, sshdHost(t)) }
 

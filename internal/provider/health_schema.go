@@ -21,10 +21,10 @@ var policyDescriptions = map[string]string{
 		"(\"probe timed out\"): a hard NFS mount hangs instead of failing. Reaching a node over SSH is bounded by it too (and by 10 s at most); " +
 		"then all the node's checks together are bounded by it, however many paths hang. Default `10s`.",
 	"write_probe_interval": "How often, at most, a path check writes and fsyncs its `_heartbeat` file, per path and node, as a Go duration. " +
-		"Between heartbeats a path is checked with `statvfs` and its mount's read-only flag. `0s` writes at every evaluation. Default `300s`.",
+		"Between heartbeats a path is checked with `statvfs` and the read-only flags of its mount and of its file system (the superblock). `0s` writes at every evaluation. Default `300s`.",
 	"checks": "The checks, by name. Each sets exactly one kind: `path`, `command`, `tcp`, `http` or `systemd_unit`. " +
 		"A check's identity is its kind and resolved target, so the same path declared twice is probed once.",
-	"check.path":         "A directory that must be healthy: `statvfs` succeeds, its mount is not read-only, and a heartbeat write with fsync succeeds. Relative paths resolve under `storage_root`.",
+	"check.path":         "A directory that must be healthy: `statvfs` succeeds, neither its mount nor its file system is read-only, and a heartbeat write with fsync succeeds. Relative paths resolve under `storage_root`.",
 	"check.command":      "A shell command run on the node; healthy when it exits 0 within `probe_timeout`.",
 	"check.tcp":          "`host:port` the node must be able to connect to (from the node: over its SSH connection, which needs `AllowTcpForwarding` on the node, or locally).",
 	"check.http":         "A URL requested from the node (as for `tcp`); healthy when it answers `expect_status`. Failed requests are retried (`retries`) within `probe_timeout`.",
