@@ -147,7 +147,7 @@ esac
 
 	// A node without systemctl: the script's other tools only.
 	tools := t.TempDir()
-	for _, name := range []string{"sh", "id", "mkdir", "mktemp", "date", "sleep", "cat", "rm", "mv"} {
+	for _, name := range []string{"sh", "id", "mkdir", "mktemp", "date", "sleep", "cat", "rm", "mv", "stat"} {
 		if err := os.Symlink(lookPath(t, name, "coreutils"), filepath.Join(tools, name)); err != nil {
 			t.Fatal(err)
 		}

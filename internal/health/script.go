@@ -17,7 +17,33 @@ import (
 // probe of the same check starts on that node while it hangs, even from
 // another run or another provider process; and the last good heartbeat of
 // each path.
+//
+// Its name is predictable and its parent writable by everyone, so another
+// user of the node may have made it first, as a directory of theirs or a
+// link to anywhere the login (root, say) can write. markerDirCheck refuses
+// such a directory before anything is written in or through it.
 const MarkerDir = `${TMPDIR:-/tmp}/fleet-node-health.$(id -u)`
+
+// markerDirCheck fails the script, naming the directory and the fix, if
+// the marker directory's parent lets others rename it away (writable by
+// others without the sticky bit); then makes the directory (0700, under
+// umask 077) if it is not there, and fails if it is a symbolic link, is
+// not owned by the login, or is writable by anyone else. stat does not
+// follow links (%F says "symbolic link"); %A is the mode as ls shows it,
+// matched by position. It has a format verb for the script's tag.
+const markerDirCheck = `fleet_fatal() { echo "%[1]s fatal $*"; exit 0; }
+fleet_pa=$(stat -L -c '%%A' -- "${M%%/*}/.") || fleet_pa=
+case "$fleet_pa" in ????????w[!tT]) fleet_fatal "the directory holding the marker directory $M is writable by others without the sticky bit (mode $fleet_pa), so another user can replace it: set TMPDIR to a directory only this login can write" ;; esac
+[ -L "$M" ] || [ -d "$M" ] || mkdir -p -- "$M" 2>/dev/null || [ -d "$M" ] || fleet_fatal "cannot create the marker directory $M"
+fleet_u=$(id -u)
+fleet_st=$(stat -c '%%u %%A %%F' -- "$M") || fleet_fatal "cannot read the marker directory $M"
+fleet_o=${fleet_st%%%% *} fleet_st=${fleet_st#* }
+fleet_a=${fleet_st%%%% *} fleet_f=${fleet_st#* }
+fleet_fix="remove it (rm -rf -- '$M', as root if need be) and evaluate again: the provider makes it anew, mode 0700"
+[ "$fleet_f" = directory ] || fleet_fatal "the marker directory $M is a $fleet_f, not a directory this login made (another user may have planted it to redirect writes): $fleet_fix"
+[ "$fleet_o" = "$fleet_u" ] || fleet_fatal "the marker directory $M is owned by uid $fleet_o, not by this login (uid $fleet_u): another user made it; $fleet_fix"
+case "$fleet_a" in ?????w????|????????w?) fleet_fatal "the marker directory $M is writable by other users (mode $fleet_a): another user can plant links in it; $fleet_fix" ;; esac
+`
 
 // markerKey names a check of a node on the node.
 func markerKey(node, id string) string {
@@ -60,7 +86,7 @@ func newScript(node string, checks []ScriptCheck, timeout, interval time.Duratio
 	s := script{tag: "@@fleet-" + hex.EncodeToString(nonce[:]), n: len(checks)}
 	var b strings.Builder
 	fmt.Fprintf(&b, "umask 077\nM=\"%s\"\n", MarkerDir)
-	fmt.Fprintf(&b, "mkdir -p \"$M\" || { echo \"%s fatal cannot create the marker directory $M\"; exit 0; }\n", s.tag)
+	fmt.Fprintf(&b, markerDirCheck, s.tag)
 	fmt.Fprintf(&b, "W=$(mktemp -d) || { echo \"%s fatal mktemp -d failed\"; exit 0; }\n", s.tag)
 	b.WriteString("fleet_ms() { date +%s%3N; }\n")
 	b.WriteString(roHelper)

@@ -1,10 +1,15 @@
 package health
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
 func parseScript() script {
@@ -122,6 +127,105 @@ func TestScriptNodeShellMisbehaves(t *testing.T) {
 				t.Errorf("healthy %v, %v\n%s", one.Healthy, two.Healthy, describeReport(r, p))
 			}
 		})
+	}
+}
+
+func TestLocalMarkerDirectoryRefused(t *testing.T) {
+	checkMarkerDirectoryRefused(t, func(t *testing.T, tmpdir string) (Node, *Evaluator) {
+		return Node{Local: true}, newEvaluator([]string{"env", "TMPDIR=" + tmpdir, "/bin/sh", "-s"})
+	})
+}
+
+func TestSSHDMarkerDirectoryRefused(t *testing.T) {
+	checkMarkerDirectoryRefused(t, func(t *testing.T, tmpdir string) (Node, *Evaluator) {
+		s := sshtest.StartSSHD(t, sshtest.WithConfigLines("SetEnv TMPDIR="+tmpdir))
+		return sshdNode(s), newEvaluator(nil)
+	})
+}
+
+// checkMarkerDirectoryRefused: the node keeps its probe markers, and
+// writes them (as root, say), in ${TMPDIR:-/tmp}/fleet-node-health.<uid>,
+// a predictable name in a directory everyone can write. One that another
+// user made (owned by someone else), that others can write, or that is a
+// symbolic link is refused before anything is written in or through it:
+// the checks fail naming the directory and the fix. One the login made
+// itself is used; a missing one is made, mode 0700. node starts a node
+// whose shell sees TMPDIR=tmpdir.
+func checkMarkerDirectoryRefused(t *testing.T, node func(t *testing.T, tmpdir string) (Node, *Evaluator)) {
+	checks := map[string]CheckDecl{"sh": specDecl("command", map[string]any{"command": "echo ran"})}
+	uid := strconv.Itoa(os.Getuid())
+	for _, c := range []struct {
+		name  string
+		plant func(t *testing.T, dir, elsewhere string) // makes dir as an attacker would; nil: nothing there
+		want  []string                                  // in the detail, besides the directory's name
+	}{
+		{"absent: made 0700", nil, nil},
+		{"owned by another user", func(t *testing.T, dir, _ string) {
+			mkdirMode(t, dir, 0o700)
+			if err := os.Lchown(dir, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"is owned by uid 65534, not by this login (uid " + uid + ")", "remove it"}},
+		{"writable by others", func(t *testing.T, dir, _ string) { mkdirMode(t, dir, 0o777) },
+			[]string{"writable by other users", "drwxrwxrwx", "remove it"}},
+		{"writable by the group", func(t *testing.T, dir, _ string) { mkdirMode(t, dir, 0o770) },
+			[]string{"writable by other users", "drwxrwx---", "remove it"}},
+		{"a symbolic link", func(t *testing.T, dir, elsewhere string) {
+			if err := os.Symlink(elsewhere, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"is a symbolic link", "remove it"}},
+		{"in a directory others can write, not sticky", func(t *testing.T, dir, _ string) {
+			if err := os.Chmod(filepath.Dir(dir), 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"writable by others without the sticky bit", "drwxrwxrwx", "set TMPDIR"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tmpdir := t.TempDir()
+			dir := filepath.Join(tmpdir, "fleet-node-health."+uid)
+			elsewhere := t.TempDir() // where a planted link points
+			if c.plant != nil {
+				c.plant(t, dir, elsewhere)
+			}
+			n, e := node(t, tmpdir)
+			name := uniqueNode(t, "marker")
+			p := kindPolicy(name, n, 5*time.Second, checks)
+			r, _ := evalNode(t, e, p, name)
+			res := result(t, r, "command:echo ran")
+			if c.plant == nil {
+				if r.State() != StateHealthy {
+					t.Fatalf("no marker directory yet: %s", describeReport(r, p))
+				}
+				fi, err := os.Lstat(dir)
+				if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+					t.Fatalf("the marker directory made: %v, %v; want a directory, mode 0700", fi, err)
+				}
+				return
+			}
+			if res.Healthy || r.State() != StateError {
+				t.Fatalf("a planted marker directory was used: %s", describeReport(r, p))
+			}
+			wantContains(t, "detail", res.Detail, append([]string{"marker directory " + dir}, c.want...)...)
+			if entries, err := os.ReadDir(elsewhere); err != nil || len(entries) > 0 {
+				t.Errorf("written through the planted link: %v, %v", entries, err)
+			}
+			if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
+				if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+					t.Errorf("written into the planted directory: %v, %v", entries, err)
+				}
+			}
+		})
+	}
+}
+
+func mkdirMode(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil { // past the umask
+		t.Fatal(err)
 	}
 }
 
