@@ -6,6 +6,7 @@ import (
 
 	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
 	"github.com/fleetops/terraform-provider-fleet/internal/reachability"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
 
 // The condition types of a node, in their fixed order.
@@ -45,9 +46,13 @@ type Record struct {
 	Reason        string
 	ErrorSince    time.Time // zero unless State is StateError
 	LastClear     *Clear
-	HealthyStreak int                  // evaluations in a row without a failed check, while in error
-	Heartbeats    map[string]time.Time // path → last good heartbeat
-	Conditions    []conditions.Condition
+	HealthyStreak int // evaluations in a row without a failed check, while in error
+	// UnreachableStreak is how many evaluations in a row could not reach
+	// the node: the streak of the reachability rule, which decides when an
+	// unreached node becomes missing.
+	UnreachableStreak int
+	Heartbeats        map[string]time.Time // path → last good heartbeat
+	Conditions        []conditions.Condition
 }
 
 // ClearResult says what became of a clear requested with an evaluation.
@@ -66,6 +71,13 @@ const (
 // checks pass at that moment, or after autoClearAfter healthy evaluations
 // in a row when that is above zero. Missing never hides an error (error
 // takes precedence), and an unreachable node keeps its heartbeats.
+//
+// A node that cannot be reached becomes missing by the reachability rule
+// (reachability.Observe): a host key mismatch or a configuration fault at
+// once; a transient failure (network, timeout, auth, unknown) only on the
+// second evaluation in a row. Until then the node keeps its last state, and
+// its reason says it could not be reached and what comes next. A node never
+// evaluated before has no last state to keep: it is missing at once.
 func Advance(prev *Record, r Report, p *Policy, clearNote *string, autoClearAfter int, generation int64) (Record, ClearResult, error) {
 	now := r.EvaluatedAt
 	next := Record{Heartbeats: map[string]time.Time{}}
@@ -82,6 +94,18 @@ func Advance(prev *Record, r Report, p *Policy, clearNote *string, autoClearAfte
 	}
 	observed := r.State()
 	next.State, next.Reason = observed, r.Reason(p)
+	held := false // an unreached node keeping its last state for now
+	if !r.Reached {
+		reach := reachability.Observe(reachOf(prev, r.Node), unreachedObservation(r))
+		next.UnreachableStreak = reach.ConsecutiveFailures
+		// The rule leaves a reachable host reachable below the threshold; a
+		// node in error keeps its error whatever the rule says, below.
+		if held = reach.State == reachability.StateReachable && prev.State != StateError; held {
+			next.State = prev.State
+			next.Reason = fmt.Sprintf("node %s could not be reached to evaluate its checks: %s. It keeps its last state (%s) for now, "+
+				"and will be marked missing if the next evaluation fails too", r.Node, unreachable(r.Unreachable), prev.State)
+		}
+	}
 	result := ClearNone
 	wasError := prev != nil && prev.State == StateError
 	switch {
@@ -111,12 +135,43 @@ func Advance(prev *Record, r Report, p *Policy, clearNote *string, autoClearAfte
 		}
 	}
 	var err error
-	next.Conditions, err = nodeConditions(prev, next, r, observed, generation)
+	next.Conditions, err = nodeConditions(prev, next, r, observed, held, generation)
 	return next, result, err
 }
 
+// reachOf is a node's record as the reachability rule reads it: unknown
+// before the first evaluation, unreachable while missing, reachable
+// otherwise, with the streak of evaluations that could not reach it.
+func reachOf(prev *Record, node string) reachability.Record {
+	if prev == nil {
+		return reachability.Reset(node)
+	}
+	state := reachability.StateReachable
+	if prev.State == StateMissing {
+		state = reachability.StateUnreachable
+	}
+	return reachability.Record{State: state, ConsecutiveFailures: prev.UnreachableStreak, Host: node}
+}
+
+// unreachedObservation is the failure to reach the node, as the
+// reachability rule takes it. An outcome that names no failure (none is
+// made today) counts as a transient one of unknown cause.
+func unreachedObservation(r Report) reachability.Observation {
+	var obs reachability.Observation
+	if r.Unreachable != nil {
+		obs, _ = reachability.ObservationOf(*r.Unreachable)
+	}
+	if obs.Reason == sshdial.ReasonNone {
+		obs.Reason = sshdial.ReasonUnknown
+	}
+	obs.Host, obs.CheckedAt = r.Node, r.EvaluatedAt
+	return obs
+}
+
 // nodeConditions sets Evaluated, Healthy and Schedulable from the record.
-func nodeConditions(prev *Record, next Record, r Report, observed State, generation int64) ([]conditions.Condition, error) {
+// A node held in its last state was not evaluated: its Healthy and
+// Schedulable conditions stay as they were.
+func nodeConditions(prev *Record, next Record, r Report, observed State, held bool, generation int64) ([]conditions.Condition, error) {
 	var conds []conditions.Condition
 	if prev != nil {
 		conds = prev.Conditions
@@ -159,7 +214,13 @@ func nodeConditions(prev *Record, next Record, r Report, observed State, generat
 		}
 		return set(ConditionSchedulable, conditions.True, ReasonNodeSchedulable, fmt.Sprintf("node %s is %s", r.Node, next.State))
 	}
-	for _, f := range []func() error{evaluated, healthy, schedulable} {
+	steps := []func() error{evaluated, healthy, schedulable}
+	_, hasHealthy := conditions.Find(conds, ConditionHealthy)
+	_, hasSchedulable := conditions.Find(conds, ConditionSchedulable)
+	if held && hasHealthy && hasSchedulable {
+		steps = steps[:1]
+	}
+	for _, f := range steps {
 		if err := f(); err != nil {
 			return nil, err
 		}

@@ -30,8 +30,21 @@ type observation int
 const (
 	pass observation = iota
 	fail
-	unreached
+	unreached        // a transient failure to reach the node: connection refused
+	unreachedTimeout // transient: no answer within the timeout
+	unreachedAuth    // transient: the node refused the credentials
+	unreachedHostKey // sticky: the node's key is not the pinned one
+	unreachedConfig  // sticky: the connection cannot be made as configured
 )
+
+// unreachedOutcomes are the outcomes of the unreached observations.
+var unreachedOutcomes = map[observation]sshdial.Outcome{
+	unreached:        {Reason: sshdial.ReasonNetwork, Message: "dial tcp 192.0.2.7:22: connect: connection refused"},
+	unreachedTimeout: {Reason: sshdial.ReasonTimeout, Message: "192.0.2.7:22: i/o timeout"},
+	unreachedAuth:    {Reason: sshdial.ReasonAuth, Message: "192.0.2.7:22: ssh: unable to authenticate"},
+	unreachedHostKey: {Reason: sshdial.ReasonHostKey, Message: "192.0.2.7:22: host key mismatch"},
+	unreachedConfig:  {Reason: sshdial.ReasonConfig, Message: "192.0.2.7:22: cannot read /k"},
+}
 
 func observe(p *Policy, o observation, at time.Time) Report {
 	planned := p.Plan(recordNode)
@@ -43,8 +56,9 @@ func observe(p *Policy, o observation, at time.Time) Report {
 	case fail:
 		r.Reached = true
 		r.Results[0] = Result{Tier: TierStatvfs, Detail: "mounted read-only"}
-	case unreached:
-		r.Unreachable = &sshdial.Outcome{Reason: sshdial.ReasonNetwork, Message: "dial tcp 192.0.2.7:22: connect: connection refused"}
+	case unreached, unreachedTimeout, unreachedAuth, unreachedHostKey, unreachedConfig:
+		o := unreachedOutcomes[o]
+		r.Unreachable = &o
 	}
 	return r
 }
@@ -82,7 +96,8 @@ func TestAdvanceStickyError(t *testing.T) {
 			{name: "clear while passing", obs: pass, clear: strp("disk replaced"), state: StateHealthy, result: ClearApplied, reason: []string{"is healthy"}, errorSince: none, lastClear: 6, clearNote: "disk replaced", healthyCond: ReasonChecksPass},
 			{name: "healthy after the clear", obs: pass, state: StateHealthy, errorSince: none, lastClear: 6, clearNote: "disk replaced", healthyCond: ReasonChecksPass},
 			{name: "clear of a healthy node", obs: pass, clear: strp("again"), state: StateHealthy, result: ClearNone, errorSince: none, lastClear: 6, clearNote: "disk replaced", healthyCond: ReasonChecksPass},
-			{name: "missing, not in error", obs: unreached, state: StateMissing, reason: []string{"node n1 is missing"}, errorSince: none, lastClear: 6, healthyCond: ReasonNotEvaluated},
+			{name: "unreached once, not in error: held healthy", obs: unreached, state: StateHealthy, reason: []string{"node n1 could not be reached", "keeps its last state (healthy)", "marked missing if the next evaluation fails too"}, errorSince: none, lastClear: 6, healthyCond: ReasonChecksPass},
+			{name: "unreached twice: missing", obs: unreached, state: StateMissing, reason: []string{"node n1 is missing"}, errorSince: none, lastClear: 6, healthyCond: ReasonNotEvaluated},
 		}},
 		{"auto clear after 2", []recordStep{
 			{name: "fail", obs: fail, autoClear: 2, state: StateError, errorSince: 0, lastClear: none, healthyCond: ReasonChecksFailed},
@@ -135,6 +150,129 @@ func TestAdvanceStickyError(t *testing.T) {
 				prev = &rec
 			}
 		})
+	}
+}
+
+// TestAdvanceMissingHysteresis: a node that cannot be reached becomes
+// missing by the reachability rule. A transient failure keeps its last
+// state for one evaluation (the second in a row makes it missing); a sticky
+// one (host key, configuration) makes it missing at once; any evaluation
+// that reaches the node ends the streak; error is never hidden; and a node
+// with no last state is missing at once.
+func TestAdvanceMissingHysteresis(t *testing.T) {
+	type step struct {
+		obs    observation
+		state  State
+		streak int
+		reason string // part of the reason
+	}
+	const (
+		held    = "keeps its last state"
+		missing = "is missing: it could not be reached"
+	)
+	for _, seq := range []struct {
+		name  string
+		steps []step
+	}{
+		{"healthy, one transient failure, back", []step{
+			{pass, StateHealthy, 0, "is healthy"},
+			{unreached, StateHealthy, 1, held + " (healthy) for now, and will be marked missing if the next evaluation fails too"},
+			{pass, StateHealthy, 0, "is healthy"},
+			{unreached, StateHealthy, 1, "connection refused (network)"},
+		}},
+		{"two transient failures in a row, of any kind", []step{
+			{pass, StateHealthy, 0, ""},
+			{unreachedTimeout, StateHealthy, 1, held},
+			{unreachedAuth, StateMissing, 2, missing},
+			{unreached, StateMissing, 3, missing},
+			{pass, StateHealthy, 0, "is healthy"},
+		}},
+		{"sticky at once: host key", []step{
+			{pass, StateHealthy, 0, ""},
+			{unreachedHostKey, StateMissing, 1, "host key mismatch (host_key)"},
+			{unreached, StateMissing, 2, missing},
+		}},
+		{"sticky at once: config", []step{
+			{pass, StateHealthy, 0, ""},
+			{unreachedConfig, StateMissing, 1, "(config)"},
+		}},
+		{"sticky after a transient one", []step{
+			{pass, StateHealthy, 0, ""},
+			{unreached, StateHealthy, 1, held},
+			{unreachedHostKey, StateMissing, 2, "(host_key)"},
+		}},
+		{"never evaluated: missing at once", []step{
+			{unreached, StateMissing, 1, missing},
+			{unreached, StateMissing, 2, missing},
+			{pass, StateHealthy, 0, "is healthy"},
+		}},
+		{"missing stays missing until reached", []step{
+			{unreached, StateMissing, 1, missing},
+			{pass, StateHealthy, 0, ""},
+			{unreached, StateHealthy, 1, held},
+			{unreached, StateMissing, 2, missing},
+		}},
+		{"error is kept whatever the streak", []step{
+			{fail, StateError, 0, "mounted read-only"},
+			{unreached, StateError, 1, "could not be evaluated now"},
+			{unreached, StateError, 2, "could not be evaluated now"},
+			{unreachedHostKey, StateError, 3, "could not be evaluated now"},
+			{pass, StateError, 0, "awaiting operator clear"},
+		}},
+		{"a failing check ends the hold", []step{
+			{pass, StateHealthy, 0, ""},
+			{unreached, StateHealthy, 1, held},
+			{fail, StateError, 0, "mounted read-only"},
+		}},
+	} {
+		t.Run(seq.name, func(t *testing.T) {
+			p := recordPolicy()
+			t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+			var prev *Record
+			for i, st := range seq.steps {
+				r := observe(p, st.obs, t0.Add(time.Duration(i)*time.Minute))
+				rec, _, err := Advance(prev, r, p, nil, 0, 7)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if rec.State != st.state || rec.UnreachableStreak != st.streak || !strings.Contains(rec.Reason, st.reason) {
+					t.Fatalf("step %d: state %s, streak %d, reason %q; want %s, %d, a reason containing %q",
+						i, rec.State, rec.UnreachableStreak, rec.Reason, st.state, st.streak, st.reason)
+				}
+				conds := map[string]conditions.Condition{}
+				for _, c := range rec.Conditions {
+					conds[c.Type] = c
+				}
+				if ev := conds[ConditionEvaluated]; (ev.Status == conditions.True) != r.Reached {
+					t.Errorf("step %d: Evaluated %+v, reached %v", i, ev, r.Reached)
+				}
+				if sched := conds[ConditionSchedulable]; (sched.Status == conditions.True) != rec.State.Schedulable() {
+					t.Errorf("step %d: Schedulable %+v in state %s", i, sched, rec.State)
+				}
+				// A held node was not evaluated: Healthy and Schedulable are
+				// the previous evaluation's, untouched.
+				if prev != nil && !r.Reached && rec.State == prev.State && rec.State != StateMissing && rec.State != StateError {
+					for k := 1; k < len(ConditionTypes); k++ {
+						if rec.Conditions[k] != prev.Conditions[k] {
+							t.Errorf("step %d: held node's %s changed: %+v → %+v", i, ConditionTypes[k], prev.Conditions[k], rec.Conditions[k])
+						}
+					}
+				}
+				prev = &rec
+			}
+		})
+	}
+}
+
+// TestInstantUnreachedIsMissing: the data source has no memory, so a node
+// it cannot reach is missing at once, whatever the failure.
+func TestInstantUnreachedIsMissing(t *testing.T) {
+	p := recordPolicy()
+	for _, o := range []observation{unreached, unreachedTimeout, unreachedAuth, unreachedHostKey, unreachedConfig} {
+		rec, err := Instant(observe(p, o, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)), p, 1)
+		if err != nil || rec.State != StateMissing {
+			t.Errorf("Instant(%s) = %s, %v; want missing", unreachedOutcomes[o].Reason, rec.State, err)
+		}
 	}
 }
 

@@ -33,23 +33,26 @@ var objectTypeStatusAttrTypes = map[string]attr.Type{
 var lastClearAttrTypes = map[string]attr.Type{"note": types.StringType, "at": timetypes.RFC3339Type{}}
 
 var nodeStatusAttrTypes = map[string]attr.Type{
-	"state":             types.StringType,
-	"reason":            types.StringType,
-	"roles":             types.ListType{ElemType: types.StringType},
-	"checks":            types.ListType{ElemType: types.ObjectType{AttrTypes: checkStatusAttrTypes}},
-	"object_types":      types.ListType{ElemType: types.ObjectType{AttrTypes: objectTypeStatusAttrTypes}},
-	"last_heartbeat_at": types.MapType{ElemType: timetypes.RFC3339Type{}},
-	"error_since":       timetypes.RFC3339Type{},
-	"last_clear":        types.ObjectType{AttrTypes: lastClearAttrTypes},
-	"healthy_streak":    types.Int64Type,
-	"evaluated_at":      timetypes.RFC3339Type{},
-	"conditions":        types.ListType{ElemType: conditionObjectType},
+	"state":              types.StringType,
+	"reason":             types.StringType,
+	"roles":              types.ListType{ElemType: types.StringType},
+	"checks":             types.ListType{ElemType: types.ObjectType{AttrTypes: checkStatusAttrTypes}},
+	"object_types":       types.ListType{ElemType: types.ObjectType{AttrTypes: objectTypeStatusAttrTypes}},
+	"last_heartbeat_at":  types.MapType{ElemType: timetypes.RFC3339Type{}},
+	"error_since":        timetypes.RFC3339Type{},
+	"last_clear":         types.ObjectType{AttrTypes: lastClearAttrTypes},
+	"healthy_streak":     types.Int64Type,
+	"unreachable_streak": types.Int64Type,
+	"evaluated_at":       timetypes.RFC3339Type{},
+	"conditions":         types.ListType{ElemType: conditionObjectType},
 }
 
 var nodeStatusType = types.ObjectType{AttrTypes: nodeStatusAttrTypes}
 
 var statusDescriptions = map[string]string{
-	"state":             "`healthy`, `degraded` (only checks with `severity = \"degraded\"` fail; still schedulable), `error` (a check a hosted object type depends on failed; not schedulable) or `missing` (the node could not be reached to evaluate; never reported as `error`).",
+	"state": "`healthy`, `degraded` (only checks with `severity = \"degraded\"` fail; still schedulable), `error` (a check a hosted object type depends on failed; not schedulable) or `missing` (the node could not be reached to evaluate; never reported as `error`). " +
+		"`fleet_node_health_policy` marks a node `missing` at once for a host key mismatch or a configuration fault, and on the second evaluation in a row for a transient failure; " +
+		"after the first it keeps its last state.",
 	"reason":            "The state in prose: the node, the role and object types concerned, each failed check's path or target and its cause.",
 	"roles":             "The node's roles.",
 	"checks":            "Every check the node ran, de-duplicated by identity (kind and resolved target), in order of `id`.",
@@ -69,7 +72,10 @@ var statusDescriptions = map[string]string{
 	"error_since":       "When the node entered `error`; null otherwise.",
 	"last_clear":        "The last clear of the node's error: the `clear_errors` note (or the automatic clear) and when it took effect.",
 	"healthy_streak":    "Evaluations in a row with every check passing while the node stays in `error` awaiting a clear.",
-	"evaluated_at":      "When the node was last evaluated (RFC 3339, UTC).",
+	"unreachable_streak": "Evaluations in a row that could not reach the node. `fleet_node_health_policy` marks a node `missing` when this reaches 2 " +
+		"(a dropped connection, a timeout, a refused login), or at once for a host key mismatch or a configuration fault; after one transient failure " +
+		"the node keeps its last state, with a warning. The data source has no memory: a node it cannot reach is `missing` at once.",
+	"evaluated_at": "When the node was last evaluated (RFC 3339, UTC).",
 }
 
 func statusDesc(k string) string { return statusDescriptions[k] }
@@ -102,9 +108,10 @@ func resourceNodeStatusAttributes() map[string]rschema.Attribute {
 			"note": rschema.StringAttribute{Computed: true, MarkdownDescription: "The clear's note."},
 			"at":   rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When the clear took effect."},
 		}},
-		"healthy_streak": rschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("healthy_streak")},
-		"evaluated_at":   ts("evaluated_at"),
-		"conditions":     conditionsAttribute("`Evaluated`, `Healthy`, `Schedulable`"),
+		"healthy_streak":     rschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("healthy_streak")},
+		"unreachable_streak": rschema.Int64Attribute{Computed: true, MarkdownDescription: statusDesc("unreachable_streak")},
+		"evaluated_at":       ts("evaluated_at"),
+		"conditions":         conditionsAttribute("`Evaluated`, `Healthy`, `Schedulable`"),
 	}
 }
 
@@ -155,14 +162,15 @@ func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) (type
 	conds, diags := conditionsValue(rec.Conditions)
 	return types.ObjectValueMust(nodeStatusAttrTypes, map[string]attr.Value{
 		"state": types.StringValue(string(rec.State)), "reason": types.StringValue(rec.Reason), "roles": stringList(r.Roles),
-		"checks":            types.ListValueMust(types.ObjectType{AttrTypes: checkStatusAttrTypes}, checks),
-		"object_types":      types.ListValueMust(types.ObjectType{AttrTypes: objectTypeStatusAttrTypes}, orEmpty(typesOut)),
-		"last_heartbeat_at": types.MapValueMust(timetypes.RFC3339Type{}, hb),
-		"error_since":       timestamp(rec.ErrorSince),
-		"last_clear":        lastClear,
-		"healthy_streak":    types.Int64Value(int64(rec.HealthyStreak)),
-		"evaluated_at":      timestamp(r.EvaluatedAt),
-		"conditions":        conds,
+		"checks":             types.ListValueMust(types.ObjectType{AttrTypes: checkStatusAttrTypes}, checks),
+		"object_types":       types.ListValueMust(types.ObjectType{AttrTypes: objectTypeStatusAttrTypes}, orEmpty(typesOut)),
+		"last_heartbeat_at":  types.MapValueMust(timetypes.RFC3339Type{}, hb),
+		"error_since":        timestamp(rec.ErrorSince),
+		"last_clear":         lastClear,
+		"healthy_streak":     types.Int64Value(int64(rec.HealthyStreak)),
+		"unreachable_streak": types.Int64Value(int64(rec.UnreachableStreak)),
+		"evaluated_at":       timestamp(r.EvaluatedAt),
+		"conditions":         conds,
 	}), diags
 }
 
@@ -186,8 +194,10 @@ type nodeStatusModel struct {
 	ErrorSince      timetypes.RFC3339 `tfsdk:"error_since"`
 	LastClear       *lastClearModel   `tfsdk:"last_clear"`
 	HealthyStreak   types.Int64       `tfsdk:"healthy_streak"`
-	EvaluatedAt     timetypes.RFC3339 `tfsdk:"evaluated_at"`
-	Conditions      types.List        `tfsdk:"conditions"`
+	// UnreachableStreak is null in a status written before it existed.
+	UnreachableStreak types.Int64       `tfsdk:"unreachable_streak"`
+	EvaluatedAt       timetypes.RFC3339 `tfsdk:"evaluated_at"`
+	Conditions        types.List        `tfsdk:"conditions"`
 }
 
 type lastClearModel struct {
@@ -213,7 +223,8 @@ func nodeRecordFrom(ctx context.Context, o types.Object) (*health.Record, diag.D
 	rec := &health.Record{
 		State: health.State(m.State.ValueString()), Reason: m.Reason.ValueString(),
 		ErrorSince: parseTimestamp(m.ErrorSince), HealthyStreak: int(m.HealthyStreak.ValueInt64()),
-		Heartbeats: map[string]time.Time{},
+		UnreachableStreak: int(m.UnreachableStreak.ValueInt64()),
+		Heartbeats:        map[string]time.Time{},
 	}
 	if m.LastClear != nil {
 		rec.LastClear = &health.Clear{Note: m.LastClear.Note.ValueString(), At: parseTimestamp(m.LastClear.At)}
@@ -253,10 +264,18 @@ func summaries(states map[string]health.State) (healthy, schedulable, errored, m
 	return stringList(s.Healthy), stringList(s.Schedulable), stringList(s.Error), stringList(s.Missing)
 }
 
-// nodeWarning is the warning shown for a node in error or missing.
-func nodeWarning(node string, state health.State, reason string) (summary, detail string) {
-	if state == health.StateError {
-		return "Node " + node + " is in error", strings.TrimSpace(reason)
+// nodeWarning is the warning shown for a node in error or missing, or
+// that could not be reached and keeps its last state for now; ok is false
+// when the node needs no warning.
+func nodeWarning(node string, m nodeStatusModel) (summary, detail string, ok bool) {
+	state, reason := health.State(m.State.ValueString()), strings.TrimSpace(m.Reason.ValueString())
+	switch {
+	case state == health.StateError:
+		return "Node " + node + " is in error", reason, true
+	case state == health.StateMissing:
+		return "Node " + node + " is missing", reason, true
+	case m.UnreachableStreak.ValueInt64() > 0:
+		return "Node " + node + " could not be reached", reason, true
 	}
-	return "Node " + node + " is " + string(state), strings.TrimSpace(reason)
+	return "", "", false
 }

@@ -2,9 +2,11 @@ package provider_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -256,6 +258,114 @@ resource "fleet_node_health_policy" "p" {
 				t.Errorf("node me: %v", st)
 			}
 			s.WantNoChanges()
+		})
+	}
+}
+
+// One dropped connection at one refresh does not drop a node from
+// schedulable_nodes: the node keeps its last state with a warning that says
+// it could not be reached and will be missing if the next evaluation fails
+// too; the second refresh in a row makes it missing; reached again, it is
+// healthy. The data source, which has no memory, says missing at once.
+func TestNodeHealthUnreachableOnceKeepsLastState(t *testing.T) {
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			sshd := sshtest.StartSSHD(t)
+			gate := sshtest.NewGate(t, net.JoinHostPort(sshd.Host, strconv.Itoa(sshd.Port)))
+			keyFile := sshd.ClientKey.WriteFile(t, t.TempDir())
+			s := acctest.NewSession(t, cli, server(provider.WithLocalShell("/bin/sh", "-s")))
+			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + fmt.Sprintf(`
+locals {
+  checks       = { sh = { command = "true", description = "a shell" } }
+  object_types = { volume = { checks = ["sh"] } }
+  roles        = { storage = { hosts = ["volume"] } }
+  nodes = {
+    gated = { roles = ["storage"], connection = {
+      host                 = "127.0.0.1"
+      port                 = %d
+      user                 = %q
+      private_key_file     = %q
+      host_key_fingerprint = %q
+    } }
+    here = { roles = ["storage"], local = true }
+  }
+}
+
+resource "fleet_node_health_policy" "p" {
+  name          = "p"
+  probe_timeout = "3s"
+  checks        = local.checks
+  object_types  = local.object_types
+  roles         = local.roles
+  nodes         = local.nodes
+}
+
+data "fleet_node_health" "now" {
+  probe_timeout = "3s"
+  checks        = local.checks
+  object_types  = local.object_types
+  roles         = local.roles
+  nodes         = local.nodes
+}
+`, gate.Port, sshd.User, keyFile, sshd.HostKeys[0].AuthorizedLine()))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+
+			type want struct {
+				state       string
+				streak      float64
+				schedulable string
+				missing     string
+				nowMissing  string // the data source's missing_nodes
+				summary     string // the resource's warning about gated
+				detail      []string
+			}
+			refresh := func(step string, w want) {
+				t.Helper()
+				out, _ := s.Run("apply", "-refresh-only", "-auto-approve", "-input=false", "-json")
+				// The resource's warnings about gated, once each; the data
+				// source warns on its own account.
+				var about []acctest.Diagnostic
+				for _, d := range warnings(t, out) {
+					if d.Address == "fleet_node_health_policy.p" && strings.HasPrefix(d.Summary, "Node gated") {
+						about = append(about, d)
+					}
+				}
+				switch {
+				case w.summary == "" && len(about) > 0:
+					t.Errorf("%s: warnings about gated %+v, want none", step, about)
+				case w.summary != "" && (len(about) != 1 || about[0].Summary != w.summary):
+					t.Errorf("%s: warnings about gated %+v, want one: %q", step, about, w.summary)
+				case w.summary != "":
+					for _, part := range w.detail {
+						if !strings.Contains(about[0].Detail, part) {
+							t.Errorf("%s: warning detail %q lacks %q", step, about[0].Detail, part)
+						}
+					}
+				}
+				v := s.Values("fleet_node_health_policy.p")
+				gated := v["status"].(map[string]any)["gated"].(map[string]any)
+				if gated["state"] != w.state || gated["unreachable_streak"] != w.streak {
+					t.Errorf("%s: gated state %v, unreachable_streak %v; want %s, %v (reason %q)", step, gated["state"], gated["unreachable_streak"], w.state, w.streak, gated["reason"])
+				}
+				if got := fmt.Sprint(v["schedulable_nodes"]); got != w.schedulable {
+					t.Errorf("%s: schedulable_nodes %s, want %s", step, got, w.schedulable)
+				}
+				if got := fmt.Sprint(v["missing_nodes"]); got != w.missing {
+					t.Errorf("%s: missing_nodes %s, want %s", step, got, w.missing)
+				}
+				if got := fmt.Sprint(s.Values("data.fleet_node_health.now")["missing_nodes"]); got != w.nowMissing {
+					t.Errorf("%s: the data source's missing_nodes %s, want %s", step, got, w.nowMissing)
+				}
+			}
+
+			gate.SetMode(sshtest.GateReset) // sshd stops answering
+			refresh("first refresh without the node", want{state: "healthy", streak: 1, schedulable: "[gated here]", missing: "[]", nowMissing: "[gated]",
+				summary: "Node gated could not be reached", detail: []string{"node gated could not be reached", "(network)", "keeps its last state (healthy)", "will be marked missing if the next evaluation fails too"}})
+			refresh("second refresh without the node", want{state: "missing", streak: 2, schedulable: "[here]", missing: "[gated]", nowMissing: "[gated]",
+				summary: "Node gated is missing", detail: []string{"node gated is missing", "(network)"}})
+			gate.SetMode(sshtest.GateOpen)
+			refresh("the node answers again", want{state: "healthy", streak: 0, schedulable: "[gated here]", missing: "[]", nowMissing: "[]"})
 		})
 	}
 }

@@ -81,7 +81,9 @@ func (r *nodeHealthPolicyResource) Schema(_ context.Context, _ resource.SchemaRe
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Declares what each object type depends on (checks), which object types each role hosts, and which roles each node plays; " +
 			"evaluates every node at create, refresh and update, over one SSH connection per node (or locally), and keeps each node's health in state. " +
-			"A node whose checks fail is in `error` and stays there until an operator clears it through `clear_errors`. Plans warn about every node in `error` or `missing`.",
+			"A node whose checks fail is in `error` and stays there until an operator clears it through `clear_errors`. " +
+			"A node that cannot be reached is `missing` (at once for a host key mismatch or a configuration fault, on the second evaluation in a row for a transient failure). " +
+			"Plans warn about every node in `error` or `missing`, and about every node that could not be reached at its last evaluation.",
 		Attributes: attrs,
 	}
 }
@@ -180,17 +182,14 @@ func (r *nodeHealthPolicyResource) ModifyPlan(ctx context.Context, req resource.
 }
 
 // warnNodes warns about every node of a status map in error or missing,
-// except those whose state and reason are already in warned.
+// or held in its last state because it could not be reached, except those
+// whose state and reason are already in warned.
 func warnNodes(ctx context.Context, status types.Map, warned map[string]string, diags *diag.Diagnostics) {
 	for name, m := range nodeStatuses(ctx, status, diags) {
-		state := health.State(m.State.ValueString())
-		if state != health.StateError && state != health.StateMissing {
+		summary, detail, ok := nodeWarning(name, m)
+		if !ok || warned[name] == m.State.ValueString()+"\x00"+m.Reason.ValueString() {
 			continue
 		}
-		if warned[name] == m.State.ValueString()+"\x00"+m.Reason.ValueString() {
-			continue
-		}
-		summary, detail := nodeWarning(name, state, m.Reason.ValueString())
 		diags.AddAttributeWarning(path.Root("status").AtMapKey(name), summary, detail)
 	}
 }
