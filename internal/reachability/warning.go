@@ -29,8 +29,12 @@ func Warning(name string, r Record, now time.Time, interval time.Duration) (summ
 		if !r.LastSuccessAt.IsZero() {
 			summary = fmt.Sprintf("Executor %q has not authenticated for %s", name, Age(now.Sub(r.LastSuccessAt)))
 		}
-		lines = append(lines, fmt.Sprintf("%s answered with its pinned host key at the last check, but no probe has checked its credentials for more than three probe intervals (%s): "+
-			"a refresh cannot use write-only credentials, nor those an import does not know. Credentials given in the provider block are checked at every refresh.", r.Host, interval))
+		since := "yet"
+		if !r.LastSuccessAt.IsZero() {
+			since = fmt.Sprintf("for more than three probe intervals (%s)", interval)
+		}
+		lines = append(lines, fmt.Sprintf("%s answered with its pinned host key at the last check, but no probe has checked its credentials %s: "+
+			"a refresh cannot use write-only credentials, nor those an import does not know. Credentials given in the provider block are checked at every refresh.", r.Host, since))
 	case r.State == StateUnknown && r.CheckedAt.IsZero():
 		summary = fmt.Sprintf("Executor %q has not been probed yet", name)
 		lines = append(lines, fmt.Sprintf("%s has not been probed since it was created or its connection changed (an interrupted apply, say); nothing is known of it.", r.Host))

@@ -19,6 +19,7 @@ func TestWarning(t *testing.T) {
 		wantOK      bool
 		summary     string
 		detailParts []string
+		notInDetail []string
 	}{
 		{
 			name: "unreachable names host, reason, message and last success",
@@ -111,7 +112,10 @@ func TestWarning(t *testing.T) {
 			name:     "reachable, never authenticated (an import) says never",
 			r:        Record{State: StateReachable, Host: "web1.example.org", CheckedAt: now.Add(-time.Minute)},
 			interval: time.Minute, wantOK: true,
-			summary: `Executor "web1" has no authenticated probe yet`,
+			summary:     `Executor "web1" has no authenticated probe yet`,
+			detailParts: []string{"web1.example.org answered with its pinned host key at the last check, but no probe has checked its credentials yet", "provider block"},
+			// A minute after an import, that is not "for more than three intervals".
+			notInDetail: []string{"more than three probe intervals"},
 		},
 		{
 			name: "reachable without authentication for three intervals needs no warning yet",
@@ -144,6 +148,11 @@ func TestWarning(t *testing.T) {
 			for _, p := range tc.detailParts {
 				if !strings.Contains(detail, p) {
 					t.Fatalf("detail %q does not contain %q", detail, p)
+				}
+			}
+			for _, p := range tc.notInDetail {
+				if strings.Contains(detail, p) {
+					t.Fatalf("detail %q contains %q", detail, p)
 				}
 			}
 		})
