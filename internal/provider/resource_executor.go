@@ -299,10 +299,23 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 	// staleness, which is about the record's age, is brought up to date.
 	if state.Enabled.ValueBool() {
 		if rec.Due(r.data.clock.Now(), r.data.interval.Duration()) {
+			withheld := pc.withheld()
+			// An import knows no credential of its own, but the provider
+			// block's key and the agent are there at every refresh: with one
+			// of them the refresh logs in as any other does, and the
+			// executor is no longer one whose credentials are unknown.
+			knows := pc.Imported && pc.InlineKey == "" && !pc.Passphrase && r.canLogIn(state)
+			if knows {
+				withheld = ""
+			}
 			var observed bool
-			rec, conds, observed = r.probe(ctx, &resp.Diagnostics, state, state, pc.withheld(), rec, conds)
+			rec, conds, observed = r.probe(ctx, &resp.Diagnostics, state, state, withheld, rec, conds)
 			if observed {
 				state.ObservedGeneration = state.Generation
+			}
+			if observed && knows {
+				pc.Imported = false
+				resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, pc)...)
 			}
 		}
 		r.warn(&resp.Diagnostics, state, rec, conds)
@@ -412,6 +425,14 @@ func nullable(s string) types.String {
 		return types.StringNull()
 	}
 	return types.StringValue(s)
+}
+
+// canLogIn reports whether the connection of m, as kept in state, has a
+// credential a refresh can use: its key file, the provider's key, or the
+// agent. It asks what a dial would (sshdial.Dialer.Check), with no network.
+func (r *executorResource) canLogIn(m executorModel) bool {
+	t, err := m.target(r.data.defaults, "")
+	return err == nil && r.data.prober.Dialer.Check(t) == nil
 }
 
 // withSecrets is the plan's connection with the write-only secrets of the

@@ -498,6 +498,12 @@ resource "fleet_executor" "web" {
 			if !strings.Contains(fmt.Sprint(auth["message"]), "imported") {
 				t.Errorf("Authenticated message %q does not say the import does not know the credentials", auth["message"])
 			}
+			// The warning says so, and nothing about intervals that never passed.
+			out, _ := s.Run("plan", "-input=false", "-json")
+			w := findWarning(t, warnings(t, out), `^Executor "web" has no authenticated probe yet$`)
+			if !strings.Contains(w.Detail, "no probe has checked its credentials yet") || strings.Contains(w.Detail, "more than three probe intervals") {
+				t.Errorf("warning after the import: %q", w.Detail)
+			}
 
 			s.Run("apply", "-auto-approve", "-input=false")
 			s.WantNoChanges()
@@ -505,5 +511,88 @@ resource "fleet_executor" "web" {
 			wantValue(t, "state after apply", rec["state"], "reachable")
 			wantValue(t, "last_success_at after apply", rec["last_success_at"], ts(start))
 		})
+	}
+}
+
+// An import does not know the credentials a configuration gives, but the
+// provider block's key and the agent are there at every refresh: the
+// refresh that follows the import logs in with them, so authentication is
+// checked (Authenticated is True, last_success_at set) and stays checked at
+// later refreshes, and no warning claims otherwise. Through both CLIs, with
+// `import` and with an import block.
+func TestExecutorImportChecksAuthenticationAtRefresh(t *testing.T) {
+	for _, cli := range acctest.CLIs(t) {
+		for _, c := range []struct {
+			name  string
+			agent bool // credentials from the agent, else the provider block's key
+			block bool // an import block, else the import command
+		}{
+			{name: "provider key, import command"},
+			{name: "provider key, import block", block: true},
+			{name: "agent, import command", agent: true},
+		} {
+			t.Run(cli.Name+"/"+c.name, func(t *testing.T) {
+				sshd := sshtest.StartSSHD(t)
+				fake := clock.NewFake(start)
+				s := acctest.NewSession(t, cli, server(provider.WithClock(fake)))
+				provider := providerBlock(filepath.Join(t.TempDir(), "kh"))
+				if c.agent {
+					t.Setenv("SSH_AUTH_SOCK", sshtest.StartAgent(t, sshd.ClientKey)) // the provider runs in this process
+				} else {
+					t.Setenv("SSH_AUTH_SOCK", "") // only the provider block's key can log in
+					provider = fmt.Sprintf("provider \"fleet\" {\n  probe_interval   = 60\n  known_hosts_file = %q\n  private_key      = <<-EOT\n%s\nEOT\n}\n",
+						filepath.Join(t.TempDir(), "kh"), strings.TrimSpace(string(sshd.ClientKey.PEM())))
+				}
+				id := fmt.Sprintf("%s@127.0.0.1:%d,name=web,host_key_fingerprint=%s", sshd.User, sshd.Port, sshd.HostKeys[0].Fingerprint())
+				config := provider + fmt.Sprintf(`
+resource "fleet_executor" "web" {
+  name                 = "web"
+  host                 = "127.0.0.1"
+  port                 = %d
+  user                 = %q
+  host_key_fingerprint = %q
+}
+`, sshd.Port, sshd.User, sshd.HostKeys[0].Fingerprint())
+				var out string
+				if c.block {
+					s.WriteConfig(config + fmt.Sprintf("\nimport {\n  to = fleet_executor.web\n  id = %q\n}\n", id))
+					s.Run("init", "-input=false")
+					out, _ = s.Run("apply", "-auto-approve", "-input=false", "-json")
+				} else {
+					s.WriteConfig(config)
+					s.Run("init", "-input=false")
+					s.Run("import", "-input=false", "fleet_executor.web", id)
+					out, _ = s.Run("plan", "-input=false", "-json")
+				}
+				for _, w := range warnings(t, out) {
+					if strings.Contains(w.Summary, "web") {
+						t.Errorf("after the import: warning %q: %s", w.Summary, w.Detail)
+					}
+				}
+				checkAuthenticated := func(when string, checked time.Time) {
+					t.Helper()
+					web := s.Values("fleet_executor.web")
+					rec := recordOf(t, web)
+					wantValue(t, "state "+when, rec["state"], "reachable")
+					wantValue(t, "reason "+when, rec["reason"], "")
+					wantValue(t, "last_success_at "+when, rec["last_success_at"], ts(checked))
+					conds, _ := web["conditions"].([]any)
+					if len(conds) != 3 {
+						t.Fatalf("conditions %v", web["conditions"])
+					}
+					auth, _ := conds[1].(map[string]any)
+					wantValue(t, "Authenticated "+when, auth["status"], "True")
+				}
+				checkAuthenticated("after the import's refresh", start)
+
+				// Later refreshes go on checking it.
+				fake.Set(start.Add(interval))
+				s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+				checkAuthenticated("at the next refresh", start.Add(interval))
+				fake.Set(start.Add(2 * interval))
+				s.Run("apply", "-auto-approve", "-input=false")
+				s.WantNoChanges()
+			})
+		}
 	}
 }
