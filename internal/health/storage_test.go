@@ -471,13 +471,24 @@ func checkInterruptedEvaluation(t *testing.T, h storageHost) {
 	forgetMarkers(t, p, node)
 	sshtest.MakeFIFO(t, filepath.Join(blobs, HeartbeatFile))
 
+	// Interrupted once the heartbeat hangs, not at a fixed time: an SSH
+	// session can take over a second to start on a loaded machine, and an
+	// interrupt before the node's shell starts is another case.
 	ctx, cancel := context.WithCancel(t.Context())
-	time.AfterFunc(time.Second, cancel)
+	hung := make(chan bool, 1)
+	go func() {
+		ok := eventually(20*time.Second, func() bool { return len(heartbeatWriters(blobs)) == 1 })
+		cancel()
+		hung <- ok
+	}()
 	if _, err := h.evaluator().Evaluate(ctx, p, []string{node}); err == nil {
 		t.Fatal("an interrupted evaluation returned reports")
 	}
-	if !eventually(5*time.Second, func() bool { return len(heartbeatWriters(blobs)) == 1 }) {
-		t.Fatalf("after the interrupted evaluation: heartbeat writers %v, want the one left hung", heartbeatWriters(blobs))
+	if !<-hung {
+		t.Fatalf("the heartbeat never started within 20s%s", h.log())
+	}
+	if w := heartbeatWriters(blobs); len(w) != 1 {
+		t.Fatalf("after the interrupted evaluation: heartbeat writers %v, want the one left hung", w)
 	}
 	r, took := evalNode(t, h.evaluator(), p, node)
 	res := result(t, r, "path:"+blobs)
