@@ -38,8 +38,9 @@ func (d *nodeHealthDataSource) Metadata(_ context.Context, req datasource.Metada
 
 func (d *nodeHealthDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	attrs := dataSourcePolicyAttributes()
-	attrs["nodes"] = withDescription(attrs["nodes"], policyDesc("nodes")+
+	nodes := policyNodesInput.attribute(false, policyDesc("nodes")+
 		" With `policy`, the nodes to evaluate instead of the policy's own (a subset, say); without `policy`, required.")
+	attrs["nodes"] = schema.DynamicAttribute{Optional: true, MarkdownDescription: nodes.MarkdownDescription}
 	attrs["policy"] = schema.StringAttribute{Optional: true,
 		MarkdownDescription: "A policy document: `fleet_node_health_policy.<name>.policy`. Excludes `checks`, `object_types`, `roles`, `storage_root`, `probe_timeout` and `write_probe_interval`. " +
 			"A data source that reads a resource with pending changes is read only at apply, so feed `for_each` from the inline attributes built from variables instead (see the wiring guide)."}
@@ -58,14 +59,6 @@ func (d *nodeHealthDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 			"or as that resource's `policy` document.",
 		Attributes: attrs,
 	}
-}
-
-func withDescription(a schema.Attribute, desc string) schema.Attribute {
-	if m, ok := a.(schema.MapNestedAttribute); ok {
-		m.MarkdownDescription = desc
-		return m
-	}
-	return a
 }
 
 func (d *nodeHealthDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
@@ -100,6 +93,9 @@ func (d *nodeHealthDataSource) ValidateConfig(ctx context.Context, req datasourc
 		}
 	}
 	if !resp.Diagnostics.HasError() {
+		m.decode(ctx, &resp.Diagnostics)
+	}
+	if !resp.Diagnostics.HasError() {
 		validatePolicyInputs(ctx, m.policyInputs, &resp.Diagnostics)
 	}
 }
@@ -108,6 +104,10 @@ func (d *nodeHealthDataSource) Read(ctx context.Context, req datasource.ReadRequ
 	var m nodeHealthDataModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
 	if resp.Diagnostics.HasError() {
+		return
+	}
+	// Parts known only now are checked now; validate checked the rest.
+	if m.decode(ctx, &resp.Diagnostics); resp.Diagnostics.HasError() {
 		return
 	}
 	var doc policyDoc

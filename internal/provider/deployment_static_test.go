@@ -164,3 +164,55 @@ func TestDeploymentStateUpgradesFromVersion0(t *testing.T) {
 		})
 	}
 }
+
+// A node health policy's state written by schema version 0, whose maps
+// were typed (every key present, null when unset), is upgraded: the same
+// configuration plans no change.
+func TestNodeHealthStateUpgradesFromVersion0(t *testing.T) {
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, d := range []string{"blobs", "instances", "uploads"} {
+				if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(cloudPolicy(root, ""))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+
+			var state map[string]any
+			if err := json.Unmarshal(s.State(), &state); err != nil {
+				t.Fatal(err)
+			}
+			inst := state["resources"].([]any)[0].(map[string]any)["instances"].([]any)[0].(map[string]any)
+			attrs := inst["attributes"].(map[string]any)
+			typed := func(name string, keys ...string) {
+				out := map[string]any{}
+				for k, v := range attrs[name].(map[string]any)["value"].(map[string]any) {
+					o, _ := v.(map[string]any)
+					full := map[string]any{}
+					for _, key := range keys {
+						full[key] = o[key]
+					}
+					out[k] = full
+				}
+				attrs[name] = out
+			}
+			typed("checks", "path", "command", "tcp", "systemd_unit", "http", "description", "severity")
+			typed("object_types", "checks")
+			typed("roles", "hosts", "description")
+			typed("nodes", "roles", "local", "connection")
+			inst["schema_version"] = 0
+			b, err := json.MarshalIndent(state, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(s.Dir, "terraform.tfstate"), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s.WantNoChanges()
+		})
+	}
+}

@@ -107,13 +107,36 @@ type nodeModel struct {
 
 // policyInputs are the policy attributes as configured.
 type policyInputs struct {
-	StorageRoot        types.String `tfsdk:"storage_root"`
-	ProbeTimeout       types.String `tfsdk:"probe_timeout"`
-	WriteProbeInterval types.String `tfsdk:"write_probe_interval"`
-	Checks             types.Map    `tfsdk:"checks"`
-	ObjectTypes        types.Map    `tfsdk:"object_types"`
-	Roles              types.Map    `tfsdk:"roles"`
-	Nodes              types.Map    `tfsdk:"nodes"`
+	StorageRoot        types.String  `tfsdk:"storage_root"`
+	ProbeTimeout       types.String  `tfsdk:"probe_timeout"`
+	WriteProbeInterval types.String  `tfsdk:"write_probe_interval"`
+	ChecksInput        types.Dynamic `tfsdk:"checks"`
+	ObjectTypesInput   types.Dynamic `tfsdk:"object_types"`
+	RolesInput         types.Dynamic `tfsdk:"roles"`
+	NodesInput         types.Dynamic `tfsdk:"nodes"`
+
+	// The nested inputs, checked and typed by decode.
+	Checks      types.Map `tfsdk:"-"`
+	ObjectTypes types.Map `tfsdk:"-"`
+	Roles       types.Map `tfsdk:"-"`
+	Nodes       types.Map `tfsdk:"-"`
+}
+
+// decode checks the nested inputs and types them; faults go to diags, nil
+// when the inputs were checked before (the apply, the refresh).
+func (in *policyInputs) decode(ctx context.Context, diags *diag.Diagnostics) {
+	var ignored diag.Diagnostics
+	if diags == nil {
+		diags = &ignored
+	}
+	decodeMap := func(n nestedInput, v types.Dynamic) types.Map {
+		m, _ := n.decode(ctx, v, diags).(types.Map)
+		return m
+	}
+	in.Checks = decodeMap(policyChecksInput, in.ChecksInput)
+	in.ObjectTypes = decodeMap(policyObjectTypesInput, in.ObjectTypesInput)
+	in.Roles = decodeMap(policyRolesInput, in.RolesInput)
+	in.Nodes = decodeMap(policyNodesInput, in.NodesInput)
 }
 
 // values are the inputs that change what is observed, in a fixed order.

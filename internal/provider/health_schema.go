@@ -9,8 +9,6 @@ import (
 	rschema "github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
-
-	"github.com/fleetops/terraform-provider-fleet/internal/validators"
 )
 
 // The policy's input attributes, described once for the resource and the
@@ -51,16 +49,22 @@ func policyDesc(k string) string { return policyDescriptions[k] }
 
 var nodeConnectionTypes = exportedConnectionTypes
 
-func resourcePolicyAttributes() map[string]rschema.Attribute {
+// The policy's nested inputs, checked key by key (see nestedInput): maps
+// of named objects, written as HCL objects.
+var (
+	policyChecksInput      = nestedInput{name: "checks", decl: policyDecls()["checks"]}
+	policyObjectTypesInput = nestedInput{name: "object_types", decl: policyDecls()["object_types"]}
+	policyRolesInput       = nestedInput{name: "roles", decl: policyDecls()["roles"]}
+	policyNodesInput       = nestedInput{name: "nodes", decl: policyDecls()["nodes"]}
+)
+
+// policyDecls declares the keys of the policy's nested inputs.
+func policyDecls() map[string]rschema.Attribute {
 	str := func(k string) rschema.StringAttribute {
 		return rschema.StringAttribute{Optional: true, MarkdownDescription: policyDesc(k)}
 	}
-	// Lists inside a map's objects are optional in the schema and required
-	// by their object's validator: the framework reads the attributes of an
-	// object unknown at validate (a whole node from another resource) as
-	// missing, and would refuse a configuration that is fine.
 	names := func(k string) rschema.ListAttribute {
-		return rschema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: policyDesc(k) + " Required.",
+		return rschema.ListAttribute{Required: true, ElementType: types.StringType, MarkdownDescription: policyDesc(k),
 			Validators: []validator.List{listvalidator.UniqueValues(), listvalidator.ValueStringsAre(stringvalidator.LengthAtLeast(1))}}
 	}
 	conn := map[string]rschema.Attribute{}
@@ -70,7 +74,7 @@ func resourcePolicyAttributes() map[string]rschema.Attribute {
 		}
 		switch a := a.(type) {
 		case rschema.StringAttribute:
-			conn[name] = rschema.StringAttribute{Optional: true, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
+			conn[name] = rschema.StringAttribute{Optional: name != "host", Required: name == "host", MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
 		case rschema.Int64Attribute:
 			conn[name] = rschema.Int64Attribute{Optional: true, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}
 		case rschema.BoolAttribute:
@@ -78,42 +82,64 @@ func resourcePolicyAttributes() map[string]rschema.Attribute {
 		}
 	}
 	return map[string]rschema.Attribute{
+		"checks": rschema.MapNestedAttribute{NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"path": str("check.path"), "command": str("check.command"), "tcp": str("check.tcp"), "systemd_unit": str("check.systemd_unit"),
+			"http": rschema.SingleNestedAttribute{Optional: true, MarkdownDescription: policyDesc("check.http"), Attributes: map[string]rschema.Attribute{
+				"url":           rschema.StringAttribute{Required: true, MarkdownDescription: policyDesc("check.url")},
+				"expect_status": rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.expect")},
+				"retries":       rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.retries")},
+			}},
+			"description": str("check.description"),
+			"severity":    str("check.severity"),
+		}}},
+		"object_types": rschema.MapNestedAttribute{NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"checks": names("type.checks"),
+		}}},
+		"roles": rschema.MapNestedAttribute{NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"hosts": names("role.hosts"), "description": str("role.description"),
+		}}},
+		"nodes": rschema.MapNestedAttribute{NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
+			"roles":      names("node.roles"),
+			"local":      rschema.BoolAttribute{Optional: true, MarkdownDescription: policyDesc("node.local")},
+			"connection": rschema.SingleNestedAttribute{Optional: true, MarkdownDescription: policyDesc("node.connection"), Attributes: conn},
+		}}},
+	}
+}
+
+// resourcePolicyAttributes are the policy's inputs as the resource takes
+// them at a schema version: 0 took the maps as nested attributes, which
+// Terraform converts to their type before the provider sees them, dropping
+// misspelt keys; 1 takes them as dynamic attributes checked by
+// nestedInput.
+func resourcePolicyAttributes(version int64) map[string]rschema.Attribute {
+	str := func(k string) rschema.StringAttribute {
+		return rschema.StringAttribute{Optional: true, MarkdownDescription: policyDesc(k)}
+	}
+	attrs := map[string]rschema.Attribute{
 		"storage_root": str("storage_root"),
 		// Durations are checked where the policy is read (ValidateConfig and
 		// the data source's policy document), by the one parser; timetypes'
 		// GoDuration would add a second, location-less error of its own.
 		"probe_timeout":        str("probe_timeout"),
 		"write_probe_interval": str("write_probe_interval"),
-		"checks": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("checks"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
-			"path": str("check.path"), "command": str("check.command"), "tcp": str("check.tcp"), "systemd_unit": str("check.systemd_unit"),
-			"http": rschema.SingleNestedAttribute{Optional: true, MarkdownDescription: policyDesc("check.http"), Attributes: map[string]rschema.Attribute{
-				"url":           rschema.StringAttribute{Optional: true, MarkdownDescription: policyDesc("check.url") + " Required."},
-				"expect_status": rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.expect")},
-				"retries":       rschema.Int64Attribute{Optional: true, MarkdownDescription: policyDesc("check.retries")},
-			}, Validators: []validator.Object{validators.RequiredWhenKnown("url")}},
-			"description": str("check.description"),
-			"severity":    str("check.severity"),
-		}}},
-		"object_types": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("object_types"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
-			"checks": names("type.checks"),
-		}, Validators: []validator.Object{validators.RequiredWhenKnown("checks")}}},
-		"roles": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("roles"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
-			"hosts": names("role.hosts"), "description": str("role.description"),
-		}, Validators: []validator.Object{validators.RequiredWhenKnown("hosts")}}},
-		"nodes": rschema.MapNestedAttribute{Required: true, MarkdownDescription: policyDesc("nodes"), NestedObject: rschema.NestedAttributeObject{Attributes: map[string]rschema.Attribute{
-			"roles": names("node.roles"),
-			"local": rschema.BoolAttribute{Optional: true, MarkdownDescription: policyDesc("node.local")},
-			"connection": rschema.SingleNestedAttribute{Optional: true, MarkdownDescription: policyDesc("node.connection"), Attributes: conn,
-				Validators: []validator.Object{validators.RequiredWhenKnown("host")}},
-		}, Validators: []validator.Object{validators.RequiredWhenKnown("roles")}}},
 	}
+	for _, in := range []nestedInput{policyChecksInput, policyObjectTypesInput, policyRolesInput, policyNodesInput} {
+		if version == 0 {
+			m, _ := in.decl.(rschema.MapNestedAttribute)
+			m.Required = true
+			attrs[in.name] = m
+			continue
+		}
+		attrs[in.name] = in.attribute(true, policyDesc(in.name))
+	}
+	return attrs
 }
 
 // dataSourcePolicyAttributes are the same inputs, as a data source's, all
 // optional: they are given inline or through `policy`.
 func dataSourcePolicyAttributes() map[string]dschema.Attribute {
 	out := map[string]dschema.Attribute{}
-	for name, a := range resourcePolicyAttributes() {
+	for name, a := range resourcePolicyAttributes(1) {
 		out[name] = toDataSource(a, true)
 	}
 	return out
@@ -126,6 +152,9 @@ func dataSourcePolicyAttributes() map[string]dschema.Attribute {
 func toDataSource(a rschema.Attribute, top bool) dschema.Attribute {
 	opt := func(optional, required bool) (bool, bool) { return optional || top, required && !top }
 	switch a := a.(type) {
+	case rschema.DynamicAttribute:
+		o, r := opt(a.Optional, a.Required)
+		return dschema.DynamicAttribute{Optional: o, Required: r, MarkdownDescription: a.MarkdownDescription}
 	case rschema.StringAttribute:
 		o, r := opt(a.Optional, a.Required)
 		return dschema.StringAttribute{Optional: o, Required: r, Computed: a.Computed, CustomType: a.CustomType, MarkdownDescription: a.MarkdownDescription, Validators: a.Validators}

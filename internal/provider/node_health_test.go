@@ -184,3 +184,35 @@ func TestAccNodeHealthRejectsDanglingReferences(t *testing.T) {
 		return resource.TestCase{ProtoV6ProviderFactories: factories(), Steps: steps}
 	})
 }
+
+// Issue 12: a misspelt key anywhere in the policy's maps is refused at
+// plan time, naming it and the nearest valid key; as nested attributes,
+// Terraform dropped it without a word (a check with `pth` had no kind, a
+// role with `host` hosted nothing, a connection with `prot` used port 22).
+func TestAccNodeHealthRefusesUnknownKeys(t *testing.T) {
+	cases := []struct{ name, from, to, want string }{
+		{"check", `blobs     = { path = "blobs", description = "blob storage" }`, `blobs     = { path = "blobs", desription = "blob storage" }`,
+			`An object key named "desription" is not expected in checks["blobs"]. Did you mean "description"?`},
+		{"object type", `blob     = { checks = ["blobs"] }`, `blob     = { check = ["blobs"] }`,
+			`An object key named "check" is not expected in object_types["blob"]. Did you mean "checks"?`},
+		{"role", `storage    = { hosts = ["blob", "upload"], description = "a storage node" }`, `storage    = { host = ["blob", "upload"], description = "a storage node" }`,
+			`An object key named "host" is not expected in roles["storage"]. Did you mean "hosts"?`},
+		{"node connection", `st = { roles = ["storage"], local = true }`, `st = { roles = ["storage"], connection = { host = "127.0.0.1", prot = 2222, host_key_fingerprint = "SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s" } }`,
+			`An object key named "prot" is not expected in nodes["st"].connection. Did you mean "port"?`},
+	}
+	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
+		var steps []resource.TestStep
+		for _, c := range cases {
+			cfg := cloudPolicy("/srv/cloud", "")
+			if !strings.Contains(cfg, c.from) {
+				t.Fatalf("%s: %q not in the configuration", c.name, c.from)
+			}
+			steps = append(steps, resource.TestStep{
+				Config:      providerBlock(filepath.Join(t.TempDir(), "kh")) + strings.Replace(cfg, c.from, c.to, 1),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(strings.ReplaceAll(regexp.QuoteMeta(c.want), " ", `\s+`)),
+			})
+		}
+		return resource.TestCase{ProtoV6ProviderFactories: factories(), Steps: steps}
+	})
+}

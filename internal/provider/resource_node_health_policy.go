@@ -28,6 +28,7 @@ var (
 	_ resource.ResourceWithConfigure      = (*nodeHealthPolicyResource)(nil)
 	_ resource.ResourceWithModifyPlan     = (*nodeHealthPolicyResource)(nil)
 	_ resource.ResourceWithValidateConfig = (*nodeHealthPolicyResource)(nil)
+	_ resource.ResourceWithUpgradeState   = (*nodeHealthPolicyResource)(nil)
 )
 
 func newNodeHealthPolicyResource() resource.Resource { return &nodeHealthPolicyResource{} }
@@ -38,6 +39,12 @@ type nodeHealthPolicyModel struct {
 	ID   types.String `tfsdk:"id"`
 	Name types.String `tfsdk:"name"`
 	policyInputs
+	policyState
+}
+
+// policyState is what the resource keeps beside its inputs, alike at
+// every schema version.
+type policyState struct {
 	AutoClearAfter   types.Int64  `tfsdk:"auto_clear_after"`
 	ClearErrors      types.Map    `tfsdk:"clear_errors"`
 	Policy           types.String `tfsdk:"policy"`
@@ -58,7 +65,12 @@ func summaryAttribute(what string) schema.ListAttribute {
 }
 
 func (r *nodeHealthPolicyResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	attrs := resourcePolicyAttributes()
+	resp.Schema = r.schema(1)
+}
+
+// schema is the resource's schema at a version (see resourcePolicyAttributes).
+func (r *nodeHealthPolicyResource) schema(version int64) schema.Schema {
+	attrs := resourcePolicyAttributes(version)
 	attrs["id"] = schema.StringAttribute{Computed: true, MarkdownDescription: "Identifier generated at create.",
 		PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}}
 	attrs["name"] = schema.StringAttribute{Required: true, MarkdownDescription: "Name of the policy, used in messages.",
@@ -78,7 +90,8 @@ func (r *nodeHealthPolicyResource) Schema(_ context.Context, _ resource.SchemaRe
 	attrs["schedulable_nodes"] = summaryAttribute("that may take work: `healthy` or `degraded`")
 	attrs["error_nodes"] = summaryAttribute("in state `error`: hold them back from deployments")
 	attrs["missing_nodes"] = summaryAttribute("that could not be reached to evaluate")
-	resp.Schema = schema.Schema{
+	return schema.Schema{
+		Version: version,
 		MarkdownDescription: "Declares what each object type depends on (checks), which object types each role hosts, and which roles each node plays; " +
 			"evaluates every node at create, refresh and update, over one SSH connection per node (or locally), and keeps each node's health in state. " +
 			"A node whose checks fail is in `error` and stays there until an operator clears it through `clear_errors`. " +
@@ -97,6 +110,10 @@ func (r *nodeHealthPolicyResource) Configure(_ context.Context, req resource.Con
 func (r *nodeHealthPolicyResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var m nodeHealthPolicyModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	m.decode(ctx, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -150,10 +167,13 @@ func (r *nodeHealthPolicyResource) ModifyPlan(ctx context.Context, req resource.
 	mark := readRefreshMark(ctx, req.Private)
 	var plan nodeHealthPolicyModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	// Parts known only now are checked now; validate checked the rest.
+	plan.decode(ctx, &resp.Diagnostics)
 	var prior *nodeHealthPolicyModel
 	if !req.State.Raw.IsNull() {
 		prior = &nodeHealthPolicyModel{}
 		resp.Diagnostics.Append(req.State.Get(ctx, prior)...)
+		prior.decode(ctx, nil)
 	}
 	if resp.Diagnostics.HasError() {
 		return
@@ -283,6 +303,7 @@ func (r *nodeHealthPolicyResource) Create(ctx context.Context, req resource.Crea
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	m.decode(ctx, nil)
 	id, err := uuid.NewV7()
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot generate an ID", err.Error())
@@ -304,6 +325,7 @@ func (r *nodeHealthPolicyResource) Read(ctx context.Context, req resource.ReadRe
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	m.decode(ctx, nil)
 	if !r.evaluate(ctx, &m, m.Status, nil, nil, &resp.Diagnostics) {
 		return
 	}
@@ -318,6 +340,8 @@ func (r *nodeHealthPolicyResource) Update(ctx context.Context, req resource.Upda
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	m.decode(ctx, nil)
+	prior.decode(ctx, nil)
 	m.ID = prior.ID
 	m.Policy = types.StringValue(m.doc(ctx, &resp.Diagnostics).json())
 	clears := changedClears(m.ClearErrors, prior.ClearErrors)
@@ -387,4 +411,39 @@ func changedClears(planned, prior types.Map) map[string]string {
 func (r *nodeHealthPolicyResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {
 	// Nothing lives outside state: markers and heartbeat files on the nodes
 	// are the checks' own and stay.
+}
+
+// nodeHealthPolicyModelV0 is the state of schema version 0, whose nested
+// inputs were typed maps.
+type nodeHealthPolicyModelV0 struct {
+	ID                 types.String `tfsdk:"id"`
+	Name               types.String `tfsdk:"name"`
+	StorageRoot        types.String `tfsdk:"storage_root"`
+	ProbeTimeout       types.String `tfsdk:"probe_timeout"`
+	WriteProbeInterval types.String `tfsdk:"write_probe_interval"`
+	Checks             types.Map    `tfsdk:"checks"`
+	ObjectTypes        types.Map    `tfsdk:"object_types"`
+	Roles              types.Map    `tfsdk:"roles"`
+	Nodes              types.Map    `tfsdk:"nodes"`
+	policyState
+}
+
+// UpgradeState turns a version 0 state's nested inputs into the values a
+// configuration writes (objects holding the keys that were set), so that
+// a configuration unchanged since plans no change.
+func (r *nodeHealthPolicyResource) UpgradeState(context.Context) map[int64]resource.StateUpgrader {
+	prior := r.schema(0)
+	return map[int64]resource.StateUpgrader{0: {PriorSchema: &prior,
+		StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
+			var old nodeHealthPolicyModelV0
+			resp.Diagnostics.Append(req.State.Get(ctx, &old)...)
+			if resp.Diagnostics.HasError() {
+				return
+			}
+			m := nodeHealthPolicyModel{ID: old.ID, Name: old.Name, policyState: old.policyState,
+				policyInputs: policyInputs{StorageRoot: old.StorageRoot, ProbeTimeout: old.ProbeTimeout, WriteProbeInterval: old.WriteProbeInterval,
+					ChecksInput: writtenValue(old.Checks), ObjectTypesInput: writtenValue(old.ObjectTypes),
+					RolesInput: writtenValue(old.Roles), NodesInput: writtenValue(old.Nodes)}}
+			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+		}}}
 }
