@@ -27,7 +27,7 @@ import (
 // once logged in; its standard streams must not be pipes, which the master
 // would hold open for as long as it lives.
 func (d *Deployer) startMaster(ctx context.Context, c *Conn) (int, string) {
-	errFile, err := os.CreateTemp("", "fleet-ssh-master-*")
+	errFile, err := os.CreateTemp(d.Transport.ControlDir, "master-*")
 	if err != nil {
 		return 1, err.Error()
 	}
@@ -96,6 +96,18 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn) (*lockSession, error) 
 		close(l.exited)
 	}()
 	line, err := l.next(ctx)
+	var noted time.Time
+	for err == nil {
+		holder, waiting := strings.CutPrefix(line, "wait")
+		if !waiting {
+			break
+		}
+		if time.Since(noted) >= lockWaitNoteEvery {
+			noted = time.Now()
+			d.note(c.s.Name, StepLock, "waiting for the host's deploy lock, held by %s (lock_timeout %s)", orNone(strings.TrimSpace(holder)), d.Options.LockTimeout)
+		}
+		line, err = l.next(ctx)
+	}
 	switch {
 	case err != nil:
 		l.release()
@@ -111,6 +123,10 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn) (*lockSession, error) 
 	}
 	return nil, fail(1, "LockFailed", "cannot take the host's deploy lock: "+strings.TrimSpace(line+" "+l.stderr.String()), "")
 }
+
+// lockWaitNoteEvery is how often the log says who holds the lock a node
+// waits for.
+const lockWaitNoteEvery = 30 * time.Second
 
 // next is the session's next line, or the error that ended it.
 func (l *lockSession) next(ctx context.Context) (string, error) {
@@ -227,16 +243,23 @@ func (j *copyJob) abandon() {
 	<-j.done
 }
 
-// startDetached runs script on the host in the background, as a transient
-// unit where systemd runs, so that it survives the SSH session.
-func (d *Deployer) startDetached(run string, systemd bool, script string) string {
-	mk := "mkdir -p " + q(stateDir+"/"+run) + " || exit 1; "
+// startWatchdog runs the watchdog script on the host in the background, as
+// a transient unit where systemd runs, so that it survives the SSH
+// session, and waits up to ten seconds for it to hold GuardFile (it
+// touches guarded then): from then on the next deployment of the host
+// waits for it.
+func (d *Deployer) startWatchdog(run string, systemd bool, script string) string {
+	dir := q(stateDir + "/" + run)
+	start := "mkdir -p " + dir + " || exit 1; "
 	if systemd {
-		return mk + "systemd-run --collect --quiet --no-ask-password --unit=" + q("fleet-watchdog-"+run) + " sh -c " + q(pathFallback+script)
+		start += "systemd-run --collect --quiet --no-ask-password --unit=" + q("fleet-watchdog-"+run) + " sh -c " + q(pathFallback+script) + " || exit 1"
+	} else {
+		// Only the background command itself, with every stream
+		// redirected: a backgrounded list would keep the session's
+		// output open.
+		start += "nohup sh -c " + q(pathFallback+script) + " </dev/null >/dev/null 2>&1 &"
 	}
-	// Only the background command itself, with every stream redirected:
-	// a backgrounded list would keep the session's output open.
-	return mk + "nohup sh -c " + q(pathFallback+script) + " </dev/null >/dev/null 2>&1 &"
+	return start + "\nn=0; while [ ! -e " + dir + "/guarded ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done; [ -e " + dir + "/guarded ]"
 }
 
 // activate runs switch-to-configuration test, through systemd-run where
@@ -270,7 +293,11 @@ func (d *Deployer) activate(ctx context.Context, c *Conn, run, system string, sy
 			return exit, msg + " (" + strings.TrimSpace(out) + ")", false
 		}
 		if expired {
-			return 1, fmt.Sprintf("the activation did not finish within activation_timeout (%s)", d.activationTimeout()), true
+			msg := fmt.Sprintf("the activation did not finish within activation_timeout (%s)", d.activationTimeout())
+			if systemd {
+				msg += "; " + d.stopActivation(c, run)
+			}
+			return 1, msg, true
 		}
 		exit, msg := exitOf(err, out)
 		if exit == 255 {
@@ -289,6 +316,23 @@ func (d *Deployer) activate(ctx context.Context, c *Conn, run, system string, sy
 		return exit, fmt.Sprintf("switch-to-configuration test exited %d: %s", exit, msg), false
 	}
 }
+
+// stopActivation stops the transient unit of an activation that outlived
+// activation_timeout, so that what hangs in it does not run on beside the
+// rollback, and says how that went.
+func (d *Deployer) stopActivation(c *Conn, run string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), stopActivationTimeout)
+	defer cancel()
+	unit := "fleet-activate-" + run + ".service"
+	if out, err := d.output(c.Command(ctx, remote("systemctl stop "+q(unit)))); err != nil {
+		_, msg := exitOf(err, out)
+		return "stopping its unit " + unit + " failed: " + msg
+	}
+	return "its unit " + unit + " was stopped"
+}
+
+// stopActivationTimeout bounds the stop of a hung activation's unit.
+const stopActivationTimeout = 30 * time.Second
 
 func activationReason(exit int) string {
 	switch exit {
@@ -556,10 +600,17 @@ func lastLines(s string, n int) string {
 
 // sshHint names the fix for the usual SSH failures.
 func sshHint(msg string) string {
-	if strings.Contains(msg, "Permission denied") {
+	switch {
+	case strings.Contains(msg, "Permission denied"):
 		return "the key was refused: check user and private_key_file, or the ssh-agent"
+	case strings.Contains(msg, "Connection refused"):
+		return "nothing listens on that port: check host and the Port in ssh_opts, and that sshd runs on the host"
+	case strings.Contains(msg, "timed out"), strings.Contains(msg, "No route to host"), strings.Contains(msg, "Network is unreachable"):
+		return "the host does not answer from this machine: check host, the Port in ssh_opts, a ProxyJump the network needs, and firewalls between them"
+	case strings.Contains(msg, "Could not resolve hostname"):
+		return "the host name does not resolve from this machine: check host"
 	}
-	return ""
+	return "check host and the Port in ssh_opts, then that this machine can reach the host with ssh"
 }
 
 func hostKeyRefused(msg string) bool {

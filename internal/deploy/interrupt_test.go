@@ -241,3 +241,107 @@ func slowCopy(t *testing.T) string {
 	}
 	return path
 }
+
+// Issue 12 (trial): an interrupted activation runs on on the host, and
+// its watchdog switches the host back once it ends unconfirmed. A deploy
+// of the host started at once (the operator re-runs apply) waits for both
+// before it looks at the host: it switches the host to the new system
+// from the system the watchdog restored, and the host stays there.
+func TestDeployRightAfterAnInterruptedActivationWaitsForItsWatchdog(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 4 * time.Second})
+	next := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	opts := deploy.Options{LockTimeout: time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
+
+	first := deployer(t, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := first.Options.Log
+	first.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
+			time.AfterFunc(700*time.Millisecond, cancel)
+		}
+	}
+	r := first.Deploy(ctx, []deploy.Target{targetOf(tg, "n1", slow)}, nil)[0]
+	if !r.Interrupted || r.Step != deploy.StepActivate {
+		t.Fatalf("the first deploy was not interrupted in its activation: %+v", r)
+	}
+
+	second := deployer(t, opts)
+	var waited []string
+	log = second.Options.Log
+	second.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventNote && e.Step == deploy.StepLock {
+			waited = append(waited, e.Message)
+		}
+	}
+	r = second.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", next)}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if len(waited) == 0 || !strings.Contains(waited[0], "an earlier deployment's activation or rollback watchdog") {
+		t.Errorf("the second deploy did not say it waited for the first one's watchdog: %q", waited)
+	}
+	if r.PreviousSystem != old {
+		t.Errorf("the second deploy switched from %s, want %s (what the watchdog restored)", r.PreviousSystem, old)
+	}
+	// Past every deadline of the first deploy's watchdog.
+	time.Sleep(opts.Verdict.ConfirmTimeout + 2*time.Second)
+	if tg.CurrentSystem() != next || tg.BootEntry() != next {
+		t.Errorf("after both deploys the host runs %s and boots %s, want %s; calls %v", tg.CurrentSystem(), tg.BootEntry(), next, tg.Calls())
+	}
+}
+
+// Issue 12 (trial): a deploy interrupted while it waits for the host's
+// deploy lock leaves nothing waiting on the host.
+func TestDeployInterruptedInTheLockWaitLeavesNoWaiter(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	tg.HoldDeployLock(t, "apply A")
+	d := deployer(t, deploy.Options{LockTimeout: 5 * time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := d.Options.Log
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventNote && e.Step == deploy.StepLock {
+			cancel() // it is waiting, and said for whom
+		}
+	}
+	r := d.Deploy(ctx, []deploy.Target{targetOf(tg, "n1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)[0]
+	if !r.Interrupted || r.Step != deploy.StepLock {
+		t.Fatalf("not interrupted in the lock step: %+v", r)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		waiters := lockWaiters(t)
+		if len(waiters) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the interrupt, processes still wait for the deploy lock: %v", waiters)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// lockWaiters are the processes of this machine running a lock wait of
+// this test's deployments.
+func lockWaiters(t *testing.T) []string {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "until flock -n 9") && strings.Contains(string(b), t.Name()) {
+			found = append(found, filepath.Base(filepath.Dir(p)))
+		}
+	}
+	return found
+}

@@ -16,9 +16,17 @@ const ProfilePath = "/nix/var/nix/profiles/system"
 // file, held by a session that lives as long as the node's deploy; the
 // holder file names who holds it. Another deployment of the host (another
 // state, another runner) takes the same lock.
+//
+// GuardFile outlives the session: an activation and its watchdog each hold
+// a shared flock on it while they run, and taking the deploy lock waits
+// for an exclusive one. A deployment interrupted mid-activation lets its
+// session go at once, but the activation and the watchdog that confirms or
+// rolls it back run on; the next deployment of the host waits for them
+// instead of switching the host while they still can.
 const (
 	LockFile   = "/run/fleet-deploy.lock"
 	HolderFile = "/run/fleet-deploy.holder"
+	GuardFile  = "/run/fleet-deploy.guard"
 	stateDir   = "/run/fleet-deploy"
 )
 
@@ -27,17 +35,47 @@ func remote(script string) string { return pathFallback + script }
 // q quotes s for the remote POSIX shell.
 func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// lockScript takes the host's deploy lock, waiting up to wait seconds, and
-// holds it until its standard input closes. Once it holds the lock it
-// prints "locked", then what readScript prints and readEnd, in the same
-// round trip; else "busy <holder>" and exits 3.
+// lockScript takes the host's deploy lock, waiting up to wait seconds in
+// all for it and for the activations and watchdogs of earlier deployments
+// to end (GuardFile), and holds it until its standard input closes. With
+// both, nothing else uses the runs' directories: it prunes them to
+// keptRuns. Once it holds the lock it prints "locked", then what
+// readScript prints and readEnd, in the same round trip; else
+// "busy <holder>" and exits 3.
+// While it waits it prints "wait <holder>" twice a second: the deployer
+// learns who it waits for, and a wait whose deployer is gone ends at the
+// next line, which nobody reads any more (SIGPIPE), instead of holding a
+// process on the host until lock_timeout.
 func lockScript(holder string, waitSeconds int) string {
-	return remote(fmt.Sprintf(`exec 9>>%[1]s || exit 2
-if flock -w %[3]d 9; then printf '%%s\n' %[4]s > %[2]s; echo locked
+	return remote(fmt.Sprintf(`exec 9>>%[1]s 8>>%[7]s || exit 2
+end=$(($(date +%%s) + %[3]d))
+until flock -n 9; do
+[ "$(date +%%s)" -lt "$end" ] || { echo "busy $(cat %[2]s 2>/dev/null)"; exit 3; }
+echo "wait $(cat %[2]s 2>/dev/null)"; sleep 0.5
+done
+until flock -n 8; do
+[ "$(date +%%s)" -lt "$end" ] || { echo %[8]s; exit 3; }
+echo %[9]s; sleep 0.5
+done
+ls -1dt %[10]s/*/ 2>/dev/null | tail -n +%[11]d | while read -r old; do rm -rf "$old"; done
+flock -u 8; exec 8>&-
+printf '%%s\n' %[4]s > %[2]s; echo locked
 %[5]s
-echo %[6]s; cat >/dev/null; rm -f %[2]s; exit 0; fi
-echo "busy $(cat %[2]s 2>/dev/null)"; exit 3`, LockFile, HolderFile, waitSeconds, q(holder), readScript, readEnd))
+echo %[6]s; cat >/dev/null; rm -f %[2]s; exit 0`, LockFile, HolderFile, waitSeconds, q(holder), readScript, readEnd, GuardFile,
+		q("busy "+guardHolder), q("wait "+guardHolder), stateDir, keptRuns+1))
 }
+
+// keptRuns is how many of the latest runs' directories (the activation's
+// output, the watchdog's decision) a host keeps: the lock removes older
+// ones while no activation or watchdog runs.
+const keptRuns = 10
+
+// guardHolder names who holds GuardFile when the deploy lock is free.
+const guardHolder = "an earlier deployment's activation or rollback watchdog, still running on the host after that deployment was interrupted"
+
+// guardScript takes a shared hold of GuardFile for the rest of the
+// script's life (descriptor 8).
+const guardScript = "exec 8>>" + GuardFile + " && flock -s 8"
 
 // readEnd ends readScript's lines in the lock session's output.
 const readEnd = "--read--"
@@ -68,6 +106,7 @@ cat ` + succeededFile + ` 2>/dev/null || echo`
 func watchdogScript(run, prev string, activationSeconds, confirmSeconds int) string {
 	d := stateDir + "/" + run
 	return fmt.Sprintf(`d=%[1]s
+`+guardScript+` || exit 1; : > "$d/guarded"
 n=0; while [ ! -f "$d/activated" ] && [ $n -lt %[3]d ]; do sleep 1; n=$((n+1)); done
 n=0; while [ ! -L "$d/decision" ] && [ $n -lt %[4]d ]; do sleep 1; n=$((n+1)); done
 ln -s %[6]s "$d/decision" 2>/dev/null
@@ -108,7 +147,7 @@ func markScript(system string) string {
 // are printed once it has finished.
 func activationScript(run, system, action string) string {
 	d := stateDir + "/" + run
-	return fmt.Sprintf(`d=%[1]s; %[2]s/bin/switch-to-configuration %[3]s >"$d/output" 2>&1; rc=$?; echo "$rc" > "$d/activated"; tail -n 5 "$d/output" >&2; exit "$rc"`, q(d), q(system), action)
+	return fmt.Sprintf(`d=%[1]s; `+guardScript+` || exit 1; %[2]s/bin/switch-to-configuration %[3]s >"$d/output" 2>&1; rc=$?; echo "$rc" > "$d/activated"; tail -n 5 "$d/output" >&2; exit "$rc"`, q(d), q(system), action)
 }
 
 // Markers a remote script prints on standard error to say which of its

@@ -153,7 +153,7 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 	nr.watch = !d.Options.Keep && prev != "" && prev != nr.n.System
 	prepare := "mkdir -p " + q(stateDir+"/"+nr.run)
 	if nr.watch {
-		prepare = d.startDetached(nr.run, nr.systemd,
+		prepare = d.startWatchdog(nr.run, nr.systemd,
 			watchdogScript(nr.run, prev, int(d.activationTimeout()/time.Second)+5, int(d.confirmTimeout()/time.Second)))
 	}
 	// A subshell: the watchdog's start exits it on failure, and the

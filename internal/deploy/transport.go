@@ -39,8 +39,9 @@ type Transport struct {
 	// KnownHostsFile is the persistent accept-new trust store for nodes
 	// without a host key and for jump hosts.
 	KnownHostsFile string
-	// ControlDir holds the multiplexing sockets; it must be short (a Unix
-	// socket path is at most 107 bytes).
+	// ControlDir holds the multiplexing sockets and the deployment's
+	// temporary files (pinned host keys); NewControlDir makes it private
+	// and short enough (a Unix socket path is at most 104 bytes).
 	ControlDir string
 }
 
@@ -100,7 +101,7 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 	c.Redirected = redirected
 	var hostKey []string
 	if pin := c.pin(); pin != "" {
-		f, err := os.CreateTemp("", "fleet-pin-*")
+		f, err := os.CreateTemp(t.ControlDir, "pin-*")
 		if err != nil {
 			return nil, fmt.Errorf("node %s: temporary known_hosts: %w", s.Name, err)
 		}
@@ -129,7 +130,7 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 		// Records the key the host offers, for the message of a refused
 		// key; it adds no key, so it trusts nothing. Only OfferedKey's
 		// connection gets it (it costs a login about a third more).
-		f, err := os.CreateTemp("", "fleet-offered-*")
+		f, err := os.CreateTemp(t.ControlDir, "offered-*")
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("node %s: temporary file: %w", s.Name, err)
@@ -247,11 +248,17 @@ func (c *Conn) Args() []string {
 }
 
 // MasterArgs start the node's master connection in the background (-f -N):
-// it persists until Close.
+// Close ends it. The lock session keeps a session open on it from the
+// lock to the end of the node, so it is never idle while in use; when
+// the provider is killed before Close (a second Ctrl-C), it ends
+// masterPersist after its last session instead of running on, logged in.
 func (c *Conn) MasterArgs() []string {
-	args := c.recording(c.args("ControlMaster=yes", "ControlPath="+c.control, "ControlPersist=yes"))
+	args := c.recording(c.args("ControlMaster=yes", "ControlPath="+c.control, fmt.Sprintf("ControlPersist=%d", int(masterPersist/time.Second))))
 	return append(args[:len(args)-1:len(args)-1], "-f", "-N", c.s.Host)
 }
+
+// masterPersist is how long a master outlives its last session.
+const masterPersist = 30 * time.Second
 
 // FreshArgs are those of an ssh that makes a new connection, whatever the
 // master: the verdict's proof that the host still takes logins.

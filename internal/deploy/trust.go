@@ -24,13 +24,19 @@ const maxSocketPath = 104
 const socketRoom = 1 + 40 + 17
 
 // NewControlDir makes a directory of its own (0700, a name no one could
-// have taken first) for a deployment's master sockets: in the temporary
-// directory when its path leaves room for a socket name, else in /tmp (a
-// macOS $TMPDIR is about 50 bytes long).
+// have taken first) for a deployment's master sockets and its temporary
+// files (the pinned host keys among them): in the temporary directory when
+// its path leaves room for a socket name, else in /tmp (a macOS $TMPDIR is
+// about 50 bytes long). A temporary directory others can write without
+// the sticky bit is refused: there another user could rename this one
+// away and put their own in its place.
 func NewControlDir() (string, error) {
 	const pattern = "fssh" // os.MkdirTemp adds up to 10 digits
 	for _, base := range []string{os.TempDir(), "/tmp"} {
 		if len(base)+1+len(pattern)+10+socketRoom <= maxSocketPath {
+			if err := checkTempDir(base); err != nil {
+				return "", err
+			}
 			return os.MkdirTemp(base, pattern)
 		}
 	}

@@ -178,3 +178,81 @@ func mustChown(t *testing.T, path string, uid int) {
 		t.Fatalf("chown %s (the tests run as root): %v", path, err)
 	}
 }
+
+// Issue 12 (trial): on a shared runner another user must not be able to
+// swap the pinned host keys a deployment writes. They go into the
+// deployment's private control directory, never loose in $TMPDIR; and a
+// $TMPDIR others can write without the sticky bit (where they could rename
+// that directory away), or that another user owns, is refused.
+func TestControlDirRefusesATemporaryDirectoryOthersControl(t *testing.T) {
+	// Short: a $TMPDIR too long for socket paths is passed over for /tmp.
+	base, err := os.MkdirTemp("/tmp", "ct") //nolint:usetesting // t.TempDir names are too long to leave room for sockets
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	for _, c := range []struct {
+		name  string
+		mode  os.FileMode
+		owner int
+		want  string // empty: accepted
+	}{
+		{"private", 0o700, -1, ""},
+		{"sticky, like /tmp", 0o777 | os.ModeSticky, -1, ""},
+		{"writable by others", 0o777, -1, "can be written by other users without the sticky bit (mode 0777)"},
+		{"group writable", 0o770, -1, "without the sticky bit (mode 0770)"},
+		{"another user's", 0o755, 4242, "belongs to another user (uid 4242)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(base, strings.Fields(c.name)[0])
+			mustMkdir(t, dir, c.mode.Perm())
+			if err := os.Chmod(dir, c.mode); err != nil {
+				t.Fatal(err)
+			}
+			if c.owner >= 0 {
+				mustChown(t, dir, c.owner)
+			}
+			t.Setenv("TMPDIR", dir)
+			control, err := NewControlDir()
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer os.RemoveAll(control)
+				tr := &Transport{KnownHostsFile: filepath.Join(control, KnownHostsFileName), ControlDir: control}
+				conn := openConn(t, tr, Settings{Name: "web1", Host: "10.0.0.5", User: "root",
+					HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl", SSHOpts: []string{}})
+				if filepath.Dir(conn.pinned) != control || filepath.Dir(conn.offered) != control {
+					t.Errorf("pinned key %s and offered key %s are not in the control directory %s", conn.pinned, conn.offered, control)
+				}
+				if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+					t.Errorf("$TMPDIR holds %d entries, want only the control directory", len(entries))
+				}
+				return
+			}
+			if err == nil {
+				_ = os.RemoveAll(control)
+				t.Fatalf("TMPDIR %s (%s) accepted, made %s", dir, c.name, control)
+			}
+			for _, want := range []string{dir, c.want, "set TMPDIR"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// Issue 12 (trial): a known_hosts file named in a shared directory such
+// as /tmp is refused without advising to change that directory's mode.
+func TestCheckKnownHostsFileInASharedDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shared")
+	mustMkdir(t, dir, 0o777)
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckKnownHostsFile(filepath.Join(dir, "known_hosts"))
+	if err == nil || !strings.Contains(err.Error(), "mode 1777") || !strings.Contains(err.Error(), "every user can make files in") || strings.Contains(err.Error(), "chmod") {
+		t.Errorf("a known_hosts file in a sticky shared directory: %v", err)
+	}
+}
