@@ -133,11 +133,12 @@ func Find(conds []Condition, t string) (Condition, bool) {
 }
 
 // Rung is one step of a phase ladder: the phase holds when the condition of
-// Type has Status.
+// Type has Status (and Reason, when the rung names one).
 type Rung struct {
 	Phase  string
 	Type   string
 	Status Status
+	Reason string
 }
 
 // Phase derives a summary phase from conditions: the first rung of ladder
@@ -146,7 +147,7 @@ type Rung struct {
 // conditions it summarises.
 func Phase(conds []Condition, ladder []Rung, fallback string) string {
 	for _, r := range ladder {
-		if c, ok := Find(conds, r.Type); ok && c.Status == r.Status {
+		if c, ok := Find(conds, r.Type); ok && c.Status == r.Status && (r.Reason == "" || c.Reason == r.Reason) {
 			return r.Phase
 		}
 	}

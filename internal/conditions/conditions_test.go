@@ -367,6 +367,18 @@ func TestPhase(t *testing.T) {
 			[]Rung{{Phase: "Ready", Type: "Reachable", Status: True}, {Phase: "Degraded", Type: "Reachable", Status: False}},
 			"Degraded",
 		},
+		{
+			"a rung naming a reason holds only with that reason",
+			[]Condition{cond("Ready", False, "RolledBack", "", t0, 1)},
+			[]Rung{{Phase: "Gone", Type: "Ready", Status: False, Reason: "Gone"}, {Phase: "RolledBack", Type: "Ready", Status: False, Reason: "RolledBack"}, {Phase: "Failed", Type: "Ready", Status: False}},
+			"RolledBack",
+		},
+		{
+			"a rung naming another reason falls through to the next",
+			[]Condition{cond("Ready", False, "DeployFailed", "", t0, 1)},
+			[]Rung{{Phase: "RolledBack", Type: "Ready", Status: False, Reason: "RolledBack"}, {Phase: "Failed", Type: "Ready", Status: False}},
+			"Failed",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

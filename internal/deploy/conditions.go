@@ -1,19 +1,46 @@
 package deploy
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
 )
 
-// ConditionReady summarises a node: its last deploy succeeded.
+// ConditionReady summarises a node, or the whole deployment: its last
+// deploy succeeded.
 const ConditionReady = "Ready"
 
 // ConditionTypes is the fixed order of a node's conditions.
 var ConditionTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader), ConditionReady}
 
+// Reasons of a node's Ready condition when it is not True.
+const (
+	ReasonRolledBack   = "RolledBack"
+	ReasonDeployFailed = "DeployFailed"
+	ReasonInterrupted  = "Interrupted"
+	ReasonSkipped      = "Skipped"
+	ReasonNotStarted   = "NotStarted"
+)
+
+// NodePhases is the ladder a node's recorded phase is derived from, by
+// conditions.Phase; a node no rung fits is Pending.
+var NodePhases = []conditions.Rung{
+	{Phase: string(PhaseSucceeded), Type: ConditionReady, Status: conditions.True},
+	{Phase: string(PhaseSkipped), Type: ConditionReady, Status: conditions.Unknown, Reason: ReasonSkipped},
+	{Phase: string(PhaseRolledBack), Type: ConditionReady, Status: conditions.False, Reason: ReasonRolledBack},
+	{Phase: string(PhaseFailed), Type: ConditionReady, Status: conditions.False},
+}
+
+// NodePhase is the phase a node's conditions say.
+func NodePhase(conds []conditions.Condition) Phase {
+	return Phase(conditions.Phase(conds, NodePhases, string(PhasePending)))
+}
+
 // NodeConditions are a node's conditions after a deploy: each step's
-// outcome, Unknown for the steps it did not reach, and Ready.
+// outcome, Unknown for the steps it did not reach, and Ready, which sums
+// the outcome up (and from which the node's phase is derived).
 func NodeConditions(prev []conditions.Condition, r Result, generation int64, now time.Time) ([]conditions.Condition, error) {
 	conds := prev
 	var err error
@@ -26,18 +53,65 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 			}
 		}
 		if r.Phase == PhaseSkipped {
-			c.Reason, c.Message = "Skipped", r.Message
+			c.Reason, c.Message = ReasonSkipped, r.Message
 		}
 		if conds, err = ConditionTypes.Set(conds, c, now); err != nil {
 			return nil, err
 		}
 	}
-	ready := conditions.Condition{Type: ConditionReady, Status: conditions.False, Reason: string(r.Phase), Message: r.Message, ObservedGeneration: generation}
-	if r.Phase == PhaseSucceeded {
-		ready.Status = conditions.True
-	}
-	if r.Phase == PhaseSkipped || r.Phase == PhasePending {
-		ready.Status = conditions.Unknown
+	ready := conditions.Condition{Type: ConditionReady, Message: r.Message, ObservedGeneration: generation}
+	switch {
+	case r.Phase == PhaseSucceeded:
+		ready.Status, ready.Reason = conditions.True, "Succeeded"
+		if r.AlreadyCurrent {
+			ready.Reason = "AlreadyCurrent"
+		}
+	case r.Phase == PhaseSkipped:
+		ready.Status, ready.Reason = conditions.Unknown, ReasonSkipped
+	case r.Phase == PhaseRolledBack:
+		ready.Status, ready.Reason = conditions.False, ReasonRolledBack
+	case r.Interrupted:
+		ready.Status, ready.Reason = conditions.False, ReasonInterrupted
+	case r.Phase == PhaseFailed:
+		ready.Status, ready.Reason = conditions.False, ReasonDeployFailed
+	default:
+		ready.Status, ready.Reason = conditions.Unknown, ReasonNotStarted
 	}
 	return ConditionTypes.Set(conds, ready, now)
+}
+
+// DeploymentConditionTypes is the fixed order of a deployment's own
+// conditions.
+var DeploymentConditionTypes = conditions.Types{ConditionReady}
+
+// DeploymentPhases is the ladder the deployment's phase is derived from:
+// Succeeded when every node is, Failed when one failed or was not
+// started, else (a node held back) Partial.
+var DeploymentPhases = []conditions.Rung{
+	{Phase: "Succeeded", Type: ConditionReady, Status: conditions.True},
+	{Phase: "Failed", Type: ConditionReady, Status: conditions.False},
+	{Phase: "Partial", Type: ConditionReady, Status: conditions.Unknown},
+}
+
+// DeploymentConditions sum the nodes' phases (in node order) up.
+func DeploymentConditions(prev []conditions.Condition, nodes []string, phases []Phase, generation int64, now time.Time) ([]conditions.Condition, error) {
+	var failed, held []string
+	for i, p := range phases {
+		switch p {
+		case PhaseFailed, PhaseRolledBack, PhasePending:
+			failed = append(failed, nodes[i])
+		case PhaseSkipped:
+			held = append(held, nodes[i])
+		case PhaseSucceeded, PhaseCopying, PhaseActivating, PhaseVerifying, PhaseFinalizing:
+		}
+	}
+	c := conditions.Condition{Type: ConditionReady, Status: conditions.True, Reason: "AllNodesSucceeded",
+		Message: fmt.Sprintf("every node (%d) runs its system after a passing verdict", len(nodes)), ObservedGeneration: generation}
+	switch {
+	case len(failed) > 0:
+		c.Status, c.Reason, c.Message = conditions.False, "NodesFailed", fmt.Sprintf("%d of %d nodes failed or were not started: %s", len(failed), len(nodes), strings.Join(failed, ", "))
+	case len(held) > 0:
+		c.Status, c.Reason, c.Message = conditions.Unknown, "NodesHeld", fmt.Sprintf("%d of %d nodes are held: %s", len(held), len(nodes), strings.Join(held, ", "))
+	}
+	return DeploymentConditionTypes.Set(prev, c, now)
 }

@@ -189,7 +189,11 @@ func (e *Evaluator) node(ctx context.Context, p *Policy, name string, r *Report)
 		defer func() { _ = client.Close() }()
 		host = sshHost{client: client, counters: &e.Counters}
 	}
-	e.run(ctx, p, name, host, r)
+	if err := e.run(ctx, p, name, host, r); err != nil {
+		r.EvaluatedAt = e.now()
+		r.Unreachable, r.ShellRefused = &sshdial.Outcome{Reason: sshdial.ReasonConfig, Message: err.Error()}, true
+		return
+	}
 	r.Reached, r.EvaluatedAt = true, e.now()
 }
 
@@ -236,7 +240,7 @@ type inflight struct {
 
 // run runs the planned checks on host: the script checks in one script,
 // the dial checks beside it, all under the probe timeout.
-func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, r *Report) {
+func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, r *Report) error {
 	timeout := p.probeTimeout()
 	var scripted []ScriptCheck
 	var at []int
@@ -276,6 +280,14 @@ func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, 
 		elapsed := time.Since(start)
 		cancel()
 		parts, perr := s.parse(out)
+		if perr != nil {
+			// The node's shell refused to run the checks (a marker
+			// directory another user made, no mktemp): nothing was
+			// learnt of its storage, so it is not evaluated, not failed.
+			wg.Wait()
+			clear(r.Results)
+			return perr
+		}
 		interpret := func(c ScriptCheck, exit int, output string) Result {
 			res, _ := guarded(func() Result { return c.Interpret(exit, output) })
 			return res
@@ -283,8 +295,6 @@ func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, 
 		for k, c := range scripted {
 			i := at[k]
 			switch {
-			case perr != nil:
-				r.Results[i] = Result{Tier: TierProbe, Detail: perr.Error()}
 			case parts[k].status == "done":
 				res := interpret(c, parts[k].exit, parts[k].output)
 				res.Duration = time.Duration(parts[k].ms) * time.Millisecond
@@ -306,4 +316,5 @@ func (e *Evaluator) run(ctx context.Context, p *Policy, node string, host Host, 
 			}
 		}
 	}
+	return nil
 }

@@ -102,8 +102,8 @@ func Advance(prev *Record, r Report, p *Policy, clearNote *string, autoClearAfte
 		// node in error keeps its error whatever the rule says, below.
 		if held = reach.State == reachability.StateReachable && prev.State != StateError; held {
 			next.State = prev.State
-			next.Reason = fmt.Sprintf("node %s could not be reached to evaluate its checks: %s. It keeps its last state (%s) for now, "+
-				"and will be marked missing if the next evaluation fails too", r.Node, unreachable(r.Unreachable), prev.State)
+			next.Reason = fmt.Sprintf("node %s %s: %s. It keeps its last state (%s) for now, "+
+				"and will be marked missing if the next evaluation fails too", r.Node, r.notEvaluated(), unreachable(r.Unreachable), prev.State)
 		}
 	}
 	result := ClearNone
@@ -122,7 +122,14 @@ func Advance(prev *Record, r Report, p *Policy, clearNote *string, autoClearAfte
 		next.Reason = fmt.Sprintf("node %s is in error since %s and could not be evaluated now: %s",
 			r.Node, prev.ErrorSince.Format(time.RFC3339), unreachable(r.Unreachable))
 	case wasError:
-		streak := prev.HealthyStreak + 1
+		// The streak counts only where it clears: with auto_clear_after off
+		// it would change the record at every evaluation of a node
+		// awaiting an operator's clear, and a drift job would fire at every
+		// run although nothing changed.
+		streak := 0
+		if autoClearAfter > 0 {
+			streak = prev.HealthyStreak + 1
+		}
 		switch {
 		case clearNote != nil:
 			next.LastClear, result = &Clear{Note: *clearNote, At: now}, ClearApplied

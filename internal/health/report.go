@@ -31,10 +31,12 @@ type Report struct {
 	Planned []Planned
 	Results []Result // one per Planned
 	// Reached is false when the node could not be reached to run its
-	// checks; Unreachable then says why.
-	Reached     bool
-	Unreachable *sshdial.Outcome
-	EvaluatedAt time.Time
+	// checks, or its shell refused to run them (ShellRefused); Unreachable
+	// then says why.
+	Reached      bool
+	Unreachable  *sshdial.Outcome
+	ShellRefused bool
+	EvaluatedAt  time.Time
 }
 
 // TypeHealth is the health of one hosted object type.
@@ -97,7 +99,7 @@ func (r Report) Reason(p *Policy) string {
 	switch r.State() {
 	case StateError, StateDegraded:
 	case StateMissing:
-		return fmt.Sprintf("node %s is missing: it could not be reached to evaluate its checks: %s", r.Node, unreachable(r.Unreachable))
+		return fmt.Sprintf("node %s is missing: it %s: %s", r.Node, r.notEvaluated(), unreachable(r.Unreachable))
 	case StateHealthy:
 		if len(r.Planned) == 0 {
 			return fmt.Sprintf("node %s is healthy: its roles (%s) host no object type with checks", r.Node, orNone(r.Roles))
@@ -174,6 +176,14 @@ func failureWords(c Check, res Result) string {
 		return fmt.Sprintf("unit %s is %s", target, res.Detail)
 	}
 	return fmt.Sprintf("%s %s: %s", c.Kind(), target, res.Detail)
+}
+
+// notEvaluated says why an unevaluated node was not.
+func (r Report) notEvaluated() string {
+	if r.ShellRefused {
+		return "could not run its checks: its shell refused them"
+	}
+	return "could not be reached to evaluate its checks"
 }
 
 func unreachable(o *sshdial.Outcome) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
@@ -107,9 +108,6 @@ func TestScriptNodeShellMisbehaves(t *testing.T) {
 			"the node's shell reported nothing for this check", "the node's shell reported nothing for this check"},
 		{"truncated", []string{"/bin/sh", "-c", "/bin/sh -s | head -n 2"},
 			"exit 0", "the node's shell reported nothing for this check"},
-		{"no marker directory", []string{"env", "TMPDIR=/dev/null/x", "/bin/sh", "-s"},
-			"the node's shell could not run the checks: cannot create the marker directory /dev/null/x/fleet-node-health.",
-			"the node's shell could not run the checks: cannot create the marker directory /dev/null/x/fleet-node-health."},
 		{"no shell", []string{"/nonexistent/sh", "-s"},
 			// Not a timeout: the shell never started.
 			"the checks could not run: /nonexistent/sh: ", "the checks could not run: /nonexistent/sh: "},
@@ -128,6 +126,20 @@ func TestScriptNodeShellMisbehaves(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A node whose shell refuses to run the checks (here it cannot make its
+// marker directory) is not evaluated: missing, with the shell's words,
+// never in error.
+func TestScriptRefusedLeavesTheNodeUnevaluated(t *testing.T) {
+	checks := map[string]CheckDecl{"one": specDecl("command", map[string]any{"command": "echo one"})}
+	node := uniqueNode(t, "shell")
+	p := kindPolicy(node, Node{Local: true}, 2*time.Second, checks)
+	r, _ := evalNode(t, newEvaluator([]string{"env", "TMPDIR=/dev/null/x", "/bin/sh", "-s"}), p, node)
+	if r.State() != StateMissing || r.Unreachable == nil || r.Unreachable.Reason != sshdial.ReasonConfig {
+		t.Fatalf("state %s, unreachable %+v; want missing (config)\n%s", r.State(), r.Unreachable, describeReport(r, p))
+	}
+	wantContains(t, "reason", r.Reason(p), "it could not run its checks: its shell refused them", "the node's shell could not run the checks: cannot create the marker directory /dev/null/x/fleet-node-health.")
 }
 
 func TestLocalMarkerDirectoryRefused(t *testing.T) {
@@ -203,10 +215,13 @@ func checkMarkerDirectoryRefused(t *testing.T, node func(t *testing.T, tmpdir st
 				}
 				return
 			}
-			if res.Healthy || r.State() != StateError {
-				t.Fatalf("a planted marker directory was used: %s", describeReport(r, p))
+			// Nothing was learnt of the node's storage: it is not
+			// evaluated (missing), not failed, and another user cannot
+			// put it in error this way.
+			if res.Healthy || r.State() != StateMissing || r.Reached || r.Unreachable == nil {
+				t.Fatalf("a planted marker directory: %s, want missing, not evaluated", describeReport(r, p))
 			}
-			wantContains(t, "detail", res.Detail, append([]string{"marker directory " + dir}, c.want...)...)
+			wantContains(t, "reason", r.Reason(p), append([]string{"it could not run its checks: its shell refused them", "marker directory " + dir}, c.want...)...)
 			if entries, err := os.ReadDir(elsewhere); err != nil || len(entries) > 0 {
 				t.Errorf("written through the planted link: %v, %v", entries, err)
 			}

@@ -30,7 +30,7 @@ var connectionDescriptions = map[string]string{
 	"private_key": "Private key in PEM form (OpenSSH, PKCS#1, PKCS#8). Sensitive and write-only: it is never stored in state " +
 		"(needs Terraform or OpenTofu 1.11 or later). Because a refresh cannot read it back, refresh probes of an executor that uses only an inline key " +
 		"verify transport and host key but not authentication; prefer `private_key_file` or `agent` for full refresh probes.",
-	"private_key_passphrase": "Passphrase of an encrypted `private_key` or `private_key_file`. Sensitive and write-only; never stored in state.",
+	"private_key_passphrase": "Passphrase of an encrypted `private_key` or `private_key_file`. Write-only: never stored in state nor shown in a plan.",
 	"private_key_file":       "Path of a private key file; `~` is expanded.",
 	"agent":                  "Authenticate with the keys of the ssh-agent at `SSH_AUTH_SOCK`. Default: true when neither `private_key` nor `private_key_file` is set.",
 	"host_key_fingerprint": "The host key pin, in any form an operator has at hand, pasted as it is: the line `ssh-keygen -lf` prints " +
@@ -212,7 +212,12 @@ func resourceConnectionAttributes() map[string]rschema.Attribute {
 			Validators: []validator.String{stringvalidator.LengthAtLeast(1)}},
 		"private_key": rschema.StringAttribute{Optional: true, Sensitive: true, WriteOnly: true,
 			MarkdownDescription: connectionDescription("private_key"), Validators: keyConflicts()},
-		"private_key_passphrase": rschema.StringAttribute{Optional: true, Sensitive: true, WriteOnly: true,
+		// Write-only, so never in state nor shown in a plan; not also marked
+		// sensitive: Terraform lists a resource's sensitive paths in state
+		// in an order of its own that changes from one refresh to the next,
+		// and with two of them every refresh-only plan then counted as a
+		// change (the drift job fired at every run).
+		"private_key_passphrase": rschema.StringAttribute{Optional: true, WriteOnly: true,
 			MarkdownDescription: connectionDescription("private_key_passphrase")},
 		"private_key_file": rschema.StringAttribute{Optional: true, MarkdownDescription: connectionDescription("private_key_file"),
 			Validators: []validator.String{stringvalidator.LengthAtLeast(1)}},

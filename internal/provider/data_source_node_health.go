@@ -52,7 +52,7 @@ func (d *nodeHealthDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 	attrs["healthy_nodes"] = summary("in state `healthy`")
 	attrs["schedulable_nodes"] = summary("that may take work: `healthy` or `degraded`")
 	attrs["error_nodes"] = summary("in state `error`")
-	attrs["missing_nodes"] = summary("that could not be reached to evaluate")
+	attrs["missing_nodes"] = summary("that could not be evaluated (not reached, or their checks could not run)")
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Evaluates a node health policy now, during plan, and returns each node's health and the summaries: the feed for other modules " +
 			"(a scheduler takes `schedulable_nodes`, a deployment holds back `error_nodes`). The policy is given inline, with the same attributes as `fleet_node_health_policy`, " +

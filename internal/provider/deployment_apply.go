@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 )
 
@@ -34,7 +35,6 @@ func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequ
 	resp.Diagnostics.Append(diags...)
 	r.apply(ctx, "create", timeout, &m, nil, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -49,7 +49,6 @@ func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequ
 	resp.Diagnostics.Append(diags...)
 	r.apply(ctx, "update", timeout, &m, &prior, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 // errInterrupted is what an interrupt (Ctrl-C, Terraform stopping the
@@ -92,8 +91,12 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 	var targets []deploy.Target
 	for _, n := range nodes {
 		name := n.Name.ValueString()
-		if !hold[name] && planned[name] == actionSwitch {
-			targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, priors[name], diags)})
+		// A node the plan switches, decided as the plan decided it (from
+		// the configuration and state, never from a live look): "switch"
+		// is also the last outcome a node with nothing to do keeps.
+		p, known := priors[name]
+		if !hold[name] && planned[name] == actionSwitch && needsSwitch(p, known, n.System.ValueString(), deploy.Goal(m.Goal.ValueString())) {
+			targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, p, diags)})
 		}
 	}
 	byName := map[string]deploy.Result{}
@@ -101,9 +104,10 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 		byName[res.Name] = res
 	}
 	now := time.Now().UTC()
+	generation := m.Generation.ValueInt64()
 	actions := map[string]attr.Value{}
 	var statuses []deployStatusModel
-	var succeeded, failed, skipped, notStarted []string
+	var notStarted []string
 	var summary []string
 	for _, n := range nodes {
 		name := n.Name.ValueString()
@@ -111,40 +115,35 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 		res, ran := byName[name]
 		action := planned[name]
 		switch {
-		case hold[name]:
-			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in hold", CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
-			action = actionSkip
-			skipped = append(skipped, name)
-		case !ran && known && (p.action == actionSwitch || p.action == actionNone):
-			// Nothing to do, and nothing new to record: the last record stands.
+		case !ran && known && (hold[name] && p.action == actionSkip || !hold[name] && (p.action == actionSwitch || p.action == actionNone)):
+			// Nothing to do, and nothing new to record (still held, or its
+			// last outcome stands): the record is written back untouched,
+			// as the plan showed it.
 			actions[name] = types.StringValue(p.action)
 			statuses = append(statuses, p.record)
-			if p.phase == string(deploy.PhaseSucceeded) {
-				succeeded = append(succeeded, name)
-			}
 			continue
+		case hold[name]:
+			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in this deployment's hold",
+				CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
+			action = actionSkip
 		case !ran:
 			// Planned none after a failure: the host runs the configured
 			// system, which passed its verdict there.
 			res = deploy.Result{Name: name, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified,
 				Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
-			succeeded = append(succeeded, name)
 		case res.Phase == deploy.PhasePending:
 			action = actionPending
 			notStarted = append(notStarted, name)
 		case res.Failed():
 			action = actionFailed
-			failed = append(failed, name)
 			diags.AddAttributeError(path.Root("nodes"), deploy.FailedLine(name, res.ExitCode, res.Message), orStr(res.Hint, "See status for this node."))
-		default:
-			succeeded = append(succeeded, name)
 		}
 		if ran && res.CurrentSystem == "" {
 			// Failed before the host was read: what was known stands.
 			res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem = p.current, p.previous, p.verified
 		}
 		actions[name] = types.StringValue(action)
-		conds, err := deploy.NodeConditions(p.conds, res, 1, now)
+		conds, err := deploy.NodeConditions(p.conds, res, generation, now)
 		if err != nil {
 			diags.AddError("Node record not written", err.Error())
 			return
@@ -158,7 +157,7 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 		}
 		statuses = append(statuses, deployStatusModel{
 			Name: types.StringValue(name), Host: types.StringValue(host), Action: types.StringValue(action),
-			Phase: types.StringValue(string(res.Phase)), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
+			Phase: types.StringValue(string(deploy.NodePhase(conds))), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
 			PreviousSystem: types.StringValue(res.PreviousSystem), VerifiedSystem: types.StringValue(res.VerifiedSystem),
 			HostKeySeen: types.StringValue(seen), ExitCode: types.Int64Value(int64(res.ExitCode)),
 			Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
@@ -170,21 +169,30 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 		}
 	}
 	if len(notStarted) > 0 {
-		failed = append(failed, notStarted...)
 		diags.AddAttributeError(path.Root("nodes"), "Deployment stopped: "+strings.Join(notStarted, ", ")+" not started",
 			fmt.Sprintf("%s before these nodes started; they were not touched, and the next plan switches them.", pendingCause(byName, notStarted)))
 	}
 	m.Actions = types.MapValueMust(types.StringType, actions)
 	m.Status = statusList(ctx, statuses, diags)
-	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = stringList(orEmpty(succeeded)), stringList(orEmpty(failed)), stringList(orEmpty(skipped))
-	switch {
-	case len(failed) > 0:
-		m.Phase = types.StringValue("Failed")
-	case len(skipped) > 0:
-		m.Phase = types.StringValue("Partial")
-	default:
-		m.Phase = types.StringValue("Succeeded")
+	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = deploySummaries(statuses)
+	var names []string
+	var phases []deploy.Phase
+	for _, rec := range statuses {
+		names, phases = append(names, rec.Name.ValueString()), append(phases, deploy.Phase(rec.Phase.ValueString()))
 	}
+	var priorConds []conditions.Condition
+	if prior != nil {
+		priorConds, _ = conditionsFrom(ctx, prior.Conditions)
+	}
+	conds, err := deploy.DeploymentConditions(priorConds, names, phases, generation, now)
+	if err != nil {
+		diags.AddError("Deployment conditions not written", err.Error())
+		return
+	}
+	dcv, dd := conditionsValue(conds)
+	diags.Append(dd...)
+	m.Conditions, m.ObservedGeneration = dcv, m.Generation
+	m.Phase = types.StringValue(conditions.Phase(conds, deploy.DeploymentPhases, "Partial"))
 	if len(summary) > 0 {
 		tflog.Info(ctx, "deployment summary\n"+strings.Join(summary, "\n"))
 	}

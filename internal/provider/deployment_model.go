@@ -39,8 +39,17 @@ type deploymentState struct {
 	Phase             types.String   `tfsdk:"phase"`
 }
 
+// deploymentStatus is what the deployment keeps of itself from schema
+// version 2: its generation and the conditions its phase is derived from.
+type deploymentStatus struct {
+	Generation         types.Int64 `tfsdk:"generation"`
+	ObservedGeneration types.Int64 `tfsdk:"observed_generation"`
+	Conditions         types.List  `tfsdk:"conditions"`
+}
+
 type deploymentModel struct {
 	deploymentState
+	deploymentStatus
 	DefaultsInput types.Dynamic `tfsdk:"defaults"`
 	NodesInput    types.Dynamic `tfsdk:"nodes"`
 	VerdictInput  types.Dynamic `tfsdk:"verdict"`
@@ -49,6 +58,14 @@ type deploymentModel struct {
 	Defaults types.Object `tfsdk:"-"`
 	Nodes    types.List   `tfsdk:"-"`
 	Verdict  types.Object `tfsdk:"-"`
+}
+
+// inputs are what changes what the deployment does, in a fixed order: a
+// change of any raises the generation. The nested inputs as decoded, so
+// that a list written as a tuple is no change.
+func (m *deploymentModel) inputs() []attr.Value {
+	return []attr.Value{m.Nodes, m.Defaults, m.Verdict, m.SSHConfigFile, m.KnownHostsFile, m.Goal, m.OnFailure, m.Hold,
+		m.RemoteExecTimeout, m.BootLockAttempts, m.ActivationTimeout, m.LockTimeout}
 }
 
 // decode checks the nested inputs and types them; faults go to diags
@@ -350,4 +367,44 @@ func holder(id string) string {
 	host, _ := os.Hostname()
 	dir, _ := os.Getwd() // the provider runs in the configuration's directory
 	return fmt.Sprintf("fleet_ssh_deployment %s, applied on %s in %s (pid %d)", id, orStr(host, "an unknown machine"), orStr(dir, "an unknown directory"), os.Getpid())
+}
+
+// completeStatus gives a deployment an earlier version wrote the
+// generation and conditions it did not keep: generation 1, observed, and
+// the Ready condition its nodes' records say.
+func completeStatus(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) {
+	if !m.Generation.IsNull() && !m.Conditions.IsNull() {
+		return
+	}
+	m.Generation, m.ObservedGeneration = types.Int64Value(1), types.Int64Value(1)
+	var names []string
+	var phases []deploy.Phase
+	for _, rec := range statusRecords(ctx, m, diags) {
+		names, phases = append(names, rec.Name.ValueString()), append(phases, deploy.Phase(rec.Phase.ValueString()))
+	}
+	conds, err := deploy.DeploymentConditions(nil, names, phases, 1, time.Now())
+	if err != nil {
+		diags.AddError("Deployment conditions not written", err.Error())
+		return
+	}
+	cv, d := conditionsValue(conds)
+	diags.Append(d...)
+	m.Conditions = cv
+}
+
+// deploySummaries are the node lists of a deployment's records.
+func deploySummaries(records []deployStatusModel) (succeeded, failed, skipped types.List) {
+	var s, f, k []string
+	for _, rec := range records {
+		switch deploy.Phase(rec.Phase.ValueString()) {
+		case deploy.PhaseSucceeded:
+			s = append(s, rec.Name.ValueString())
+		case deploy.PhaseSkipped:
+			k = append(k, rec.Name.ValueString())
+		case deploy.PhaseFailed, deploy.PhaseRolledBack, deploy.PhasePending:
+			f = append(f, rec.Name.ValueString())
+		case deploy.PhaseCopying, deploy.PhaseActivating, deploy.PhaseVerifying, deploy.PhaseFinalizing:
+		}
+	}
+	return stringList(orEmpty(s)), stringList(orEmpty(f)), stringList(orEmpty(k))
 }

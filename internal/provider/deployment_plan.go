@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
@@ -105,10 +106,15 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	}
 	priors := priorNodes(ctx, prior, &resp.Diagnostics)
 	actions := map[string]attr.Value{}
-	switching := false
+	// kept are the nodes whose record the apply writes back untouched:
+	// known in the plan, so that a change to one node is a short plan.
+	kept := map[string]bool{}
+	allKnown := holdKnown
 	for _, n := range nodes {
 		if n.Name.IsUnknown() {
 			plan.Actions = types.MapUnknown(types.StringType)
+			plan.Status, plan.Phase = types.ListUnknown(deployStatusType), types.StringUnknown()
+			plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
 			resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 			return
 		}
@@ -117,41 +123,46 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		switch {
 		case !holdKnown || n.System.IsUnknown():
 			actions[name] = types.StringUnknown()
-			switching = true
+			allKnown = false
 		case hold[name]:
 			actions[name] = types.StringValue(actionSkip)
-			switching = switching || p.action != actionSkip
-			resp.Diagnostics.AddAttributeWarning(path.Root("hold"), "Node "+name+" is held", fmt.Sprintf("Node %s is in hold: it will not be deployed in this apply.", name))
+			kept[name] = known && p.action == actionSkip
+			resp.Diagnostics.AddAttributeWarning(path.Root("hold"), "Node "+name+" is held",
+				fmt.Sprintf("Node %s is listed in this deployment's hold, so it is not deployed in this apply and its record stands. "+
+					"hold is usually fed from a node health policy's error_nodes: once the node's error is cleared there, it is deployed again.", name))
 		case needsSwitch(p, known, n.System.ValueString(), deploy.Goal(plan.Goal.ValueString())):
-			switching = true
 			actions[name] = types.StringValue(actionSwitch)
 		case p.action == actionSwitch || p.action == actionNone:
 			actions[name] = types.StringValue(p.action) // nothing to do: the last outcome stands
+			kept[name] = true
 		default:
 			actions[name] = types.StringValue(actionNone)
 		}
 	}
 	plan.Actions = types.MapValueMust(types.StringType, actions)
-	if switching || prior == nil || !req.Plan.Raw.Equal(req.State.Raw) {
-		// Any apply records what it does: every record is new.
-		plan.Status = types.ListUnknown(deployStatusType)
-		plan.Phase = types.StringUnknown()
-		plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
+	if prior == nil {
+		plan.Generation = types.Int64Value(1)
+	} else {
+		base := prior.Generation
+		if base.IsNull() {
+			base = types.Int64Value(1)
+		}
+		plan.Generation = nextGeneration(base, changeOf(plan.inputs(), prior.inputs()))
+	}
+	// A configuration unchanged since the last apply plans the records it
+	// left, unless the refresh found a node drifted: then the apply
+	// switches it back and writes its record anew.
+	if prior == nil || !req.Plan.Raw.Equal(req.State.Raw) || !plan.Actions.Equal(prior.Actions) {
+		r.planRecords(ctx, &plan, prior, nodes, priors, actions, kept, allKnown, &resp.Diagnostics)
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 	if !resp.Diagnostics.HasError() {
 		// Nodes the refresh of this run read were logged in to a moment
 		// ago (and warned about if that failed): they are not probed again.
 		var readNow map[string]deploy.Settings
-		if prior != nil && readRefreshMark(ctx, req.Private).Run == r.data.run &&
-			prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
-			readNow = map[string]deploy.Settings{}
-			priorDefaults := r.defaults(ctx, prior, &resp.Diagnostics)
-			for _, n := range r.nodes(ctx, prior, &resp.Diagnostics) {
-				if p, ok := priors[n.Name.ValueString()]; ok && p.action != actionSkip {
-					readNow[n.Name.ValueString()] = r.settings(ctx, priorDefaults, n, p, &resp.Diagnostics)
-				}
-			}
+		if prior != nil && prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
+			v, _ := r.data.refreshedBy(deploymentKind, prior.ID.ValueString())
+			readNow, _ = v.(map[string]deploy.Settings)
 		}
 		r.probe(ctx, &plan, nodes, priors, readNow, actions, &resp.Diagnostics)
 	}
@@ -300,4 +311,93 @@ func stringSet(ctx context.Context, l types.List, diags *diag.Diagnostics) (map[
 		out[s] = true
 	}
 	return out, true
+}
+
+// planRecords plans what the apply records. A node with nothing to do
+// keeps its record, known in the plan, and the apply writes it back
+// untouched: a change to one node is a short plan. Of a node the apply
+// deploys (or holds anew), the plan shows what a successful apply records
+// (Terraform holds an apply to its plan only when it succeeds, and a
+// failed node fails the apply), and leaves unknown what a success does not
+// decide: how it went, and when. So are the summaries and the
+// deployment's phase and condition known when every node's outcome is.
+func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
+	actions map[string]attr.Value, kept map[string]bool, allKnown bool, diags *diag.Diagnostics) {
+	unknownSummaries := func() {
+		plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
+		plan.ObservedGeneration, plan.Conditions, plan.Phase = types.Int64Unknown(), types.ListUnknown(conditionObjectType), types.StringUnknown()
+	}
+	if !allKnown {
+		plan.Status = types.ListUnknown(deployStatusType)
+		unknownSummaries()
+		return
+	}
+	goal := deploy.Goal(plan.Goal.ValueString())
+	records := make([]attr.Value, 0, len(nodes))
+	planned := make([]deployStatusModel, 0, len(nodes))
+	for _, n := range nodes {
+		name := n.Name.ValueString()
+		p := priors[name]
+		rec := p.record
+		if !kept[name] {
+			a, _ := actions[name].(types.String)
+			rec = successRecord(n, p, a.ValueString(), goal)
+		}
+		planned = append(planned, rec)
+		v, d := types.ObjectValueFrom(ctx, deployStatusAttrTypes, rec)
+		diags.Append(d...)
+		records = append(records, v)
+	}
+	plan.Status = types.ListValueMust(deployStatusType, records)
+	plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = deploySummaries(planned)
+	plan.ObservedGeneration = plan.Generation
+	var names []string
+	var phases []deploy.Phase
+	for _, rec := range planned {
+		names, phases = append(names, rec.Name.ValueString()), append(phases, deploy.Phase(rec.Phase.ValueString()))
+	}
+	var priorConds []conditions.Condition
+	if prior != nil {
+		priorConds, _ = conditionsFrom(ctx, prior.Conditions)
+	}
+	// A condition whose status changes gets the apply's time: unknown now.
+	conds, err := deploy.DeploymentConditions(priorConds, names, phases, plan.Generation.ValueInt64(), time.Time{})
+	if c, ok := conditions.Find(conds, deploy.ConditionReady); err != nil || !ok || c.LastTransitionTime.IsZero() {
+		plan.Conditions = types.ListUnknown(conditionObjectType)
+	} else {
+		cv, d := conditionsValue(conds)
+		diags.Append(d...)
+		plan.Conditions = cv
+	}
+	plan.Phase = types.StringValue(conditions.Phase(conds, deploy.DeploymentPhases, "Partial"))
+}
+
+// successRecord is the record a successful apply writes of a node it
+// deploys (action switch), finds done after a failure (none) or holds
+// anew (skip): what success decides is known, the rest unknown.
+func successRecord(n deployNodeModel, p priorNode, action string, goal deploy.Goal) deployStatusModel {
+	name := n.Name.ValueString()
+	unknown := types.StringUnknown()
+	rec := deployStatusModel{
+		Name: n.Name, Host: types.StringValue(orStr(n.Host.ValueString(), name)), Action: types.StringValue(action), System: n.System,
+		Phase: types.StringValue(string(deploy.PhaseSucceeded)), ExitCode: types.Int64Value(0), Hint: types.StringValue(""),
+		CurrentSystem: unknown, PreviousSystem: unknown, VerifiedSystem: unknown, HostKeySeen: unknown, Message: unknown,
+		StartedAt: unknown, FinishedAt: unknown, Conditions: types.ListUnknown(conditionObjectType),
+	}
+	switch action {
+	case actionSkip:
+		rec.Phase = types.StringValue(string(deploy.PhaseSkipped))
+	case actionNone:
+		rec.CurrentSystem, rec.VerifiedSystem = types.StringValue(p.current), types.StringValue(p.verified)
+	default:
+		// A node that succeeded runs its system (switch, test) and
+		// records it as verified (switch, test, boot).
+		if goal == deploy.GoalSwitch || goal == deploy.GoalTest {
+			rec.CurrentSystem = n.System
+		}
+		if goal != deploy.GoalDryActivate {
+			rec.VerifiedSystem = n.System
+		}
+	}
+	return rec
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 )
 
+const deploymentKind = "fleet_ssh_deployment"
+
 // Read reads each node's current system: a host switched by hand shows in
 // the next plan. An unreachable host keeps its last known value, with a
 // warning.
@@ -36,6 +38,9 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	}
 	priors := priorNodes(ctx, &m, &resp.Diagnostics)
 	records := statusRecords(ctx, &m, &resp.Diagnostics)
+	// What this refresh logged in to, with which settings: the plan of
+	// the same run does not log in to those again.
+	readNow := map[string]deploy.Settings{}
 	for i, rec := range records {
 		name := rec.Name.ValueString()
 		n, ok := nodes[name]
@@ -43,6 +48,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			continue
 		}
 		settings := r.settings(ctx, defaults, n, priors[name], &resp.Diagnostics)
+		readNow[name] = settings
 		if err := d.Transport.Remember(ctx, settings, settings.SeenHostKey); err != nil {
 			resp.Diagnostics.AddWarning("Node "+name+" key not remembered", fmt.Sprintf("node %s: %s", name, err))
 		}
@@ -58,15 +64,17 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		}
 		if goal := deploy.Goal(m.Goal.ValueString()); goal == deploy.GoalSwitch || goal == deploy.GoalTest {
 			sys := rec.System.ValueString()
-			switch {
-			case current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone):
+			// A refresh that finds what the last apply left writes nothing:
+			// the action it recorded stands (a drift job must not see a
+			// change after every deploy).
+			if current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone) {
 				actions[name] = actionDrift // switched by hand since
-			case current.System == sys && actions[name] == actionSwitch:
-				actions[name] = actionNone // done: a plan shows switch only for what it will switch
 			}
 			if actions[name] == actionDrift && current.System != sys {
 				resp.Diagnostics.AddWarning("Node "+name+" drifted",
-					fmt.Sprintf("node %s runs %s, not %s, which the last deploy left on it: it was switched outside this deployment. The next apply switches it back.", name, current.System, sys))
+					fmt.Sprintf("node %s runs %s, not %s, which the last deploy left on it: something else switched it since (by hand, another deployment, "+
+						"or the host's watchdog rolling back an activation this deployment left unconfirmed when it was interrupted). "+
+						"The next apply switches it back, unless the configuration now names the system it runs.", name, current.System, sys))
 			}
 		}
 	}
@@ -76,8 +84,10 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		av[k] = types.StringValue(v)
 	}
 	m.Actions = types.MapValueMust(types.StringType, av)
+	completeStatus(ctx, &m, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, r.data.run)...)
+	r.data.refreshed(deploymentKind, m.ID.ValueString(), readNow)
+	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
 }
 
 // Delete forgets the deployment; hosts keep running what they run.

@@ -50,7 +50,7 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 		{"not a url", resource("nodes = [" + node("") + "]\nverdict = { http = [{ url = \"not a url\" }] }"), "validate",
 			[]string{"Invalid URL", `verdict.http[0].url: "not a url" is not an http:// or https:// URL`}},
 		{"an empty host", resource("nodes = [" + strings.Replace(node(""), `host = "127.0.0.1"`, `host = ""`, 1) + "]"), "validate",
-			[]string{"nodes[0].host", "empty host name"}},
+			[]string{"nodes[0].host", "empty host name: give a host name or an address"}},
 		{"a host that is an option", resource("nodes = [" + strings.Replace(node(""), `host = "127.0.0.1"`, `host = "-oProxyCommand=x"`, 1) + "]"), "validate",
 			[]string{"nodes[0].host", "starts with '-'"}},
 		{"a name that cannot be the host", resource(`nodes = [{ name = "web 1", system = "` + sys + `" }]`), "validate",
@@ -69,7 +69,9 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 		{"known_hosts_file in a missing directory", resource("nodes = [" + node("") + "]\nknown_hosts_file = \"/nonexistent/known_hosts\""), "plan",
 			[]string{"Unusable known_hosts file", "the directory /nonexistent does not exist"}},
 		{"known_hosts_file in /tmp", resource("nodes = [" + node("") + "]\nknown_hosts_file = \"/tmp/fleet-test-known-hosts\""), "plan",
-			[]string{"Unusable known_hosts file", "/tmp can be written by other users"}},
+			[]string{"Unusable known_hosts file", "/tmp is a directory every user can make files in (mode 1777)", "name a file in a directory only you can write"}},
+		{"a port key", resource("nodes = [" + node(`, port = 2222`) + "]"), "validate",
+			[]string{`"port" is not expected in nodes[0]. The SSH port goes in ssh_opts: ssh_opts = ["Port=2222"].`}},
 	}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
@@ -158,8 +160,8 @@ func TestDeploymentStateUpgradesFromVersion0(t *testing.T) {
 			}
 			s.WantNoChanges()
 			s.Run("apply", "-auto-approve", "-input=false")
-			if v := s.Values("fleet_ssh_deployment.prod"); fmt.Sprint(v["actions"]) != "map[n1:none]" {
-				t.Errorf("actions after the upgrade: %v", v["actions"])
+			if v := s.Values("fleet_ssh_deployment.prod"); fmt.Sprint(v["actions"]) != "map[n1:switch]" || fmt.Sprint(v["generation"]) != "1" {
+				t.Errorf("actions after the upgrade: %v, generation %v", v["actions"], v["generation"])
 			}
 		})
 	}

@@ -99,6 +99,13 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 			if code != 2 || !strings.Contains(plan, `"n1" = "drift" -> "switch"`) || !strings.Contains(plan, "Node n1 drifted") {
 				t.Errorf("plan after n1 was switched by hand (exit %d):\n%s", code, plan)
 			}
+			// Applied, the drift is switched back.
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tg1.CurrentSystem() != good1 {
+				t.Errorf("n1 after an apply of its drift: %s, want %s", tg1.CurrentSystem(), good1)
+			}
+			s.WantNoChanges()
+			tg1.Boot(t, first)
 			// Held, n1 is skipped.
 			s.WriteConfig(deploymentConfig(nodes, []string{good1, good2}, `  hold = ["n1"]`+"\n"))
 			s.Run("apply", "-auto-approve", "-input=false")

@@ -23,8 +23,18 @@ func (sshOptValidator) ValidateString(_ context.Context, req validator.StringReq
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
-	if err := deploy.CheckSSHOpt(req.ConfigValue.ValueString()); err != nil {
+	opt := req.ConfigValue.ValueString()
+	if err := deploy.CheckSSHOpt(opt); err != nil {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid ssh_opts item", req.Path.String()+": "+err.Error())
+		return
+	}
+	key, value, _ := strings.Cut(opt, "=")
+	value = strings.ToLower(strings.TrimSpace(value))
+	if strings.EqualFold(key, "StrictHostKeyChecking") && (value == "no" || value == "off") ||
+		strings.EqualFold(key, "UserKnownHostsFile") && value == "/dev/null" {
+		resp.Diagnostics.AddAttributeWarning(req.Path, "Host key checking turned off",
+			req.Path.String()+": "+opt+" lets ssh accept whatever key the host offers, so anyone between this machine and the host can take the deployment over. "+
+				"Give the node's host_key (its public key line, from ssh-keyscan checked out of band) instead.")
 	}
 }
 

@@ -50,7 +50,7 @@ var nodeStatusAttrTypes = map[string]attr.Type{
 var nodeStatusType = types.ObjectType{AttrTypes: nodeStatusAttrTypes}
 
 var statusDescriptions = map[string]string{
-	"state": "`healthy`, `degraded` (only checks with `severity = \"degraded\"` fail; still schedulable), `error` (a check a hosted object type depends on failed; not schedulable) or `missing` (the node could not be reached to evaluate; never reported as `error`). " +
+	"state": "`healthy`, `degraded` (only checks with `severity = \"degraded\"` fail; still schedulable), `error` (a check a hosted object type depends on failed; not schedulable) or `missing` (the node could not be reached, or its checks could not run there; never reported as `error`). " +
 		"`fleet_node_health_policy` marks a node `missing` at once for a host key mismatch or a configuration fault, and on the second evaluation in a row for a transient failure; " +
 		"after the first it keeps its last state.",
 	"reason":            "The state in prose: the node, the role and object types concerned, each failed check's path or target and its cause.",
@@ -172,6 +172,46 @@ func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) (type
 		"evaluated_at":       timestamp(r.EvaluatedAt),
 		"conditions":         conds,
 	}), diags
+}
+
+// settled reports whether a node's new status says what its prior one
+// says, whenever and however long it was looked at: then the prior one
+// stands, times included, and a refresh that observes nothing new leaves
+// state as it was (drift detection stays quiet). Left out of the
+// comparison: when the node was evaluated, how long each probe took,
+// which tier decided a passing path check (a heartbeat is written every
+// write_probe_interval, statvfs suffices between) and its words for
+// passing, and the heartbeat times, which move at every heartbeat written.
+func settled(prior, next types.Object) bool {
+	if prior.IsNull() || prior.IsUnknown() {
+		return false
+	}
+	return lookedAtOnly(prior).Equal(lookedAtOnly(next))
+}
+
+// lookedAtOnly is a status with what describes the look itself blanked.
+func lookedAtOnly(o types.Object) types.Object {
+	attrs := maps.Clone(o.Attributes())
+	attrs["evaluated_at"] = timetypes.NewRFC3339Null()
+	attrs["last_heartbeat_at"] = types.MapNull(timetypes.RFC3339Type{})
+	if l, ok := attrs["checks"].(types.List); ok && !l.IsNull() && !l.IsUnknown() {
+		var checks []attr.Value
+		for _, c := range l.Elements() {
+			co, ok := c.(types.Object)
+			if !ok || co.IsNull() || co.IsUnknown() {
+				checks = append(checks, c)
+				continue
+			}
+			ca := maps.Clone(co.Attributes())
+			ca["duration_ms"] = types.Int64Null()
+			if h, _ := ca["healthy"].(types.Bool); h.ValueBool() {
+				ca["tier"], ca["detail"] = types.StringNull(), types.StringNull()
+			}
+			checks = append(checks, types.ObjectValueMust(checkStatusAttrTypes, ca))
+		}
+		attrs["checks"] = types.ListValueMust(types.ObjectType{AttrTypes: checkStatusAttrTypes}, orEmpty(checks))
+	}
+	return types.ObjectValueMust(nodeStatusAttrTypes, attrs)
 }
 
 // orEmpty is v, or an empty slice for nil: state tells a null list from an

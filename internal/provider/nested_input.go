@@ -35,6 +35,9 @@ import (
 type nestedInput struct {
 	name string
 	decl schema.Attribute
+	// hints advise, for keys operators write that belong elsewhere, where
+	// they go, instead of the nearest valid key.
+	hints map[string]string
 }
 
 // attribute is the schema attribute that takes the input.
@@ -50,7 +53,7 @@ func (in nestedInput) typ() attr.Type { return in.decl.GetType() }
 // value (or part of one) stays null or unknown, of that type. Faults are
 // errors on the input's attribute, each naming the path inside it.
 func (in nestedInput) decode(ctx context.Context, v types.Dynamic, diags *diag.Diagnostics) attr.Value {
-	d := &decoder{ctx: ctx, root: path.Root(in.name), unknownKeys: map[string]*unknownKey{}}
+	d := &decoder{ctx: ctx, root: path.Root(in.name), unknownKeys: map[string]*unknownKey{}, hints: in.hints}
 	var out attr.Value
 	switch {
 	case v.IsNull() || v.IsUnderlyingValueNull():
@@ -84,11 +87,12 @@ type decoder struct {
 	// found: the same typo in twenty nodes is one error.
 	unknownKeys map[string]*unknownKey
 	order       []string
+	hints       map[string]string
 }
 
 type unknownKey struct {
-	key, suggestion, valid string
-	where                  []string
+	key, suggestion, hint, valid string
+	where                        []string
 }
 
 func (d *decoder) fail(at path.Path, summary, format string, args ...any) {
@@ -105,7 +109,10 @@ func (d *decoder) report(diags *diag.Diagnostics) {
 			where = append(where[:3:3], fmt.Sprintf("and %d more", len(u.where)-3))
 		}
 		detail := fmt.Sprintf("An object key named %q is not expected in %s.", u.key, strings.Join(where, ", "))
-		if u.suggestion != "" {
+		switch {
+		case u.hint != "":
+			detail += " " + u.hint
+		case u.suggestion != "":
 			detail += fmt.Sprintf(" Did you mean %q?", u.suggestion)
 		}
 		diags.AddAttributeError(d.root, "Unsupported key", detail+" Valid keys: "+u.valid+".")
@@ -235,7 +242,7 @@ func (d *decoder) object(attrs map[string]schema.Attribute, v attr.Value, at pat
 		id := genericPath(at) + "\x00" + k
 		u := d.unknownKeys[id]
 		if u == nil {
-			u = &unknownKey{key: k, suggestion: nearest(k, valid), valid: strings.Join(valid, ", ")}
+			u = &unknownKey{key: k, suggestion: nearest(k, valid), hint: d.hints[k], valid: strings.Join(valid, ", ")}
 			d.unknownKeys[id] = u
 			d.order = append(d.order, id)
 		}

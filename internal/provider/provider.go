@@ -57,6 +57,8 @@ type fleetProvider struct {
 	// first Configure and shared by every probe whoever asks.
 	slotsOnce sync.Once
 	slots     *semaphore.Weighted
+	// marks is what this process's refreshes read, per run (warnings.go).
+	marks runMarks
 }
 
 // Option changes how the provider is built; tests use them to inject time.
@@ -105,8 +107,9 @@ type providerData struct {
 	// only callers cancel.
 	interrupt context.Context
 	// run identifies the Terraform or OpenTofu command this configuration
-	// serves (see warnings.go).
-	run string
+	// serves, and marks what its refreshes read (see warnings.go).
+	run   string
+	marks *runMarks
 }
 
 // connectionDefaults are what the provider block gives every connection that
@@ -245,6 +248,7 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		interval:  interval,
 		defaults:  defaults,
 		run:       p.run(),
+		marks:     &p.marks,
 		interrupt: p.interrupt,
 		prober: &reachability.Prober{
 			Dialer:    &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: !chosen}},

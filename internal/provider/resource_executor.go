@@ -116,14 +116,6 @@ func (pc privateCredentials) withheld() string {
 	return ""
 }
 
-type privateGetter interface {
-	GetKey(context.Context, string) ([]byte, diag.Diagnostics)
-}
-
-type privateSetter interface {
-	SetKey(context.Context, string, []byte) diag.Diagnostics
-}
-
 func readPrivateCredentials(ctx context.Context, p privateGetter) (privateCredentials, diag.Diagnostics) {
 	var pc privateCredentials
 	raw, diags := p.GetKey(ctx, credentialsKey)
@@ -212,13 +204,13 @@ func (r *executorResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	// Warn about the record this plan keeps, unless a refresh of this run
 	// did, or the change about to be applied makes it describe a target that
 	// is no longer configured.
-	if observe == no && change == no && state.Enabled.ValueBool() && planWarns(readRefreshMark(ctx, req.Private), r.data.run) {
+	if observe == no && change == no && state.Enabled.ValueBool() && !r.wasRefreshed(state.ID) {
 		rec, ok, diags := recordFrom(ctx, state.Reachability)
 		resp.Diagnostics.Append(diags...)
 		conds, diags := conditionsFrom(ctx, state.Conditions)
 		resp.Diagnostics.Append(diags...)
 		if ok {
-			r.warn(&resp.Diagnostics, state, rec, conds)
+			r.warn(&resp.Diagnostics, state, rec, conds, false)
 		}
 	}
 }
@@ -275,12 +267,11 @@ func (r *executorResource) Create(ctx context.Context, req resource.CreateReques
 	}
 	if plan.Enabled.ValueBool() {
 		rec, conds, _ = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), "", rec, conds)
-		r.warn(&resp.Diagnostics, plan, rec, conds)
+		r.warn(&resp.Diagnostics, plan, rec, conds, true)
 	}
 	r.store(&resp.Diagnostics, &plan, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, credentialsOf(config))...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -295,8 +286,11 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	// A disabled executor's record stays exactly as it was; only its
-	// staleness, which is about the record's age, is brought up to date.
+	// A disabled executor's record stays exactly as it was. A probe that
+	// confirms the record leaves it as it was too, times included
+	// (reachability.Observe): a refresh that observes nothing new writes
+	// nothing, and drift detection sees no change.
+	probed := false
 	if state.Enabled.ValueBool() {
 		if rec.Due(r.data.clock.Now(), r.data.interval.Duration()) {
 			withheld := pc.withheld()
@@ -308,21 +302,21 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 			if knows {
 				withheld = ""
 			}
-			var observed bool
-			rec, conds, observed = r.probe(ctx, &resp.Diagnostics, state, state, withheld, rec, conds)
-			if observed {
+			rec, conds, probed = r.probe(ctx, &resp.Diagnostics, state, state, withheld, rec, conds)
+			if probed {
 				state.ObservedGeneration = state.Generation
 			}
-			if observed && knows {
+			if probed && knows {
 				pc.Imported = false
 				resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, pc)...)
 			}
 		}
-		r.warn(&resp.Diagnostics, state, rec, conds)
+		r.warn(&resp.Diagnostics, state, rec, conds, probed)
 	}
 	r.store(&resp.Diagnostics, &state, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, r.data.run)...)
+	r.data.refreshed(executorKind, state.ID.ValueString(), nil)
+	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
 }
 
 func (r *executorResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -360,13 +354,21 @@ func (r *executorResource) Update(ctx context.Context, req resource.UpdateReques
 		rec, conds, _ = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), "", rec, conds)
 		plan.ObservedGeneration = types.Int64Value(gen)
 		r.store(&resp.Diagnostics, &plan, rec, conds)
-		r.warn(&resp.Diagnostics, plan, rec, conds)
+		r.warn(&resp.Diagnostics, plan, rec, conds, true)
 	}
 	// Otherwise the plan carries the record, conditions and observed
 	// generation exactly as they were, and so does the new state.
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, credentialsOf(config))...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
+}
+
+const executorKind = "fleet_executor"
+
+// wasRefreshed reports whether this run's refresh read the executor (and
+// warned about its record).
+func (r *executorResource) wasRefreshed(id types.String) bool {
+	_, ok := r.data.refreshedBy(executorKind, id.ValueString())
+	return ok
 }
 
 func (r *executorResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {
@@ -490,11 +492,11 @@ func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m
 }
 
 // store writes a record and its conditions into the model. Staleness is
-// computed here, at the moment the record is written (a refresh, a create,
-// an update that probes), and kept as written: a plan never recomputes it,
-// so plan and apply always agree. Warnings compute it afresh when shown.
+// not stored: a probe that confirms a record writes nothing, so the record's
+// age says nothing of when the host was last looked at; the run that reads
+// the record decides it (reachability.Seen), in its warnings.
 func (r *executorResource) store(diags *diag.Diagnostics, m *executorModel, rec reachability.Record, conds []conditions.Condition) {
-	m.Reachability = recordValue(rec, rec.Stale(r.data.clock.Now(), r.data.interval.Duration()))
+	m.Reachability = recordValue(rec, false)
 	cv, d := conditionsValue(conds)
 	diags.Append(d...)
 	m.Conditions = cv
@@ -503,8 +505,12 @@ func (r *executorResource) store(diags *diag.Diagnostics, m *executorModel, rec 
 // warn adds the warning for a record that needs a reviewer's eye (see
 // reachability.Warning). When the last probe could not re-check the host
 // for want of credentials, the warning says so: the condition holds why.
-func (r *executorResource) warn(diags *diag.Diagnostics, m executorModel, rec reachability.Record, conds []conditions.Condition) {
-	summary, detail, ok := reachability.Warning(m.Name.ValueString(), rec, r.data.clock.Now(), r.data.interval.Duration())
+func (r *executorResource) warn(diags *diag.Diagnostics, m executorModel, rec reachability.Record, conds []conditions.Condition, probed bool) {
+	seen := reachability.Seen{Now: r.data.clock.Now(), Interval: r.data.interval.Duration(), Probed: probed}
+	if c, found := conditions.Find(conds, reachability.ConditionAuthenticated); found && c.Reason == reachability.ReasonCredentialWithheld {
+		seen.AuthWithheldSince = c.LastTransitionTime
+	}
+	summary, detail, ok := reachability.Warning(m.Name.ValueString(), rec, seen)
 	if !ok {
 		return
 	}

@@ -89,7 +89,7 @@ func (r *nodeHealthPolicyResource) schema(version int64) schema.Schema {
 	attrs["healthy_nodes"] = summaryAttribute("in state `healthy`")
 	attrs["schedulable_nodes"] = summaryAttribute("that may take work: `healthy` or `degraded`")
 	attrs["error_nodes"] = summaryAttribute("in state `error`: hold them back from deployments")
-	attrs["missing_nodes"] = summaryAttribute("that could not be reached to evaluate")
+	attrs["missing_nodes"] = summaryAttribute("that could not be evaluated (not reached, or their checks could not run)")
 	return schema.Schema{
 		Version: version,
 		MarkdownDescription: "Declares what each object type depends on (checks), which object types each role hosts, and which roles each node plays; " +
@@ -164,7 +164,6 @@ func (r *nodeHealthPolicyResource) ModifyPlan(ctx context.Context, req resource.
 	if req.Plan.Raw.IsNull() || r.data == nil {
 		return
 	}
-	mark := readRefreshMark(ctx, req.Private)
 	var plan nodeHealthPolicyModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	// Parts known only now are checked now; validate checked the rest.
@@ -188,7 +187,7 @@ func (r *nodeHealthPolicyResource) ModifyPlan(ctx context.Context, req resource.
 		plan.Generation = types.Int64Value(1)
 	} else {
 		plan.Generation = nextGeneration(prior.Generation, changeOf(plan.values(), prior.values()))
-		if planWarns(mark, r.data.run) {
+		if _, refreshed := r.data.refreshedBy(nodeHealthPolicyKind, prior.ID.ValueString()); !refreshed {
 			warnNodes(ctx, prior.Status, nil, &resp.Diagnostics)
 		}
 		warnDroppedErrors(ctx, prior.Status, plan.Nodes, &resp.Diagnostics)
@@ -232,14 +231,22 @@ func nodeStatuses(ctx context.Context, status types.Map, diags *diag.Diagnostics
 	return out
 }
 
-// warnedBy is what a refresh of this run warned about: the prior status's
-// nodes in error or missing, when the mark says this run refreshed it.
-func warnedBy(ctx context.Context, mark refreshMark, run string, prior types.Map, diags *diag.Diagnostics) map[string]string {
+const nodeHealthPolicyKind = "fleet_node_health_policy"
+
+// warnedBy is what this run's refresh of the policy warned about: the
+// state and reason of each node it read (nil when no refresh of this run
+// read it).
+func (r *nodeHealthPolicyResource) warnedBy(id types.String) map[string]string {
+	v, _ := r.data.refreshedBy(nodeHealthPolicyKind, id.ValueString())
+	warned, _ := v.(map[string]string)
+	return warned
+}
+
+// warnedAbout is what warnNodes warns about in a status map, as warnedBy
+// keeps it.
+func warnedAbout(ctx context.Context, status types.Map, diags *diag.Diagnostics) map[string]string {
 	out := map[string]string{}
-	if mark.Run != run {
-		return out
-	}
-	for name, m := range nodeStatuses(ctx, prior, diags) {
+	for name, m := range nodeStatuses(ctx, status, diags) {
 		out[name] = m.State.ValueString() + "\x00" + m.Reason.ValueString()
 	}
 	return out
@@ -288,6 +295,9 @@ func (r *nodeHealthPolicyResource) evaluate(ctx context.Context, m *nodeHealthPo
 		tflog.Debug(ctx, "node evaluated", map[string]any{"node": rep.Node, "state": string(rec.State), "reason": rec.Reason})
 		v, d := nodeStatusValue(p, rep, rec)
 		diags.Append(d...)
+		if o, ok := priorElems[rep.Node].(types.Object); ok && settled(o, v) {
+			v = o // what the refresh found is what state says: nothing is written
+		}
 		status[rep.Node] = v
 		states[rep.Node] = rec.State
 	}
@@ -316,7 +326,6 @@ func (r *nodeHealthPolicyResource) Create(ctx context.Context, req resource.Crea
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 func (r *nodeHealthPolicyResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -330,7 +339,8 @@ func (r *nodeHealthPolicyResource) Read(ctx context.Context, req resource.ReadRe
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, r.data.run)...)
+	r.data.refreshed(nodeHealthPolicyKind, m.ID.ValueString(), warnedAbout(ctx, m.Status, &resp.Diagnostics))
+	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
 }
 
 func (r *nodeHealthPolicyResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -346,12 +356,11 @@ func (r *nodeHealthPolicyResource) Update(ctx context.Context, req resource.Upda
 	m.Policy = types.StringValue(m.doc(ctx, &resp.Diagnostics).json())
 	clears := changedClears(m.ClearErrors, prior.ClearErrors)
 	// What this run's refresh warned about is not warned about again.
-	warned := warnedBy(ctx, readRefreshMark(ctx, req.Private), r.data.run, prior.Status, &resp.Diagnostics)
+	warned := r.warnedBy(prior.ID)
 	if !r.evaluate(ctx, &m, prior.Status, clears, warned, &resp.Diagnostics) {
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	resp.Diagnostics.Append(setRefreshMark(ctx, resp.Private, "")...)
 }
 
 // warnDroppedErrors warns when a node in error leaves the policy: its

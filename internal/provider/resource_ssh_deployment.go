@@ -47,6 +47,18 @@ func optionalString(desc string, validators ...validator.String) schema.StringAt
 
 const keyFileDescription = "Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."
 
+// sshOptHints say where the connection settings a deployment node has no
+// key of its own for go.
+var sshOptHints = map[string]string{
+	"port":                 `The SSH port goes in ssh_opts: ssh_opts = ["Port=2222"].`,
+	"ssh_port":             `The SSH port goes in ssh_opts: ssh_opts = ["Port=2222"].`,
+	"bastion":              `A jump host goes in ssh_opts: ssh_opts = ["ProxyJump=bastion.example.org"].`,
+	"proxy_jump":           `A jump host goes in ssh_opts: ssh_opts = ["ProxyJump=bastion.example.org"].`,
+	"identity_file":        `Did you mean "private_key_file"?`,
+	"ssh_user":             `Did you mean "user"?`,
+	"host_key_fingerprint": `The deployment takes the host's public key line in host_key (ssh-keyscan prints it); OpenSSH cannot check a fingerprint.`,
+}
+
 // The deployment's nested inputs, checked key by key (see nestedInput).
 var (
 	deployNodesInput = nestedInput{name: "nodes", decl: schema.ListNestedAttribute{NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
@@ -60,12 +72,12 @@ var (
 		"user":             optionalString("User to log in as."),
 		"private_key_file": optionalString(keyFileDescription),
 		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
-	}}}}
+	}}}, hints: sshOptHints}
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),
 		"private_key_file": optionalString(keyFileDescription),
 		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`."),
-	}}}
+	}}, hints: sshOptHints}
 	verdictInput = nestedInput{name: "verdict", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"confirm_timeout": optionalString("How long the host waits for the deployer's confirmation before rolling itself back, as a Go duration of at least 1s. Default `30s`.",
 			durationValidator{least: time.Second}),
@@ -148,7 +160,8 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"status": schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"name": computedStr("Node name."), "host": computedStr("Host."), "action": computedStr("Action of the last apply."),
-					"phase":  computedStr("`Succeeded`, `Failed` (an interrupted node too: its message names the step it stopped in and what the host runs), `RolledBack`, `Skipped`, or `Pending` (not reached before an interrupt)."),
+					"phase": computedStr("Derived from the node's `Ready` condition: `Succeeded`, `Failed` (an interrupted node too: exit 130, its message names the step it stopped in and what the host does now), " +
+						"`RolledBack`, `Skipped`, or `Pending` (not started: an interrupt, or the failure budget)."),
 					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
 					"previous_system": computedStr("The system before the last deploy."),
 					"verified_system": computedStr("The last system a deploy finished on the host with a passing verdict, as the host itself records it (read with `current_system`). " +
@@ -163,7 +176,12 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"succeeded_nodes": schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy succeeded."},
 			"failed_nodes":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy failed, or that an interrupted apply did not start."},
 			"skipped_nodes":   schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes held back."},
-			"phase":           schema.StringAttribute{Computed: true, MarkdownDescription: "`Succeeded` when every node is, `Failed` when one failed, else `Partial`."},
+			"phase": schema.StringAttribute{Computed: true, MarkdownDescription: "Derived from the deployment's `Ready` condition: `Succeeded` when every node is, " +
+				"`Failed` when one failed or was not started, else (a node held) `Partial`."},
+			"generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "Starts at 1 and increases by one whenever an input changes what the deployment does " +
+				"(`nodes`, `defaults`, `verdict`, `goal`, `hold`, the timeouts and files); each node's conditions carry the generation of that node's last deploy."},
+			"observed_generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` the last apply deployed."},
+			"conditions":          conditionsAttribute("`Ready`"),
 		},
 	}
 }
@@ -192,6 +210,7 @@ func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.Va
 // were typed.
 type deploymentModelV0 struct {
 	deploymentState
+	deploymentStatus
 	Defaults types.Object `tfsdk:"defaults"`
 	Nodes    types.List   `tfsdk:"nodes"`
 	Verdict  types.Object `tfsdk:"verdict"`
@@ -218,8 +237,9 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 					verdict = types.ObjectValueMust(verdict.AttributeTypes(ctx), attrs)
 				}
 			}
-			m := deploymentModel{deploymentState: old.deploymentState,
+			m := deploymentModel{deploymentState: old.deploymentState, deploymentStatus: old.deploymentStatus,
 				DefaultsInput: writtenValue(old.Defaults), NodesInput: writtenValue(old.Nodes), VerdictInput: writtenValue(verdict)}
+			completeStatus(ctx, &m, &resp.Diagnostics)
 			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 		}}}
 }

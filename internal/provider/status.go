@@ -126,17 +126,22 @@ func recordAttribute() rschema.SingleNestedAttribute {
 				"A sticky failure (`config`, `host_key`) makes the host unreachable at once; a transient one only on the second failure in a row. One success makes it reachable."},
 			"reason": rschema.StringAttribute{Computed: true, MarkdownDescription: "Why the last probe failed: `config`, `network`, `timeout`, `auth`, `host_key` or `unknown`; empty after a success. " +
 				"A reason under `reachable` or `unknown` is a failure below the threshold."},
-			"message":              rschema.StringAttribute{Computed: true, MarkdownDescription: "The last failure, naming host and port (and the bastion when the jump hop failed); empty after a success."},
-			"consecutive_failures": rschema.Int64Attribute{Computed: true, MarkdownDescription: "Failed probes in a row."},
-			"host":                 rschema.StringAttribute{Computed: true, MarkdownDescription: "The target host the record is about (never the bastion)."},
+			"message": rschema.StringAttribute{Computed: true, MarkdownDescription: "The last failure, naming host and port (and the bastion when the jump hop failed); empty after a success."},
+			"consecutive_failures": rschema.Int64Attribute{Computed: true, MarkdownDescription: "Failed probes in a row, counted up to 2, where a transient failure makes the host unreachable. " +
+				"How long it has been unreachable is the `Reachable` condition's `last_transition_time`."},
+			"host": rschema.StringAttribute{Computed: true, MarkdownDescription: "The target host the record is about (never the bastion)."},
 			"checked_at": rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{},
-				MarkdownDescription: "When the last probe that observed the host finished (RFC 3339, UTC); null until the first."},
+				MarkdownDescription: "When the record last changed: the probe that first saw what it holds (RFC 3339, UTC); null until the first probe. " +
+					"A probe that finds what the record says writes nothing, so a refresh that observes nothing new leaves state exactly as it was and drift detection stays quiet; " +
+					"whether this run probed the host is in its warnings."},
 			"last_success_at": rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{},
-				MarkdownDescription: "When a probe last succeeded in full, host key and authentication checked; null until the first success, and cleared only when the connection changes. " +
-					"A refresh that could not authenticate (write-only credentials) does not move it."},
+				MarkdownDescription: "When a successful probe last changed the record (the host became reachable, or recovered from failures), host key and authentication checked; " +
+					"null until the first such success, and cleared only when the connection changes. A success that only confirms a reachable record does not move it, " +
+					"nor does one that could not authenticate (write-only credentials)."},
 			"stale": rschema.BoolAttribute{Computed: true,
-				MarkdownDescription: "True when `checked_at` was older than three probe intervals when the record was last written (a refresh, a create, an update that probes). " +
-					"A plan never recomputes it, so a plan made at one moment and applied at another agrees with itself; warnings compute the age afresh when shown."},
+				DeprecationMessage: "Always false: a probe that confirms a record writes nothing, so whether a record is stale is decided by the run that reads it, in its warnings.",
+				MarkdownDescription: "Always false. A probe that confirms the record writes nothing (so that drift detection sees no change), so the record's age says nothing of when the host was last looked at: " +
+					"a run that did not probe the host and finds its record older than three probe intervals says so in its warnings instead."},
 		},
 	}
 }

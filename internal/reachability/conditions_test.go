@@ -141,8 +141,8 @@ func TestObservedConditionsSequences(t *testing.T) {
 			if r.Status != conditions.True || r.LastTransitionTime != condT0 || !strings.Contains(r.Message, "authentication was not re-checked") {
 				t.Fatalf("Reachable = %+v, want True since %v, saying authentication was not re-checked", r, condT0)
 			}
-			if !rec.LastSuccessAt.Equal(condT0) || !rec.CheckedAt.Equal(condT1) {
-				t.Fatalf("record %+v: an unauthenticated probe must move checked_at, not last_success_at", rec)
+			if !rec.LastSuccessAt.Equal(condT0) || !rec.CheckedAt.Equal(condT0) {
+				t.Fatalf("record %+v: an unauthenticated probe that confirms a reachable record must leave it as it was", rec)
 			}
 		}},
 		{"withheld credential with no previous Authenticated is Unknown CredentialWithheld", func(t *testing.T) {

@@ -19,7 +19,13 @@ type step struct {
 	state       State
 	failures    int
 	lastSuccess time.Time // zero means "never succeeded"
+	// quiet says the probe finds what the record says: it returns the
+	// record exactly as it was, times included.
+	quiet bool
 }
+
+// same is a probe that confirms the record.
+func same(r sshdial.Reason) step { return step{reason: r, quiet: true} }
 
 // ok is a successful probe; fail is a failed one.
 func ok(state State, lastSuccess time.Time) step {
@@ -93,13 +99,18 @@ func TestObserveSequences(t *testing.T) {
 			reachableSince(), []step{fail(sshdial.ReasonAuth, StateReachable, 1, at(0))}},
 		{"reachable + transient unknown stays reachable with streak 1",
 			reachableSince(), []step{fail(sshdial.ReasonUnknown, StateReachable, 1, at(0))}},
-		{"reachable + network network is unreachable on the second, last success kept",
+		{"reachable + network network is unreachable on the second, last success kept; the streak stops at the threshold",
 			reachableSince(), []step{
 				fail(sshdial.ReasonNetwork, StateReachable, 1, at(0)),
 				fail(sshdial.ReasonNetwork, StateUnreachable, 2, at(0)),
-				fail(sshdial.ReasonNetwork, StateUnreachable, 3, at(0)),
-				fail(sshdial.ReasonTimeout, StateUnreachable, 4, at(0)),
+				same(sshdial.ReasonNetwork),
+				fail(sshdial.ReasonTimeout, StateUnreachable, 2, at(0)),
+				same(sshdial.ReasonTimeout),
 			}},
+		{"day two: a success that confirms a reachable record writes nothing",
+			reachableSince(), []step{same(sshdial.ReasonNone), same(sshdial.ReasonNone)}},
+		{"day two: a recovery is written, then confirmed quietly",
+			unreachableAfter(), []step{ok(StateReachable, at(1)), same(sshdial.ReasonNone), fail(sshdial.ReasonNetwork, StateReachable, 1, at(1))}},
 		{"streak resets on success so one later failure does not flip",
 			reachableSince(), []step{
 				fail(sshdial.ReasonNetwork, StateReachable, 1, at(0)),
@@ -107,8 +118,8 @@ func TestObserveSequences(t *testing.T) {
 				fail(sshdial.ReasonNetwork, StateReachable, 1, at(2)),
 				ok(StateReachable, at(4)),
 			}},
-		{"unreachable + transient failure stays unreachable, streak grows",
-			unreachableAfter(), []step{fail(sshdial.ReasonUnknown, StateUnreachable, 3, at(0))}},
+		{"unreachable + another transient failure stays unreachable, its reason shown",
+			unreachableAfter(), []step{fail(sshdial.ReasonUnknown, StateUnreachable, 2, at(0))}},
 		{"sticky host_key after one transient failure flips at once with streak 2",
 			reachableSince(), []step{
 				fail(sshdial.ReasonTimeout, StateReachable, 1, at(0)),
@@ -143,7 +154,14 @@ func TestObserveSequences(t *testing.T) {
 			r := tc.start
 			for i, s := range tc.steps {
 				checked := at(i + 1)
+				before := r
 				r = Observe(r, Observation{Reason: s.reason, Message: msgFor(s.reason), Host: "web1", CheckedAt: checked})
+				if s.quiet {
+					if r != before {
+						t.Fatalf("after probe %d (%q), which confirms the record:\n got %+v\nwant it unchanged %+v", i+1, s.reason, r, before)
+					}
+					continue
+				}
 				want := Record{
 					State: s.state, Reason: s.reason, Message: msgFor(s.reason),
 					ConsecutiveFailures: s.failures, Host: "web1",
@@ -279,8 +297,11 @@ func TestStale(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Record{State: StateReachable, Host: "web1", CheckedAt: tc.checked}
-			if got := r.Stale(tc.now, tc.interval); got != tc.want {
+			if got := r.Stale(tc.now, tc.interval, false); got != tc.want {
 				t.Fatalf("Stale(now=%v, interval=%v) = %v, want %v", tc.now, tc.interval, got, tc.want)
+			}
+			if r.Stale(tc.now, tc.interval, true) {
+				t.Fatalf("a record the run probed is stale")
 			}
 		})
 	}
@@ -334,8 +355,7 @@ func TestObservePartial(t *testing.T) {
 		start Record
 		want  Record
 	}{
-		{"reachable stays reachable, checked now, last success kept", reachableSince(),
-			Record{State: StateReachable, Host: "web1", CheckedAt: at(1), LastSuccessAt: at(0)}},
+		{"reachable stays reachable, the record unchanged: the probe confirmed what it checked", reachableSince(), reachableSince()},
 		{"unknown becomes reachable with no success time", Reset("web1"),
 			Record{State: StateReachable, Host: "web1", CheckedAt: at(1), LastSuccessAt: never}},
 		{"a network failure recovers, last success kept", unreachableAfter(),
@@ -350,10 +370,10 @@ func TestObservePartial(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a later full success moves the success time again", func(t *testing.T) {
-		r := Observe(Observe(reachableSince(), partial), Observation{Host: "web1", CheckedAt: at(2)})
-		if !r.LastSuccessAt.Equal(at(2)) {
-			t.Fatalf("last success %v, want %v", r.LastSuccessAt, at(2))
+	t.Run("the first full success after partial ones sets the success time", func(t *testing.T) {
+		r := Observe(Observe(Reset("web1"), partial), Observation{Host: "web1", CheckedAt: at(2)})
+		if !r.LastSuccessAt.Equal(at(2)) || !r.CheckedAt.Equal(at(2)) {
+			t.Fatalf("record %+v, want checked and succeeded at %v", r, at(2))
 		}
 	})
 	t.Run("a failure seen without credentials counts as usual", func(t *testing.T) {

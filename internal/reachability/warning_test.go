@@ -16,6 +16,8 @@ func TestWarning(t *testing.T) {
 		name        string
 		r           Record
 		interval    time.Duration
+		probed      bool      // this run probed the host
+		withheld    time.Time // authentication unchecked since
 		wantOK      bool
 		summary     string
 		detailParts []string
@@ -27,8 +29,17 @@ func TestWarning(t *testing.T) {
 				Host: "web1.example.org", CheckedAt: now.Add(-time.Minute), LastSuccessAt: success},
 			interval: time.Minute, wantOK: true,
 			summary: `Executor "web1" is unreachable (network)`,
-			detailParts: []string{"web1.example.org is unreachable after 2 failed probe(s): " + refused,
-				"Last checked: 1m0s ago (2026-09-07T15:11:00Z). Last successful probe: 3h12m ago."},
+			detailParts: []string{"web1.example.org is unreachable: " + refused,
+				"Last checked: not by this run; the record last changed 1m0s ago (2026-09-07T15:11:00Z). Last successful probe: 3h12m ago."},
+		},
+		{
+			name: "unreachable, probed by this run, says so",
+			r: Record{State: StateUnreachable, Reason: sshdial.ReasonNetwork, Message: refused, ConsecutiveFailures: 2,
+				Host: "web1.example.org", CheckedAt: now.Add(-2 * time.Hour), LastSuccessAt: success},
+			interval: time.Minute, probed: true, wantOK: true,
+			summary:     `Executor "web1" is unreachable (network)`,
+			detailParts: []string{"Last checked: now, by this run; the record last changed 2h0m ago (2026-09-07T13:12:00Z)."},
+			notInDetail: []string{"stale"},
 		},
 		{
 			name: "unreachable never succeeded says never",
@@ -36,7 +47,7 @@ func TestWarning(t *testing.T) {
 				Host: "web1.example.org", CheckedAt: now},
 			interval: time.Minute, wantOK: true,
 			summary:     `Executor "web1" is unreachable (host_key)`,
-			detailParts: []string{"web1.example.org", "host key mismatch", "Last checked: 0s ago (2026-09-07T15:12:00Z). Last successful probe: never."},
+			detailParts: []string{"web1.example.org", "host key mismatch", "the record last changed 0s ago (2026-09-07T15:12:00Z). Last successful probe: never."},
 		},
 		{
 			name: "reachable failing below threshold warns",
@@ -62,8 +73,14 @@ func TestWarning(t *testing.T) {
 			interval: time.Minute, wantOK: true,
 			summary: `Executor "web1" has a stale record`,
 			detailParts: []string{"web1.example.org",
-				"The record of web1.example.org is stale: last checked 4m0s ago, more than three probe intervals (1m0s).",
+				"The record of web1.example.org is stale: this run did not probe it, and it last changed 4m0s ago, more than three probe intervals (1m0s).",
 				"Last successful probe: 4m0s ago."},
+		},
+		{
+			name: "an old healthy record this run probed needs no warning: the probe confirmed it",
+			r: Record{State: StateReachable, Host: "web1.example.org",
+				CheckedAt: now.Add(-48 * time.Hour), LastSuccessAt: now.Add(-48 * time.Hour)},
+			interval: time.Minute, probed: true, wantOK: false,
 		},
 		{
 			name: "unreachable and stale says both",
@@ -71,8 +88,8 @@ func TestWarning(t *testing.T) {
 				Host: "web1.example.org", CheckedAt: now.Add(-10 * time.Minute), LastSuccessAt: success},
 			interval: time.Minute, wantOK: true,
 			summary: `Executor "web1" is unreachable (network)`,
-			detailParts: []string{"web1.example.org is unreachable after 2 failed probe(s): " + refused,
-				"last checked 10m0s ago", "Last successful probe: 3h12m ago."},
+			detailParts: []string{"web1.example.org is unreachable: " + refused,
+				"this run did not probe it, and it last changed 10m0s ago", "Last successful probe: 3h12m ago."},
 		},
 		{
 			name: "healthy record needs no warning",
@@ -103,15 +120,15 @@ func TestWarning(t *testing.T) {
 			name: "reachable without authentication for over three intervals says since when",
 			r: Record{State: StateReachable, Host: "web1.example.org",
 				CheckedAt: now.Add(-time.Minute), LastSuccessAt: success},
-			interval: time.Minute, wantOK: true,
+			interval: time.Minute, probed: true, withheld: success, wantOK: true,
 			summary: `Executor "web1" has not authenticated for 3h12m`,
-			detailParts: []string{"web1.example.org answered with its pinned host key at the last check, but no probe has checked its credentials",
-				"provider block", "Last checked: 1m0s ago", "Last successful probe: 3h12m ago."},
+			detailParts: []string{"web1.example.org answered with its pinned host key at the last check, but no probe has checked its credentials since 2026-09-07T12:00:00Z",
+				"provider block", "Last checked: now, by this run", "Last successful probe: 3h12m ago."},
 		},
 		{
 			name:     "reachable, never authenticated (an import) says never",
 			r:        Record{State: StateReachable, Host: "web1.example.org", CheckedAt: now.Add(-time.Minute)},
-			interval: time.Minute, wantOK: true,
+			interval: time.Minute, probed: true, withheld: now.Add(-time.Minute), wantOK: true,
 			summary:     `Executor "web1" has no authenticated probe yet`,
 			detailParts: []string{"web1.example.org answered with its pinned host key at the last check, but no probe has checked its credentials yet", "provider block"},
 			// A minute after an import, that is not "for more than three intervals".
@@ -121,18 +138,18 @@ func TestWarning(t *testing.T) {
 			name: "reachable without authentication for three intervals needs no warning yet",
 			r: Record{State: StateReachable, Host: "web1.example.org",
 				CheckedAt: now.Add(-time.Minute), LastSuccessAt: now.Add(-3 * time.Minute)},
-			interval: time.Minute, wantOK: false,
+			interval: time.Minute, probed: true, withheld: now.Add(-3 * time.Minute), wantOK: false,
 		},
 		{
 			name: "unconfirmed authentication with probing off needs no warning",
 			r: Record{State: StateReachable, Host: "web1.example.org",
 				CheckedAt: now.Add(-time.Minute), LastSuccessAt: success},
-			interval: 0, wantOK: false,
+			interval: 0, withheld: success, wantOK: false,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			summary, detail, ok := Warning("web1", tc.r, now, tc.interval)
+			summary, detail, ok := Warning("web1", tc.r, Seen{Now: now, Interval: tc.interval, Probed: tc.probed, AuthWithheldSince: tc.withheld})
 			if ok != tc.wantOK {
 				t.Fatalf("Warning ok = %v, want %v (summary %q, detail %q)", ok, tc.wantOK, summary, detail)
 			}

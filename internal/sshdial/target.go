@@ -162,7 +162,7 @@ func splitHostPort(s string) (string, int, error) {
 // CheckHost refuses host values that cannot be a name or an address.
 func CheckHost(host string) error {
 	if host == "" {
-		return fmt.Errorf("empty host name")
+		return fmt.Errorf("empty host name: give a host name or an address")
 	}
 	if strings.ContainsAny(host, "@/[]") || strings.IndexFunc(host, unprintable) >= 0 {
 		return fmt.Errorf("host %q contains a space, a control character, '@', '/' or a bracket: give a bare name or address", host)
