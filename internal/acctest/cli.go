@@ -4,6 +4,8 @@
 package acctest
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,4 +149,24 @@ func moduleRoot() (string, error) {
 		return "", err
 	}
 	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// Before reports whether the CLI's version is older than major.minor.
+func (c CLI) Before(t testing.TB, major, minor int) bool {
+	t.Helper()
+	out, err := exec.Command(c.Path, "version", "-json").Output()
+	if err != nil {
+		t.Fatalf("%s version -json: %v", c.Name, err)
+	}
+	var v struct {
+		Version string `json:"terraform_version"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("%s version -json: %v: %s", c.Name, err, out)
+	}
+	var gotMajor, gotMinor int
+	if _, err := fmt.Sscanf(v.Version, "%d.%d", &gotMajor, &gotMinor); err != nil {
+		t.Fatalf("%s version %q: %v", c.Name, v.Version, err)
+	}
+	return gotMajor < major || gotMajor == major && gotMinor < minor
 }

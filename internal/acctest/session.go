@@ -73,10 +73,14 @@ func NewSession(t *testing.T, cli CLI, factory func() (tfprotov6.ProviderServer,
 			t.Errorf("serving the provider: %v", err)
 		}
 	})
-	reattach, err := json.Marshal(map[string]any{cli.ProviderAddress(): map[string]any{
+	// The server answers for the address a configuration without
+	// required_providers gives it and for the published one
+	// (fleetops/fleet), which the examples name.
+	attach := map[string]any{
 		"Protocol": cfg.Protocol, "ProtocolVersion": cfg.ProtocolVersion, "Pid": cfg.Pid, "Test": cfg.Test,
 		"Addr": map[string]string{"Network": cfg.Addr.Network(), "String": cfg.Addr.String()},
-	}})
+	}
+	reattach, err := json.Marshal(map[string]any{cli.ProviderAddress(): attach, cli.Host + "/fleetops/fleet": attach})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,4 +320,14 @@ func (s *Session) Validate() (valid bool, diags []Diagnostic) {
 		s.t.Fatalf("%s validate -json: %v (%v)\n%s\n%s", s.CLI.Name, jerr, err, out, stderr)
 	}
 	return result.Valid, result.Diagnostics
+}
+
+// Command is name run with args in the session's directory and
+// environment, as a job an operator scripts around the CLI would run.
+func (s *Session) Command(name string, args ...string) *exec.Cmd {
+	commands.Add(1)
+	cmd := exec.Command(name, args...)
+	cmd.Dir = s.Dir
+	cmd.Env = append(os.Environ(), s.env...)
+	return cmd
 }
