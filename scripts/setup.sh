@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(openssh-server openssh-client nix-bin iproute2 util-linux nodejs git make ca-certificates gcc libc6-dev debootstrap systemd-container)
+packages=(openssh-server openssh-client nix-bin iproute2 util-linux nodejs git make ca-certificates gcc libc6-dev debootstrap systemd-container sudo)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -90,6 +90,8 @@ type Options struct {
 	Holder string
 	// NixCopyClosure is the nix-copy-closure binary; on PATH when empty.
 	NixCopyClosure string
+	// Nix is the nix binary; on PATH when empty.
+	Nix string
 	// Env is added to the environment of local commands (NIX_CONFIG).
 	Env []string
 	// Log receives every node's start and end and every step's start
@@ -251,6 +253,14 @@ func cause(ctx context.Context) string {
 		return "the deadline expired"
 	}
 	return err.Error()
+}
+
+// nix is the nix binary (the copy of a use_sudo node).
+func (d *Deployer) nix() string {
+	if d.Options.Nix != "" {
+		return d.Options.Nix
+	}
+	return "nix"
 }
 
 func (d *Deployer) nixCopyClosure() string {

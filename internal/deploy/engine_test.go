@@ -719,3 +719,46 @@ func TestDeployWithALongTMPDIR(t *testing.T) {
 		t.Errorf("current %s", tg.CurrentSystem())
 	}
 }
+
+// Issue 13 §5: deploying as a user who is not root. With use_sudo the
+// login user runs every command that needs root through sudo -n, and the
+// closure is copied into the host's store by root through sudo; a login
+// without the rights fails the node at the lock, before anything changed,
+// naming the right it lacks.
+func TestDeployAsALoginUserThatIsNotRoot(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		user    func(sshtest.TB) string
+		useSudo bool
+		words   []string // empty: succeeds
+	}{
+		{"use_sudo with passwordless sudo", sshtest.SudoUser, true, nil},
+		{"use_sudo without sudo rights", sshtest.LoginUser, true,
+			[]string{"the login user " + sshtest.LoginUserName + " cannot run commands as root with sudo -n", "nothing was done", "NOPASSWD"}},
+		{"not root, no use_sudo", sshtest.SudoUser, false,
+			[]string{"the login user " + sshtest.SudoUserName + " cannot take the host's deploy lock", "needs root's rights", "set use_sudo = true"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t, nixtest.WithLoginUser(c.user(t)))
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			n := targetOf(tg, "web1", sys)
+			n.UseSudo = c.useSudo
+			d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+			r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+			if c.words == nil {
+				wantPhase(t, r, deploy.PhaseSucceeded)
+				if tg.CurrentSystem() != sys || tg.BootEntry() != sys || !tg.HasPath(t, sys) {
+					t.Errorf("the host runs %s and boots %s, want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+				}
+				return
+			}
+			wantPhase(t, r, deploy.PhaseFailed, c.words...)
+			if r.Step != deploy.StepLock {
+				t.Errorf("failed in step %s, want %s", r.Step, deploy.StepLock)
+			}
+			untouched(t, tg, old, sys)
+		})
+	}
+}

@@ -32,7 +32,7 @@ func (d *Deployer) startMaster(ctx context.Context, c *Conn) (int, string) {
 		return 1, err.Error()
 	}
 	defer func() { _ = os.Remove(errFile.Name()) }()
-	cmd := command(ctx, d.Transport.ssh(), c.MasterArgs()...)
+	cmd := d.Transport.command(ctx, d.Transport.ssh(), c.MasterArgs()...)
 	cmd.Stderr = errFile
 	err = cmd.Run()
 	_ = errFile.Close()
@@ -96,6 +96,12 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn) (*lockSession, error) 
 		close(l.exited)
 	}()
 	line, err := l.next(ctx)
+	if err != nil && ctx.Err() == nil {
+		// The script ended before its first line: it could not even
+		// open the lock, which is what root's rights are needed for.
+		l.release()
+		return nil, c.rightsFailure(err)
+	}
 	var noted time.Time
 	for err == nil {
 		holder, waiting := strings.CutPrefix(line, "wait")
@@ -122,6 +128,25 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn) (*lockSession, error) 
 			hint:    "another deployment of this host is running; it ends, or its lock_timeout must be longer"}
 	}
 	return nil, fail(1, "LockFailed", "cannot take the host's deploy lock: "+strings.TrimSpace(line+" "+l.stderr.String()), "")
+}
+
+// rightsFailure is the failure of a lock session that ended at once:
+// when the login user lacks root's rights (no sudo, or sudo that asks for
+// a password), the node fails naming the right before anything changed.
+func (c *Conn) rightsFailure(err error) error {
+	msg := err.Error()
+	user := c.s.User
+	switch {
+	case c.s.UseSudo && strings.Contains(msg, "sudo"):
+		return &failure{exit: 1, reason: "SudoRefused",
+			message: fmt.Sprintf("the login user %s cannot run commands as root with sudo -n (use_sudo): %s; nothing was done on the host", user, msg),
+			hint:    fmt.Sprintf("give %s passwordless sudo on the host (for example %q in /etc/sudoers.d), or log in as root", user, user+" ALL=(ALL) NOPASSWD: ALL")}
+	case !c.s.UseSudo && user != "root" && strings.Contains(msg, "Permission denied"):
+		return &failure{exit: 1, reason: "NotRoot",
+			message: fmt.Sprintf("the login user %s cannot take the host's deploy lock %s (%s): deploying needs root's rights on the host; nothing was done on it", user, LockFile, msg),
+			hint:    fmt.Sprintf("set use_sudo = true and give %s passwordless sudo on the host, or log in as root", user)}
+	}
+	return fail(1, "LockFailed", "cannot take the host's deploy lock: "+msg, "")
 }
 
 // lockWaitNoteEvery is how often the log says who holds the lock a node
@@ -203,6 +228,21 @@ func (b *lockedBuffer) String() string {
 	return b.b.String()
 }
 
+// percentEncode encodes every byte of s but letters, digits and "-._~" as
+// %XX, which is all Nix decodes in a store URL's parameters.
+func percentEncode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
 // copyJob is nix-copy-closure of a node's system over its master (FR-008).
 type copyJob struct {
 	cancel context.CancelFunc
@@ -216,8 +256,15 @@ func (d *Deployer) startCopy(ctx context.Context, c *Conn, n Target) *copyJob {
 	j := &copyJob{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(j.done)
-		cmd := command(cctx, d.nixCopyClosure(), "--to", "--gzip", "--use-substitutes", n.Host, n.System)
-		cmd.Env = append(append(os.Environ(), d.Options.Env...), "NIX_SSHOPTS="+c.NixSSHOpts())
+		name, args := d.nixCopyClosure(), []string{"--to", "--gzip", "--use-substitutes", n.Host, n.System}
+		if n.UseSudo {
+			// The login user may not write the host's store: root does,
+			// through sudo -n, as the store program nix copy runs there.
+			name, args = d.nix(), []string{"--extra-experimental-features", "nix-command", "copy", "--no-check-sigs", "--substitute-on-destination",
+				"--to", "ssh://" + n.Host + "?compress=true&remote-program=" + percentEncode(SudoPrefix+" nix-store"), n.System}
+		}
+		cmd := command(cctx, name, args...)
+		cmd.Env = append(append(append(os.Environ(), d.Transport.Env...), d.Options.Env...), "NIX_SSHOPTS="+c.NixSSHOpts())
 		j.out, j.err = d.run(cmd)
 	}()
 	return j

@@ -15,13 +15,7 @@ import (
 	"golang.org/x/crypto/ssh/agent"
 )
 
-// Environment variables that set the built-in layer.
-const (
-	EnvSSHUser           = "FLEET_SSH_USER"
-	EnvSSHPrivateKeyFile = "FLEET_SSH_PRIVATE_KEY_FILE"
-)
-
-// DefaultUser is the built-in user when FLEET_SSH_USER is not set.
+// DefaultUser is the built-in user when the provider sets none.
 const DefaultUser = "root"
 
 // Layer is one layer of SSH settings: the deployment's defaults or one
@@ -32,6 +26,8 @@ type Layer struct {
 	User           *string
 	PrivateKeyFile *string
 	SSHOpts        []string
+	// UseSudo runs what needs root through sudo -n as the login user.
+	UseSudo *bool
 }
 
 // Node is a node's own entry: its layer, its host (nil: the node's name)
@@ -43,21 +39,13 @@ type Node struct {
 	Layer
 }
 
-// Builtin is the layer below every other: the user from FLEET_SSH_USER,
-// else root; the key file from FLEET_SSH_PRIVATE_KEY_FILE, else none (the
-// ssh-agent).
+// Builtin is the layer below every other, the provider's: its default
+// user (default_user, FLEET_SSH_USER, else root) and key file
+// (private_key_file, FLEET_PRIVATE_KEY_FILE), else none: an agent, the
+// provider's KeyAgent for a key it holds in memory or the user's.
 type Builtin struct {
 	User           string
 	PrivateKeyFile string
-}
-
-// BuiltinFromEnv reads the built-in layer with getenv.
-func BuiltinFromEnv(getenv func(string) string) Builtin {
-	b := Builtin{User: getenv(EnvSSHUser), PrivateKeyFile: getenv(EnvSSHPrivateKeyFile)}
-	if b.User == "" {
-		b.User = DefaultUser
-	}
-	return b
 }
 
 // Settings are a node's resolved SSH settings.
@@ -68,6 +56,10 @@ type Settings struct {
 	PrivateKeyFile string // empty: the ssh-agent
 	HostKey        string // empty: accept-new with a known_hosts file
 	SSHOpts        []string
+	// UseSudo: the login user is not root; every command that needs root
+	// runs through sudo -n (never a prompt), and the closure is copied
+	// into the host's store by root through sudo.
+	UseSudo bool
 	// SeenHostKey is the key the node showed on first use, as the
 	// caller recorded it: without HostKey, the node is held to it, so a
 	// runner with a new known_hosts file still refuses a changed key.
@@ -90,6 +82,9 @@ func Resolve(builtin Builtin, defaults *Layer, node Node) Settings {
 		}
 		if l.SSHOpts != nil {
 			s.SSHOpts = slices.Clone(l.SSHOpts)
+		}
+		if l.UseSudo != nil {
+			s.UseSudo = *l.UseSudo
 		}
 	}
 	if node.Host != nil {

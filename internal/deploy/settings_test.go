@@ -42,9 +42,9 @@ func TestResolve(t *testing.T) {
 		{"5: a node's host and host key are its own", builtin, &Layer{},
 			Node{Name: "web1", Host: ptr("10.0.0.5"), HostKey: ptr("ssh-ed25519 AAAA")},
 			Settings{Name: "web1", Host: "10.0.0.5", User: "root", PrivateKeyFile: "/keys/env", HostKey: "ssh-ed25519 AAAA", SSHOpts: []string{}}},
-		{"7: FLEET_SSH_USER replaces root, below both layers", BuiltinFromEnv(env(map[string]string{EnvSSHUser: "ci"})), nil, Node{Name: "web1"},
+		{"7: the provider's user replaces root, below both layers", Builtin{User: "ci"}, nil, Node{Name: "web1"},
 			Settings{Name: "web1", Host: "web1", User: "ci", SSHOpts: []string{}}},
-		{"7: ... and the defaults still win over it", BuiltinFromEnv(env(map[string]string{EnvSSHUser: "ci"})), &Layer{User: ptr("deploy")}, Node{Name: "web1"},
+		{"7: ... and the defaults still win over it", Builtin{User: "ci"}, &Layer{User: ptr("deploy")}, Node{Name: "web1"},
 			Settings{Name: "web1", Host: "web1", User: "deploy", SSHOpts: []string{}}},
 	}
 	for _, c := range cases {
@@ -67,14 +67,3 @@ func TestResolveCopiesSSHOpts(t *testing.T) {
 		t.Errorf("the defaults' list was changed through a node's settings")
 	}
 }
-
-func TestBuiltinFromEnv(t *testing.T) {
-	if b := BuiltinFromEnv(env(nil)); b.User != "root" || b.PrivateKeyFile != "" {
-		t.Errorf("empty environment: %+v", b)
-	}
-	if b := BuiltinFromEnv(env(map[string]string{EnvSSHUser: "u", EnvSSHPrivateKeyFile: "/k"})); b.User != "u" || b.PrivateKeyFile != "/k" {
-		t.Errorf("environment: %+v", b)
-	}
-}
-
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

@@ -43,6 +43,18 @@ type Transport struct {
 	// temporary files (pinned host keys); NewControlDir makes it private
 	// and short enough (a Unix socket path is at most 104 bytes).
 	ControlDir string
+	// Env is added to the environment of every ssh and nix-copy-closure
+	// (SSH_AUTH_SOCK of the provider's KeyAgent).
+	Env []string
+}
+
+// command is an ssh (or what runs it) with the transport's environment.
+func (t *Transport) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := command(ctx, name, args...)
+	if len(t.Env) > 0 {
+		cmd.Env = append(os.Environ(), t.Env...)
+	}
+	return cmd
 }
 
 // hostKeyOptions are the options a pin or accept-new sets, compared in
@@ -301,21 +313,38 @@ func (c *Conn) NixSSHOpts() string {
 	return strings.Join(words, " ")
 }
 
-// Command is an ssh running remote on the node over the master connection.
+// Command is an ssh running remote on the node over the master
+// connection, as root: through sudo -n when the login user is not.
 func (c *Conn) Command(ctx context.Context, remote string) *exec.Cmd {
-	return command(ctx, c.t.ssh(), append(c.Args(), "--", remote)...)
+	return c.t.command(ctx, c.t.ssh(), append(c.Args(), "--", c.asRoot(remote))...)
 }
 
-// FreshCommand is an ssh running remote over a new connection.
+// FreshCommand is an ssh running remote over a new connection, as root.
 func (c *Conn) FreshCommand(ctx context.Context, remote string) *exec.Cmd {
-	return command(ctx, c.t.ssh(), append(c.FreshArgs(), "--", remote)...)
+	return c.t.command(ctx, c.t.ssh(), append(c.FreshArgs(), "--", c.asRoot(remote))...)
 }
+
+// asRoot is remote as a command that runs as root: itself, or with
+// use_sudo a shell through sudo -n, which fails at once where it would
+// ask for a password.
+func (c *Conn) asRoot(remote string) string {
+	if !c.s.UseSudo {
+		return remote
+	}
+	return SudoPrefix + " sh -c " + q(remote)
+}
+
+// SudoPrefix starts every command of a use_sudo node: root gets the login
+// session's PATH (and Nix configuration directory), which sudo's
+// secure_path and env_reset would replace, so that it runs the tools the
+// login user sees (on NixOS, those of /run/current-system/sw/bin).
+const SudoPrefix = `sudo -n -- env "PATH=$PATH" ${NIX_CONF_DIR:+"NIX_CONF_DIR=$NIX_CONF_DIR"}`
 
 // readCommand is FreshCommand for a read of the node: it also records the
 // key the host shows when the host-key options are not the deployment's
 // own (see SeenKey).
 func (c *Conn) readCommand(ctx context.Context, remote string) *exec.Cmd {
-	return command(ctx, c.t.ssh(), append(c.recording(c.FreshArgs()), "--", remote)...)
+	return c.t.command(ctx, c.t.ssh(), append(c.recording(c.FreshArgs()), "--", remote)...)
 }
 
 // recording adds the option that records the key the host shows to args,
@@ -334,7 +363,7 @@ func (c *Conn) Close() {
 		args := c.Args()
 		args = append(args[:len(args)-1:len(args)-1], "-O", "exit", c.s.Host)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = command(ctx, c.t.ssh(), args...).Run()
+		_ = c.t.command(ctx, c.t.ssh(), args...).Run()
 		cancel()
 	}
 	for _, f := range []string{c.pinned, c.offered} {

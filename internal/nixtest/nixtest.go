@@ -92,6 +92,17 @@ type config struct {
 	env       []string
 	sshdOpts  []sshtest.SSHDOption
 	bareLogin bool
+	user      string
+}
+
+// WithLoginUser makes user (see sshtest.LoginUser and SudoUser) the only
+// one the target lets in, and its User: a host whose deploy user is not
+// root. The target's tools run as root only through sudo.
+func WithLoginUser(user string) Option {
+	return func(c *config) {
+		c.user = user
+		c.sshdOpts = append(c.sshdOpts, sshtest.WithConfigLines("AllowUsers "+user))
+	}
 }
 
 // WithBareLoginPath makes a target whose login shell lacks the system's
@@ -130,7 +141,7 @@ func WithSSHDOptions(opts ...sshtest.SSHDOption) Option {
 type Target struct {
 	Host string // "127.0.0.1"
 	Port int
-	User string // the user sshd logs in: the current user, root
+	User string // the user sshd logs in: the current user, root, unless WithLoginUser
 	// HostKey is the sshd's host key in authorized_keys form
 	// ("ssh-ed25519 AAAA..."), to pin.
 	HostKey string
@@ -169,6 +180,9 @@ func NewTarget(tb TB, opts ...Option) *Target {
 	}
 
 	t := &Target{Host: "127.0.0.1", User: u.Username, StateDir: tb.TempDir(), tb: tb}
+	if cfg.user != "" {
+		t.User = cfg.user
+	}
 	t.writeState(tb, cfg)
 
 	// The mount point must exist on the host; the deployer's store lives

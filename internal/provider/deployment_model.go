@@ -93,12 +93,14 @@ type deployNodeModel struct {
 	User           types.String `tfsdk:"user"`
 	PrivateKeyFile types.String `tfsdk:"private_key_file"`
 	SSHOpts        types.List   `tfsdk:"ssh_opts"`
+	UseSudo        types.Bool   `tfsdk:"use_sudo"`
 }
 
 type deployDefaultsModel struct {
 	User           types.String `tfsdk:"user"`
 	PrivateKeyFile types.String `tfsdk:"private_key_file"`
 	SSHOpts        types.List   `tfsdk:"ssh_opts"`
+	UseSudo        types.Bool   `tfsdk:"use_sudo"`
 }
 
 type verdictModel struct {
@@ -201,12 +203,37 @@ func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics
 	return out
 }
 
+// boolPtrOf is v, nil when null or unknown.
+func boolPtrOf(v types.Bool) *bool {
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	b := v.ValueBool()
+	return &b
+}
+
+// builtin is the layer below a deployment's defaults: the provider's
+// default user and key. agentKeys says the key is one ssh cannot read
+// from a file (the provider block's private_key, or a key file with a
+// passphrase): the deployment's KeyAgent serves it.
+func (r *deploymentResource) builtin() (b deploy.Builtin, agentKeys bool) {
+	d := r.data.defaults
+	b.User = orStr(d.user, deploy.DefaultUser)
+	switch {
+	case len(d.credentials.PrivateKey) > 0, d.credentials.PrivateKeyFile != "" && len(d.credentials.Passphrase) > 0:
+		return b, true
+	}
+	b.PrivateKeyFile = d.credentials.PrivateKeyFile
+	return b, false
+}
+
 // settings resolves node n's SSH settings; a node without host_key is
 // held to the key its host showed on first use, while its host is the
 // one that key was seen at.
 func (r *deploymentResource) settings(ctx context.Context, defaults *deploy.Layer, n deployNodeModel, p priorNode, diags *diag.Diagnostics) deploy.Settings {
-	s := deploy.Resolve(deploy.BuiltinFromEnv(os.Getenv), defaults, deploy.Node{Name: n.Name.ValueString(), Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
-		Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, diags)}})
+	builtin, _ := r.builtin()
+	s := deploy.Resolve(builtin, defaults, deploy.Node{Name: n.Name.ValueString(), Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
+		Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, diags), UseSudo: boolPtrOf(n.UseSudo)}})
 	if p.host == s.Host {
 		s.SeenHostKey = p.hostKeySeen
 	}
@@ -256,7 +283,7 @@ func (r *deploymentResource) defaults(ctx context.Context, m *deploymentModel, d
 	}
 	var d deployDefaultsModel
 	diags.Append(m.Defaults.As(ctx, &d, objectAsOptions)...)
-	return &deploy.Layer{User: ptrOf(d.User), PrivateKeyFile: ptrOf(d.PrivateKeyFile), SSHOpts: optsOf(ctx, d.SSHOpts, diags)}
+	return &deploy.Layer{User: ptrOf(d.User), PrivateKeyFile: ptrOf(d.PrivateKeyFile), SSHOpts: optsOf(ctx, d.SSHOpts, diags), UseSudo: boolPtrOf(d.UseSudo)}
 }
 
 // deployer builds the engine for m: its transport (a control directory of
@@ -336,7 +363,22 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 			KnownHostsFile: known, ControlDir: control},
 		Options: opts,
 	}
-	return d, func() { _ = os.RemoveAll(control) }, nil
+	cleanup := func() { _ = os.RemoveAll(control) }
+	if _, agentKeys := r.builtin(); agentKeys {
+		signers, err := r.data.defaults.credentials.Signers()
+		if err != nil {
+			cleanup()
+			return nil, nil, fmt.Errorf("the provider's key, from %s: %w", r.data.defaults.keyFrom, err)
+		}
+		a, err := deploy.StartKeyAgent(control, signers)
+		if err != nil {
+			cleanup()
+			return nil, nil, fmt.Errorf("serving the provider's key to ssh: %w", err)
+		}
+		d.Transport.Env = a.Env()
+		cleanup = func() { a.Close(); _ = os.RemoveAll(control) }
+	}
+	return d, cleanup, nil
 }
 
 // knownHostsFile is the deployment's accept-new trust store: the one it
@@ -349,8 +391,16 @@ func (r *deploymentResource) knownHostsFile(ctx context.Context, m *deploymentMo
 		}
 		return sshdial.ExpandHome(path)
 	}
+	if path := r.data.defaults.knownHosts; path != "" {
+		// The provider's, which every resource's jump hosts use.
+		if err := deploy.CheckKnownHostsFile(path); err != nil {
+			return "", fmt.Errorf("the provider's known_hosts_file %s: %w", path, err)
+		}
+		return sshdial.ExpandHome(path)
+	}
 	var diags diag.Diagnostics
-	keyFile := os.Getenv(deploy.EnvSSHPrivateKeyFile)
+	builtin, _ := r.builtin()
+	keyFile := builtin.PrivateKeyFile
 	if defaults := r.defaults(ctx, m, &diags); defaults != nil && defaults.PrivateKeyFile != nil {
 		keyFile = *defaults.PrivateKeyFile
 	}

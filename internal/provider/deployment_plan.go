@@ -170,7 +170,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 
 // checkKeyFiles refuses at plan a key file that cannot be read, or that is
 // encrypted with no ssh-agent to hold it, naming the attribute that set it
-// (the node's, the defaults', or FLEET_SSH_PRIVATE_KEY_FILE).
+// (the node's, the defaults', or the provider's).
 func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deploymentModel, nodes []deployNodeModel, diags *diag.Diagnostics) {
 	if plan.Defaults.IsUnknown() {
 		return
@@ -194,7 +194,8 @@ func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deployment
 			diags.AddAttributeError(attr, "Unusable private key", fmt.Sprintf("%s: %s", what, err))
 		}
 	}
-	env := os.Getenv(deploy.EnvSSHPrivateKeyFile)
+	builtin, agentKeys := r.builtin()
+	provider := "the provider's key, from " + r.data.defaults.keyFrom + " (nodes without a key of their own use it)"
 	for i, n := range nodes {
 		switch {
 		case n.PrivateKeyFile.IsUnknown() || n.Name.IsUnknown():
@@ -203,8 +204,13 @@ func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deployment
 		case defaults.PrivateKeyFile.IsUnknown():
 		case !defaults.PrivateKeyFile.IsNull():
 			check(path.Root("defaults"), "defaults.private_key_file", defaults.PrivateKeyFile.ValueString())
-		case env != "":
-			check(path.Root("nodes"), deploy.EnvSSHPrivateKeyFile+" (the built-in key of nodes without one)", env)
+		case agentKeys && !reported[provider]:
+			if _, err := r.data.defaults.credentials.Signers(); err != nil {
+				reported[provider] = true
+				diags.AddAttributeError(path.Root("nodes"), "Unusable private key", fmt.Sprintf("%s: %s", provider, err))
+			}
+		case builtin.PrivateKeyFile != "":
+			check(path.Root("nodes"), provider, builtin.PrivateKeyFile)
 		}
 	}
 }

@@ -341,8 +341,8 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 }
 
 // What ssh could never use is refused at plan, naming the attribute: a
-// key file missing on a node, in defaults or in
-// FLEET_SSH_PRIVATE_KEY_FILE; an encrypted one unless the ssh-agent at
+// key file missing on a node, in defaults or in the provider's
+// FLEET_PRIVATE_KEY_FILE (or its deprecated name); an encrypted one unless the ssh-agent at
 // SSH_AUTH_SOCK holds it (BatchMode never asks for a passphrase); a
 // fingerprint as host_key, which OpenSSH cannot pin.
 func TestDeploymentRefusesUnusableKeysAtPlan(t *testing.T) {
@@ -375,26 +375,30 @@ resource "fleet_ssh_deployment" "prod" {
 	cases := []struct {
 		name, defaultsKey, nodeKey, hostKey, env, agent string
 		want                                            []string // empty: accepted
+		oldEnv                                          string   // FLEET_SSH_PRIVATE_KEY_FILE
 	}{
-		{"missing on the node", "null", fmt.Sprintf("%q", dir+"/nope"), "", "", "", []string{"Unusable private key", "nodes[0].private_key_file (node web1): cannot read " + dir + "/nope", "no such file"}},
-		{"missing in defaults", fmt.Sprintf("%q", dir+"/nope"), "null", "", "", "", []string{"Unusable private key", "defaults.private_key_file: cannot read"}},
-		{"missing in the environment", "null", "null", "", dir + "/nope", "", []string{"Unusable private key", "FLEET_SSH_PRIVATE_KEY_FILE (the built-in key of nodes without one): cannot read"}},
-		{"encrypted, no agent", "null", fmt.Sprintf("%q", encrypted), "", "", "", []string{"Unusable private key", "is encrypted", "ssh-add " + encrypted}},
-		{"encrypted, an agent holding it", "null", fmt.Sprintf("%q", encrypted), "", "", holding, nil},
-		{"encrypted, an agent without it", "null", fmt.Sprintf("%q", encrypted), "", "", other, []string{"Unusable private key", "does not hold it", "ssh-add " + encrypted}},
-		{"encrypted, no agent at SSH_AUTH_SOCK", "null", fmt.Sprintf("%q", encrypted), "", "", dir + "/nosock", []string{"Unusable private key", "cannot be asked for it"}},
-		{"a fingerprint as host_key", "null", usable, key.Fingerprint(), "", "", []string{"Invalid host_key", "is a fingerprint"}},
-		{"not a key as host_key", "null", usable, "ssh-ed25519 notbase64!!", "", "", []string{"Invalid host_key", "not a public key line"}},
-		{"ssh-keygen -lf output as host_key", "null", usable, "256 " + key.Fingerprint() + " root@web1 (ED25519)", "", "", []string{"Invalid host_key", "is a fingerprint"}},
-		{"two keys as host_key", "null", usable, tg.HostKey + "\n" + key.AuthorizedLine(), "", "", []string{"Invalid host_key", "more than one line"}},
-		{"usable", "null", usable, "", "", "", nil},
+		{"missing on the node", "null", fmt.Sprintf("%q", dir+"/nope"), "", "", "", []string{"Unusable private key", "nodes[0].private_key_file (node web1): cannot read " + dir + "/nope", "no such file"}, ""},
+		{"missing in defaults", fmt.Sprintf("%q", dir+"/nope"), "null", "", "", "", []string{"Unusable private key", "defaults.private_key_file: cannot read"}, ""},
+		{"missing in the environment", "null", "null", "", dir + "/nope", "", []string{"Unusable private key", "the provider's key, from FLEET_PRIVATE_KEY_FILE (nodes without a key of their own use it): cannot read"}, ""},
+		{"missing under the deprecated name", "null", "null", "", "", "", []string{"Deprecated environment variable FLEET_SSH_PRIVATE_KEY_FILE", "rename it",
+			"the provider's key, from FLEET_SSH_PRIVATE_KEY_FILE (nodes without a key of their own use it): cannot read"}, dir + "/nope"},
+		{"encrypted, no agent", "null", fmt.Sprintf("%q", encrypted), "", "", "", []string{"Unusable private key", "is encrypted", "ssh-add " + encrypted}, ""},
+		{"encrypted, an agent holding it", "null", fmt.Sprintf("%q", encrypted), "", "", holding, nil, ""},
+		{"encrypted, an agent without it", "null", fmt.Sprintf("%q", encrypted), "", "", other, []string{"Unusable private key", "does not hold it", "ssh-add " + encrypted}, ""},
+		{"encrypted, no agent at SSH_AUTH_SOCK", "null", fmt.Sprintf("%q", encrypted), "", "", dir + "/nosock", []string{"Unusable private key", "cannot be asked for it"}, ""},
+		{"a fingerprint as host_key", "null", usable, key.Fingerprint(), "", "", []string{"Invalid host_key", "is a fingerprint"}, ""},
+		{"not a key as host_key", "null", usable, "ssh-ed25519 notbase64!!", "", "", []string{"Invalid host_key", "not a public key line"}, ""},
+		{"ssh-keygen -lf output as host_key", "null", usable, "256 " + key.Fingerprint() + " root@web1 (ED25519)", "", "", []string{"Invalid host_key", "is a fingerprint"}, ""},
+		{"two keys as host_key", "null", usable, tg.HostKey + "\n" + key.AuthorizedLine(), "", "", []string{"Invalid host_key", "more than one line"}, ""},
+		{"usable", "null", usable, "", "", "", nil, ""},
 	}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					// The provider runs in this process: its environment is the test's.
-					t.Setenv(deploy.EnvSSHPrivateKeyFile, c.env)
+					t.Setenv("FLEET_PRIVATE_KEY_FILE", c.env)
+					t.Setenv("FLEET_SSH_PRIVATE_KEY_FILE", c.oldEnv)
 					t.Setenv("SSH_AUTH_SOCK", c.agent)
 					s := acctest.NewSession(t, cli, server())
 					s.WriteConfig(config(c.defaultsKey, c.nodeKey, orDefault(c.hostKey, tg.HostKey)))

@@ -36,6 +36,9 @@ const (
 	EnvPrivateKey           = "FLEET_PRIVATE_KEY"
 	EnvPrivateKeyFile       = "FLEET_PRIVATE_KEY_FILE"
 	EnvPrivateKeyPassphrase = "FLEET_PRIVATE_KEY_PASSPHRASE"
+	// EnvSSHPrivateKeyFileDeprecated is the deployment's old name for
+	// FLEET_PRIVATE_KEY_FILE, still read, with a warning.
+	EnvSSHPrivateKeyFileDeprecated = "FLEET_SSH_PRIVATE_KEY_FILE"
 )
 
 const (
@@ -119,6 +122,12 @@ type providerData struct {
 type connectionDefaults struct {
 	user        string
 	credentials sshdial.Credentials // no Agent; FromProvider set when any key is given
+	// keyFrom names where the key came from, for messages: the provider
+	// block's attribute or the environment variable.
+	keyFrom string
+	// knownHosts is the known_hosts file the provider block or
+	// FLEET_KNOWN_HOSTS_FILE names; empty when neither does.
+	knownHosts string
 }
 
 // hasKey reports whether the provider block gives a key.
@@ -163,11 +172,12 @@ func (p *fleetProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 			"known_hosts_file": schema.StringAttribute{
 				Optional: true,
 				MarkdownDescription: "known_hosts file that verifies jump hosts (`proxy_jump`), with OpenSSH's accept-new rule: an unknown bastion's key is added, " +
-					"a changed one is refused (env `FLEET_KNOWN_HOSTS_FILE`, default `~/.ssh/known_hosts`). Targets are verified against their own `host_key_fingerprint`, never against this file.",
+					"a changed one is refused (env `FLEET_KNOWN_HOSTS_FILE`, default `~/.ssh/known_hosts`). Targets are verified against their own `host_key_fingerprint`, never against this file. " +
+					"A `fleet_ssh_deployment` that names no `known_hosts_file` of its own uses it too (for its jump hosts, and nodes without `host_key`).",
 			},
 			"default_user": schema.StringAttribute{
 				Optional:            true,
-				MarkdownDescription: "User for connections that set none (env `FLEET_SSH_USER`, default `root`).",
+				MarkdownDescription: "User for connections that set none, every resource's (env `FLEET_SSH_USER`, default `root`).",
 			},
 			"private_key": schema.StringAttribute{
 				Optional: true, Sensitive: true,
@@ -178,7 +188,7 @@ func (p *fleetProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 			},
 			"private_key_file": schema.StringAttribute{
 				Optional:            true,
-				MarkdownDescription: "Default private key file for every connection that gives no key of its own (env `FLEET_PRIVATE_KEY_FILE`); `~` is expanded.",
+				MarkdownDescription: "Default private key file for every connection that gives no key of its own, every resource's (env `FLEET_PRIVATE_KEY_FILE`; the old `FLEET_SSH_PRIVATE_KEY_FILE` is read too, with a warning); `~` is expanded.",
 			},
 			"private_key_passphrase": schema.StringAttribute{
 				Optional: true, Sensitive: true,
@@ -230,11 +240,31 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		return
 	}
 	defaults := connectionDefaults{user: stringOr(cfg.DefaultUser, EnvSSHUser, defaultUser)}
+	if chosen {
+		defaults.knownHosts = knownHostsPath
+	}
 	defaults.credentials = sshdial.Credentials{
 		PrivateKey:     []byte(stringOr(cfg.PrivateKey, EnvPrivateKey, "")),
-		PrivateKeyFile: stringOr(cfg.PrivateKeyFile, EnvPrivateKeyFile, ""),
+		PrivateKeyFile: stringOr(cfg.PrivateKeyFile, EnvPrivateKeyFile, os.Getenv(EnvSSHPrivateKeyFileDeprecated)),
 		Passphrase:     []byte(stringOr(cfg.PrivateKeyPassphrase, EnvPrivateKeyPassphrase, "")),
 		FromProvider:   true,
+	}
+	switch {
+	case !cfg.PrivateKey.IsNull():
+		defaults.keyFrom = "the provider block's private_key"
+	case !cfg.PrivateKeyFile.IsNull():
+		defaults.keyFrom = "the provider block's private_key_file"
+	case os.Getenv(EnvPrivateKey) != "":
+		defaults.keyFrom = EnvPrivateKey
+	case os.Getenv(EnvPrivateKeyFile) != "":
+		defaults.keyFrom = EnvPrivateKeyFile
+	default:
+		defaults.keyFrom = EnvSSHPrivateKeyFileDeprecated
+	}
+	if os.Getenv(EnvSSHPrivateKeyFileDeprecated) != "" {
+		resp.Diagnostics.AddWarning("Deprecated environment variable "+EnvSSHPrivateKeyFileDeprecated,
+			EnvSSHPrivateKeyFileDeprecated+" is the old, deployment-only name of "+EnvPrivateKeyFile+", which every resource of this provider reads: rename it. "+
+				"It is still read, as "+EnvPrivateKeyFile+" (which wins when both are set), by every resource.")
 	}
 	if len(defaults.credentials.PrivateKey) > 0 && defaults.credentials.PrivateKeyFile != "" {
 		resp.Diagnostics.AddError("Conflicting default credentials",

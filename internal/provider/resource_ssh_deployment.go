@@ -45,6 +45,9 @@ func optionalString(desc string, validators ...validator.String) schema.StringAt
 	return schema.StringAttribute{Optional: true, MarkdownDescription: desc, Validators: validators}
 }
 
+const useSudoDescription = "The login user is not root: every command that needs root runs through `sudo -n` (never a prompt), and the closure is copied into the host's store by root through sudo. " +
+	"The user needs passwordless sudo for every command on the host. Default `false`: the login user must be root."
+
 const keyFileDescription = "Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."
 
 // sshOptHints say where the connection settings a deployment node has no
@@ -72,11 +75,13 @@ var (
 		"user":             optionalString("User to log in as."),
 		"private_key_file": optionalString(keyFileDescription),
 		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
+		"use_sudo":         schema.BoolAttribute{Optional: true, MarkdownDescription: useSudoDescription},
 	}}}, hints: sshOptHints}
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),
 		"private_key_file": optionalString(keyFileDescription),
 		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`."),
+		"use_sudo":         schema.BoolAttribute{Optional: true, MarkdownDescription: useSudoDescription},
 	}}, hints: sshOptHints}
 	verdictInput = nestedInput{name: "verdict", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"confirm_timeout": optionalString("How long the host waits for the deployer's confirmation before rolling itself back, as a Go duration of at least 1s. Default `30s`.",
@@ -133,7 +138,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "Identifier generated at create.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}},
-			"defaults":        input(deployDefaultsInput, false, "SSH settings every node inherits unless it sets its own (built-in: user `FLEET_SSH_USER`, else `root`; key `FLEET_SSH_PRIVATE_KEY_FILE`, else the ssh-agent)."),
+			"defaults":        input(deployDefaultsInput, false, "SSH settings every node inherits unless it sets its own. Below them are the provider's: its `default_user` (or `FLEET_SSH_USER`, else `root`) and key (`private_key`, `private_key_file`, or `FLEET_PRIVATE_KEY_FILE`), else the ssh-agent."),
 			"ssh_config_file": optionalString("An OpenSSH client configuration file, given to every ssh as `-F`; a plan refuses one that does not exist. Host-key options it sets are left to it."),
 			"known_hosts_file": optionalString("The accept-new trust store for nodes without `host_key` and for jump hosts. Default: `fleet-known-hosts` beside the defaults' key file when its directory is yours alone, " +
 				"else `known_hosts` in the provider's private directory (`$XDG_STATE_HOME`, else `~/.local/state`, then `terraform-provider-fleet/`), else ssh's own. " +

@@ -203,3 +203,7 @@ func parseKey(pem, passphrase []byte) (ssh.Signer, error) {
 	}
 	return s, nil
 }
+
+// Signers loads the keys the credentials give (not the agent's), for a
+// program that needs them in another form, such as an agent of its own.
+func (c Credentials) Signers() ([]ssh.Signer, error) { return c.keys() }

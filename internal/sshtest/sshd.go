@@ -25,13 +25,14 @@ type SSHD struct {
 	User     string // the local user tests log in as (the current user)
 	// ClientKey is authorised for User.
 	ClientKey *Key
-	// Dir holds the config, keys, authorized_keys and the log.
+	// Dir holds the config, the host keys and the log.
 	Dir string
 
-	logPath  string
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed once cmd.Wait has returned
-	stopOnce sync.Once
+	authorizedPath string // readable by every user: see StartSSHD
+	logPath        string
+	cmd            *exec.Cmd
+	exited         chan struct{} // closed once cmd.Wait has returned
+	stopOnce       sync.Once
 }
 
 // SSHDOption changes how StartSSHD configures sshd.
@@ -107,7 +108,20 @@ func StartSSHD(tb TB, opts ...SSHDOption) *SSHD {
 		hostKeyFiles = append(hostKeyFiles, path)
 	}
 
-	authorizedPath := filepath.Join(s.Dir, "authorized_keys")
+	// sshd reads authorized_keys as the user logging in: for a user
+	// other than root (LoginUser) the file must be readable by all, in a
+	// directory all can enter, outside the test's private temporary one.
+	// It holds public keys only.
+	keys, err := os.MkdirTemp("", "sshtest-keys-")
+	if err != nil {
+		tb.Fatalf("sshtest: %v", err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(keys) })
+	if err := os.Chmod(keys, 0o755); err != nil {
+		tb.Fatalf("sshtest: %v", err)
+	}
+	s.authorizedPath = filepath.Join(keys, "authorized_keys")
+	authorizedPath := s.authorizedPath
 	s.SetAuthorizedKeys(tb, append([]*Key{s.ClientKey}, cfg.authorized...)...)
 
 	// The port is free when we pick it but another process may take it
@@ -146,7 +160,7 @@ func (s *SSHD) SetAuthorizedKeys(tb TB, keys ...*Key) {
 	for _, k := range keys {
 		authorized.WriteString(k.AuthorizedLine() + "\n")
 	}
-	if err := os.WriteFile(filepath.Join(s.Dir, "authorized_keys"), []byte(authorized.String()), 0o600); err != nil {
+	if err := os.WriteFile(s.authorizedPath, []byte(authorized.String()), 0o644); err != nil {
 		tb.Fatalf("sshtest: write authorized_keys: %v", err)
 	}
 }
