@@ -123,20 +123,23 @@ resource "fleet_executor" "web" {
 			wantValue(t, "enabled", web["enabled"], false)
 			wantValue(t, "checked_at while disabling", recordOf(t, web)["checked_at"], ts(start.Add(2*time.Second)))
 
-			// enabled unknown at plan and true at apply: probed again.
+			// enabled unknown at plan and true at apply: probed again, and
+			// the probe confirms the record, which keeps its times.
 			fake.Advance(time.Second)
 			apply(5, keyLine, true)
 			web = s.Values("fleet_executor.web")
-			wantValue(t, "checked_at when enabled again", recordOf(t, web)["checked_at"], ts(start.Add(4*time.Second)))
+			wantValue(t, "checked_at when enabled again", recordOf(t, web)["checked_at"], ts(start.Add(2*time.Second)))
 			wantValue(t, "state when enabled again", recordOf(t, web)["state"], "reachable")
 		})
 	}
 }
 
-// Staleness depends on the clock. It is computed when the record is
-// written and kept as written, so a plan made at one moment and applied at
-// another (a saved plan, -refresh=false, a disabled executor renamed much
-// later) is applied as planned, and a plan afterwards is empty.
+// Nothing stored depends on the clock alone: checked_at is written when the
+// record changes and kept as written, and staleness is told by the run that
+// reads the record (the stored stale is always false). So a plan made at
+// one moment and applied at another (a saved plan, -refresh=false, a
+// disabled executor renamed much later) is applied as planned, and a plan
+// afterwards is empty.
 func TestPlanContractTimeDependentValues(t *testing.T) {
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
@@ -171,7 +174,10 @@ func TestPlanContractTimeDependentValues(t *testing.T) {
 			s.WantNoChanges("-refresh=false")
 
 			// A disabled executor renamed much later: its refresh leaves the
-			// record alone but brings its staleness up to date.
+			// record alone; the probe of the apply that disabled it
+			// confirmed the record and wrote nothing. Staleness is told by
+			// the run that reads the record, in its warnings: the stored
+			// attribute stays false.
 			config("web-2", false)
 			s.Run("apply", "-auto-approve", "-input=false")
 			fake.Advance(time.Hour)
@@ -179,8 +185,8 @@ func TestPlanContractTimeDependentValues(t *testing.T) {
 			s.Run("apply", "-auto-approve", "-input=false")
 			s.WantNoChanges()
 			rec := recordOf(t, s.Values("fleet_executor.web"))
-			wantValue(t, "stale of the disabled executor", rec["stale"], true)
-			wantValue(t, "checked_at of the disabled executor", rec["checked_at"], ts(start.Add(20*time.Minute)))
+			wantValue(t, "stale of the disabled executor", rec["stale"], false)
+			wantValue(t, "checked_at of the disabled executor", rec["checked_at"], ts(start))
 			if n := srv.Accepted(); n != 2 {
 				t.Errorf("the host was dialled %d times, want 2 (create, and the refresh of the apply that disabled it)", n)
 			}

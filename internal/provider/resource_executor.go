@@ -447,8 +447,8 @@ func withSecrets(plan, config executorModel) executorModel {
 
 // probe probes the executor and applies the outcome to its record and
 // conditions. withheld says why some credential is not available (see
-// connectionModel.target). observed is false when the probe was cancelled:
-// an interrupted probe changes nothing.
+// connectionModel.target). observed is false when the probe was cancelled
+// (an interrupted probe changes nothing) or could not re-check the host.
 func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m, creds executorModel, withheld string, rec reachability.Record, conds []conditions.Condition) (reachability.Record, []conditions.Condition, bool) {
 	target, err := creds.target(r.data.defaults, withheld)
 	if err != nil {
@@ -463,7 +463,8 @@ func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m
 		return rec, conds, false
 	}
 	next := rec
-	if obs, ok := reachability.ObservationOf(o); ok {
+	obs, observed := reachability.ObservationOf(o)
+	if observed {
 		next = reachability.Observe(rec, obs)
 	}
 	fields["reason"], fields["state"], fields["latency_ms"] = string(o.Reason), string(next.State), o.Latency.Milliseconds()
@@ -488,7 +489,10 @@ func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m
 		diags.AddError("Internal error building conditions", err.Error())
 		return rec, conds, false
 	}
-	return next, out, true
+	// A host this probe could not re-check (its bastion needs credentials
+	// the probe did not have) was not probed by this run, as far as its
+	// record goes: the warnings say how old the record is.
+	return next, out, observed
 }
 
 // store writes a record and its conditions into the model. Staleness is

@@ -234,10 +234,11 @@ EOT
 						sshd.SetAuthorizedKeys(t) // the key no longer logs in
 						fake.Advance(interval)
 					},
-					// The refresh of an apply that changes nothing.
+					// The refresh of an apply that changes nothing: the
+					// probe confirms the record, which keeps its times.
 					Config: config,
 					ConfigStateChecks: []statecheck.StateCheck{
-						record(addr, "reachable", "", 0, start.Add(interval), start),
+						record(addr, "reachable", "", 0, start, start),
 						conditionStatuses(addr, "True", "Unknown", "True"),
 						statecheck.ExpectKnownValue(addr, tfjsonpath.New("conditions").AtSliceIndex(1), knownvalue.ObjectPartial(map[string]knownvalue.Check{
 							"reason":  knownvalue.StringExact("CredentialWithheld"),
@@ -441,14 +442,18 @@ resource "fleet_executor" "web" {
 					},
 				},
 				{
+					// A probe that logs in again confirms the record: its
+					// times stay (a refresh that saw nothing new writes
+					// nothing), and Authenticated stays True, which a probe
+					// without the credentials could not say.
 					PreConfig:         func() { fake.Set(t1) },
 					Config:            config,
-					ConfigStateChecks: []statecheck.StateCheck{record(addr, "reachable", "", 0, t1, t1), conditionStatuses(addr, "True", "True", "True")},
+					ConfigStateChecks: []statecheck.StateCheck{record(addr, "reachable", "", 0, start, start), conditionStatuses(addr, "True", "True", "True")},
 				},
 				{
 					PreConfig:         func() { sshd.SetAuthorizedKeys(t); fake.Set(t2) },
 					Config:            config,
-					ConfigStateChecks: []statecheck.StateCheck{record(addr, "reachable", "auth", 1, t2, t1), conditionStatuses(addr, "True", "False", "True")},
+					ConfigStateChecks: []statecheck.StateCheck{record(addr, "reachable", "auth", 1, t2, start), conditionStatuses(addr, "True", "False", "True")},
 				},
 			},
 		}
@@ -585,10 +590,12 @@ resource "fleet_executor" "web" {
 				}
 				checkAuthenticated("after the import's refresh", start)
 
-				// Later refreshes go on checking it.
+				// Later refreshes go on checking it: Authenticated stays
+				// True (a refresh without the credentials would turn it
+				// Unknown), and the record, confirmed, keeps its times.
 				fake.Set(start.Add(interval))
 				s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
-				checkAuthenticated("at the next refresh", start.Add(interval))
+				checkAuthenticated("at the next refresh", start)
 				fake.Set(start.Add(2 * interval))
 				s.Run("apply", "-auto-approve", "-input=false")
 				s.WantNoChanges()

@@ -188,7 +188,12 @@ func (r *nodeHealthPolicyResource) ModifyPlan(ctx context.Context, req resource.
 	} else {
 		plan.Generation = nextGeneration(prior.Generation, changeOf(plan.values(), prior.values()))
 		if _, refreshed := r.data.refreshedBy(nodeHealthPolicyKind, prior.ID.ValueString()); !refreshed {
-			warnNodes(ctx, prior.Status, nil, &resp.Diagnostics)
+			// Nor about what a plan of this process warned about
+			// already (in-process, the plan and apply walks share it).
+			warnNodes(ctx, prior.Status, r.warnedBy(prior.ID), &resp.Diagnostics)
+			// The apply that follows in this process does not warn
+			// about the same again.
+			r.data.marks.set(r.data.run, nodeHealthPolicyPlanned, prior.ID.ValueString(), warnedAbout(ctx, prior.Status, &resp.Diagnostics))
 		}
 		warnDroppedErrors(ctx, prior.Status, plan.Nodes, &resp.Diagnostics)
 		if plan.known() && prior.known() && samePolicy(ctx, plan.policyInputs, prior.policyInputs) {
@@ -231,14 +236,24 @@ func nodeStatuses(ctx context.Context, status types.Map, diags *diag.Diagnostics
 	return out
 }
 
-const nodeHealthPolicyKind = "fleet_node_health_policy"
+const (
+	nodeHealthPolicyKind = "fleet_node_health_policy"
+	// nodeHealthPolicyPlanned marks what a plan of this process warned
+	// about when no refresh of it had (-refresh=false, and the apply walk
+	// of every apply, a process of its own).
+	nodeHealthPolicyPlanned = nodeHealthPolicyKind + "/plan"
+)
 
-// warnedBy is what this run's refresh of the policy warned about: the
-// state and reason of each node it read (nil when no refresh of this run
-// read it).
+// warnedBy is what this run's refresh or plan of the policy, in this
+// process, warned about: the state and reason of each node (empty when
+// neither did).
 func (r *nodeHealthPolicyResource) warnedBy(id types.String) map[string]string {
-	v, _ := r.data.refreshedBy(nodeHealthPolicyKind, id.ValueString())
-	warned, _ := v.(map[string]string)
+	warned := map[string]string{}
+	for _, kind := range []string{nodeHealthPolicyKind, nodeHealthPolicyPlanned} {
+		v, _ := r.data.marks.get(r.data.run, kind, id.ValueString())
+		m, _ := v.(map[string]string)
+		maps.Copy(warned, m)
+	}
 	return warned
 }
 
@@ -355,7 +370,7 @@ func (r *nodeHealthPolicyResource) Update(ctx context.Context, req resource.Upda
 	m.ID = prior.ID
 	m.Policy = types.StringValue(m.doc(ctx, &resp.Diagnostics).json())
 	clears := changedClears(m.ClearErrors, prior.ClearErrors)
-	// What this run's refresh warned about is not warned about again.
+	// What this run's refresh or plan warned about is not warned about again.
 	warned := r.warnedBy(prior.ID)
 	if !r.evaluate(ctx, &m, prior.Status, clears, warned, &resp.Diagnostics) {
 		return

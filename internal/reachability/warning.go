@@ -44,7 +44,7 @@ func Warning(name string, r Record, s Seen) (summary, detail string, ok bool) {
 		since := "yet"
 		if !r.LastSuccessAt.IsZero() {
 			summary = fmt.Sprintf("Executor %q has not authenticated for %s", name, Age(now.Sub(s.AuthWithheldSince)))
-			since = fmt.Sprintf("since %s, more than three probe intervals (%s)", s.AuthWithheldSince.UTC().Format(time.RFC3339), s.Interval)
+			since = fmt.Sprintf("since %s, when the probes began to run without them, more than three probe intervals (%s) ago", s.AuthWithheldSince.UTC().Format(time.RFC3339), s.Interval)
 		}
 		lines = append(lines, fmt.Sprintf("%s answered with its pinned host key at the last check, but no probe has checked its credentials %s: "+
 			"a refresh cannot use write-only credentials, nor those an import does not know. Credentials given in the provider block are checked at every refresh.", r.Host, since))

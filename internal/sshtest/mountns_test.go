@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -342,10 +343,15 @@ func TestFIFOThroughSSHDInMountNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close()
+	// The shell says when it runs: under load a session can take longer
+	// to start than ReleaseFIFO holds the read end open, and a writer that
+	// opens the FIFO after the release would block for good.
+	started := make(chan struct{})
+	sess.Stderr = &firstWrite{ch: started}
 	var werr error
 	exited := make(chan struct{})
 	go func() {
-		werr = sess.Run(`echo x > "` + fifo + `"`)
+		werr = sess.Run(`echo started >&2; echo x > "` + fifo + `"`)
 		close(exited)
 	}()
 	t.Cleanup(func() {
@@ -354,6 +360,13 @@ func TestFIFOThroughSSHDInMountNamespace(t *testing.T) {
 		c.Close()
 		<-exited
 	})
+	select {
+	case <-started:
+	case <-exited:
+		t.Fatalf("session exited before its shell ran: %v", werr)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the session's shell did not start within 30s")
+	}
 
 	select {
 	case <-exited:
@@ -382,4 +395,15 @@ func releaseAndWait(t *testing.T, fifo string, exited <-chan struct{}, werr *err
 	if err := <-released; err != nil {
 		t.Errorf("ReleaseFIFO: %v", err)
 	}
+}
+
+// firstWrite closes ch at the first write to it.
+type firstWrite struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.ch) })
+	return len(p), nil
 }
