@@ -11,9 +11,10 @@ provider "fleet" {
   # refresh probing off (FLEET_PROBE_INTERVAL).
   probe_interval = 60
 
-  # At most four probes in flight in this provider process, whoever asks
-  # (FLEET_PROBE_CONCURRENCY).
-  probe_concurrency = 4
+  # At most ten probes and host reads in flight in this provider process,
+  # whoever asks (FLEET_PROBE_CONCURRENCY); ten is Terraform's default
+  # -parallelism.
+  probe_concurrency = 10
 
   # Jump hosts are verified here, accept-new: an unknown bastion is added,
   # a changed one refused (FLEET_KNOWN_HOSTS_FILE).

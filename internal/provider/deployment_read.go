@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -41,6 +42,16 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	// What this refresh logged in to, with which settings: the plan of
 	// the same run does not log in to those again.
 	readNow := map[string]deploy.Settings{}
+	// The hosts are read at once, under the provider's probe bound, so a
+	// refresh takes about ceil(nodes / probe_concurrency) reads; what
+	// they found is then recorded in node order.
+	type read struct {
+		current deploy.Current
+		err     error
+		done    bool
+	}
+	reads := make([]read, len(records))
+	var wg sync.WaitGroup
 	for i, rec := range records {
 		name := rec.Name.ValueString()
 		n, ok := nodes[name]
@@ -49,10 +60,30 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		}
 		settings := r.settings(ctx, defaults, n, priors[name], &resp.Diagnostics)
 		readNow[name] = settings
+		// known_hosts is one file: written one node at a time.
 		if err := d.Transport.Remember(ctx, settings, settings.SeenHostKey); err != nil {
 			resp.Diagnostics.AddWarning("Node "+name+" key not remembered", fmt.Sprintf("node %s: %s", name, err))
 		}
-		current, err := d.ReadCurrent(ctx, settings)
+		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
+			reads[i] = read{err: fmt.Errorf("interrupted before the host was read"), done: true}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer r.data.prober.Slots.Release(1)
+			current, err := d.ReadCurrent(ctx, settings)
+			reads[i] = read{current: current, err: err, done: true}
+		}()
+	}
+	wg.Wait()
+	for i, rec := range records {
+		name := rec.Name.ValueString()
+		n := nodes[name]
+		if !reads[i].done {
+			continue
+		}
+		current, err := reads[i].current, reads[i].err
 		if err != nil {
 			resp.Diagnostics.AddWarning("Node "+name+" not read", fmt.Sprintf("node %s: %s; its last known system is kept", name, strings.TrimRight(err.Error(), ".")))
 			continue

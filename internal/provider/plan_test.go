@@ -101,15 +101,16 @@ func TestPlanWarnsAboutExecutors(t *testing.T) {
 			fake.Advance(interval)
 			out, _ = s.Run("plan", "-json", "-input=false")
 			w = findWarning(t, warnings(t, out), `Executor "web" is unreachable \(network\)`)
-			wantDetail(t, w, gateAddr, "after 2 failed probe(s)", "Last successful probe: 3h13m ago.")
+			wantDetail(t, w, gateAddr, "127.0.0.1 is unreachable: ", "Last checked: now, by this run", "Last successful probe: 3h13m ago.")
 
 			// Without a refresh the saved record (from the refresh-only
 			// apply, since plans save nothing) is not renewed and, more
-			// than three intervals on, is stale.
+			// than three intervals after it last changed, this run calls
+			// it stale.
 			fake.Advance(4 * interval)
 			out, _ = s.Run("plan", "-refresh=false", "-json", "-input=false")
 			w = findWarning(t, warnings(t, out), `Executor "web" failed its last probe \(network\)`)
-			wantDetail(t, w, "The record of 127.0.0.1 is stale: last checked 5m0s ago, more than three probe intervals (1m0s).", "Last successful probe: 3h17m ago.")
+			wantDetail(t, w, "The record of 127.0.0.1 is stale: this run did not probe it, and it last changed 5m0s ago, more than three probe intervals (1m0s).", "Last checked: not by this run", "Last successful probe: 3h17m ago.")
 		})
 	}
 }
@@ -177,7 +178,7 @@ func TestProviderSettingsWarnings(t *testing.T) {
 		{"interval from configuration", "probe_interval = 5", nil, "Probe interval normalised", []string{"probe_interval = 5", "using 15"}},
 		{"interval from environment", "", map[string]string{"FLEET_PROBE_INTERVAL": "abc"}, "Probe interval normalised", []string{`FLEET_PROBE_INTERVAL = "abc"`, "using 60"}},
 		{"configuration wins over environment", "probe_interval = 7200", map[string]string{"FLEET_PROBE_INTERVAL": "30"}, "Probe interval normalised", []string{"probe_interval = 7200", "using 3600"}},
-		{"concurrency from environment", "", map[string]string{"FLEET_PROBE_CONCURRENCY": "-3"}, "Probe concurrency normalised", []string{"FLEET_PROBE_CONCURRENCY = -3", "using 4"}},
+		{"concurrency from environment", "", map[string]string{"FLEET_PROBE_CONCURRENCY": "-3"}, "Probe concurrency normalised", []string{"FLEET_PROBE_CONCURRENCY = -3", "using 10"}},
 	}
 	for _, cli := range acctest.CLIs(t) {
 		for _, c := range cases {

@@ -167,7 +167,7 @@ func (p *fleetProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 			"probe_concurrency": schema.Int64Attribute{
 				Optional: true,
 				MarkdownDescription: "Most probes in flight at once, across every resource and data source of this provider process (env `FLEET_PROBE_CONCURRENCY`). " +
-					"Default 4; a value below 1 gives 4 with a warning.",
+					"Default 10, Terraform's default `-parallelism`; a value below 1 gives 10 with a warning.",
 			},
 			"known_hosts_file": schema.StringAttribute{
 				Optional: true,

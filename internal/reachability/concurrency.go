@@ -7,8 +7,10 @@ import (
 )
 
 // DefaultConcurrency bounds simultaneous probes: few enough to keep
-// outbound connections and file descriptors modest, enough to keep a pass short.
-const DefaultConcurrency = 4
+// outbound connections and file descriptors modest, enough to keep a pass
+// short. It is Terraform's default -parallelism (and colmena's default
+// of hosts at once): ten executors refreshed at once probe at once.
+const DefaultConcurrency = 10
 
 // Concurrency is the effective probe concurrency and, when the given value
 // was normalised, a warning naming the value given and the value used.

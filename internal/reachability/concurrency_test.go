@@ -9,8 +9,8 @@ func TestClampConcurrency(t *testing.T) {
 		want     int64
 		warnings []string
 	}{
-		{"negative gives the default with a warning", -3, 4, []string{"probe_concurrency = -3", "using 4"}},
-		{"zero gives the default with a warning", 0, 4, []string{"probe_concurrency = 0", "using 4"}},
+		{"negative gives the default with a warning", -3, 10, []string{"probe_concurrency = -3", "using 10"}},
+		{"zero gives the default with a warning", 0, 10, []string{"probe_concurrency = 0", "using 10"}},
 		{"one is kept", 1, 1, nil},
 		{"four is kept", 4, 4, nil},
 		{"sixty-four is kept", 64, 64, nil},
@@ -35,13 +35,13 @@ func TestConcurrencyFromEnv(t *testing.T) {
 		want     int64
 		warnings []string
 	}{
-		{"absent gives the default silently", "", false, 4, nil},
-		{"empty gives the default silently", "", true, 4, nil},
-		{"blank gives the default silently", " \t", true, 4, nil},
-		{"negative gives the default with a warning", "-1", true, 4, []string{env + " = -1", "using 4"}},
-		{"zero gives the default with a warning", "0", true, 4, []string{env + " = 0", "using 4"}},
-		{"fractional gives the default with a warning", "2.5", true, 4, []string{env + ` = "2.5"`, "using 4"}},
-		{"letters give the default with a warning", "many", true, 4, []string{env + ` = "many"`, "using 4"}},
+		{"absent gives the default silently", "", false, 10, nil},
+		{"empty gives the default silently", "", true, 10, nil},
+		{"blank gives the default silently", " \t", true, 10, nil},
+		{"negative gives the default with a warning", "-1", true, 10, []string{env + " = -1", "using 10"}},
+		{"zero gives the default with a warning", "0", true, 10, []string{env + " = 0", "using 10"}},
+		{"fractional gives the default with a warning", "2.5", true, 10, []string{env + ` = "2.5"`, "using 10"}},
+		{"letters give the default with a warning", "many", true, 10, []string{env + ` = "many"`, "using 10"}},
 		{"eight is kept", "8", true, 8, nil},
 		{"surrounding spaces are ignored", " 2 ", true, 2, nil},
 	}
@@ -56,9 +56,10 @@ func TestConcurrencyFromEnv(t *testing.T) {
 	}
 }
 
-func TestDefaultConcurrencyIsFour(t *testing.T) {
-	// The spec's default probe_concurrency.
-	if DefaultConcurrency != 4 {
-		t.Fatalf("DefaultConcurrency = %d, want 4", DefaultConcurrency)
+func TestDefaultConcurrencyMatchesTerraformsParallelism(t *testing.T) {
+	// Issue 14: as many probes at once as Terraform refreshes resources
+	// at once by default (-parallelism=10).
+	if DefaultConcurrency != 10 {
+		t.Fatalf("DefaultConcurrency = %d, want 10", DefaultConcurrency)
 	}
 }
