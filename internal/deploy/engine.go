@@ -213,11 +213,12 @@ func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Res
 			notStarted(i, fmt.Sprintf("more nodes failed than max_failures (%d) allows", *d.Options.MaxFailures))
 			continue
 		}
+		// Started here, not in its goroutine: nodes start in list order.
+		d.emit(Event{Kind: EventNodeStarted, Node: n.Name, Message: "DEPLOYING " + n.Name})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			d.emit(Event{Kind: EventNodeStarted, Node: n.Name, Message: "DEPLOYING " + n.Name})
 			r := d.node(ctx, n)
 			d.emit(Event{Kind: EventNodeEnded, Node: n.Name, Step: r.Step, Message: fmt.Sprintf("%s %s: %s", n.Name, r.Phase, r.Message)})
 			if r.Failed() {

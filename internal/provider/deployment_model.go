@@ -28,6 +28,8 @@ type deploymentState struct {
 	Hold              types.List     `tfsdk:"hold"`
 	RemoteExecTimeout types.Int64    `tfsdk:"remote_exec_timeout"`
 	BootLockAttempts  types.Int64    `tfsdk:"boot_lock_attempts"`
+	Parallelism       types.Int64    `tfsdk:"parallelism"`
+	MaxFailures       types.Int64    `tfsdk:"max_failures"`
 	ActivationTimeout types.String   `tfsdk:"activation_timeout"`
 	LockTimeout       types.String   `tfsdk:"lock_timeout"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
@@ -308,6 +310,7 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 		Goal:              deploy.Goal(m.Goal.ValueString()),
 		Keep:              m.OnFailure.ValueString() == "keep",
 		BootLockAttempts:  int(m.BootLockAttempts.ValueInt64()),
+		Parallelism:       int(max(1, m.Parallelism.ValueInt64())),
 		ActivationTimeout: dur(m.ActivationTimeout.ValueString(), 5*time.Minute),
 		LockTimeout:       dur(m.LockTimeout.ValueString(), 0),
 		Holder:            holder(m.ID.ValueString()),
@@ -318,6 +321,10 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 			}
 			tflog.Info(ctx, e.Message, fields)
 		},
+	}
+	if !m.MaxFailures.IsNull() && !m.MaxFailures.IsUnknown() {
+		budget := int(m.MaxFailures.ValueInt64())
+		opts.MaxFailures = &budget
 	}
 	if !m.Verdict.IsNull() && !m.Verdict.IsUnknown() {
 		var v verdictModel

@@ -156,6 +156,13 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 				MarkdownDescription: "Seconds a remote command may stay silent before the keepalive ends it. Default 60.", Validators: []validator.Int64{int64validator.Between(5, 3600)}},
 			"boot_lock_attempts": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(60),
 				MarkdownDescription: "Attempts, 5 s apart, while the switch lock is held (exit 11). Default 60.", Validators: []validator.Int64{int64validator.Between(1, 1000)}},
+			"parallelism": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(1),
+				MarkdownDescription: "How many nodes deploy at once. Default 1: one after the other. Nodes start in list order; each keeps its own lock, verdict, rollback and record.",
+				Validators:          []validator.Int64{int64validator.Between(1, 1000)}},
+			"max_failures": schema.Int64Attribute{Optional: true,
+				MarkdownDescription: "The failure budget: once more nodes than this have failed, no new node starts, the nodes not started stay `Pending`, the apply fails naming the budget, " +
+					"and the next plan retries the failed and the pending nodes. Default: no limit, every node is tried. `0` stops at the first failure.",
+				Validators: []validator.Int64{int64validator.AtLeast(0)}},
 			"activation_timeout": optionalString("How long an activation may take, as a Go duration of at least 1s. Default `5m`.", durationValidator{least: time.Second}),
 			"lock_timeout":       optionalString("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder.", durationValidator{}),
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
