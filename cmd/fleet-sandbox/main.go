@@ -4,7 +4,7 @@
 // storage layout, each an sshd in a mount namespace of its own: one healthy,
 // one whose uploads mount is read-only, one whose instance storage hangs
 // (a FIFO as its heartbeat file); and two NixOS-like deploy targets with
-// the systems to switch them to. It needs root (mount namespaces) and
+// the systems to switch them to, and as many more as -deploy-hosts asks. It needs root (mount namespaces) and
 // Debian's nix-bin. It
 // writes a Terraform variables file
 // describing them, prints "ready", and stops every host on SIGINT, SIGTERM or
@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
@@ -52,11 +53,21 @@ type deployTarget struct {
 	HostKey        string `json:"host_key"`
 	PrivateKeyFile string `json:"private_key_file"`
 	System         string `json:"system"`
+	// GoodSystem is a system that switches cleanly: what to set a
+	// failing host back to.
+	GoodSystem string `json:"good_system"`
 }
 
 func main() {
 	out := flag.String("out", "sandbox.auto.tfvars.json", "where to write the variables file")
+	extra := flag.Int("deploy-hosts", 0, "NixOS-like hosts to start besides web1 and web2, named node01, node02, …")
+	failing := flag.Int("failing-hosts", 0, "how many of those (the first ones) get a system whose activation fails a unit")
+	delay := flag.Duration("activation-delay", 0, "how long each activation of their systems takes")
 	flag.Parse()
+	if *extra < 0 || *failing < 0 || *failing > *extra {
+		fmt.Fprintln(os.Stderr, "fleet-sandbox: -failing-hosts must be between 0 and -deploy-hosts")
+		os.Exit(2)
+	}
 
 	sb := newSandbox()
 	defer sb.stop()
@@ -88,7 +99,7 @@ func main() {
 	}
 	v.StorageRoot, v.Nodes = storageNodes(sb, client)
 	v.Nodes["sf-down"] = v.Hosts["down"]
-	v.DeployTargets = deployTargets(sb)
+	v.DeployTargets = append(deployTargets(sb), fleetTargets(sb, *extra, *failing, *delay)...)
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		sb.Fatalf("encoding variables: %v", err)
@@ -127,7 +138,30 @@ func deployTargets(sb *sandbox) []deployTarget {
 		tg := nixtest.NewTarget(sb)
 		tg.Boot(sb, first)
 		out = append(out, deployTarget{Name: t.name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
-			PrivateKeyFile: tg.ClientKeyFile, System: nixtest.Closure(sb, t.b)})
+			PrivateKeyFile: tg.ClientKeyFile, System: nixtest.Closure(sb, t.b), GoodSystem: nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})})
+	}
+	return out
+}
+
+// fleetTargets starts n more NixOS-like hosts for trying rollouts at
+// scale, the first failing of them given a system that fails a unit.
+func fleetTargets(sb *sandbox, n, failing int, delay time.Duration) []deployTarget {
+	if n == 0 {
+		return nil
+	}
+	first := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})
+	good := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: delay})
+	bad := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"app.service"}, Delay: delay})
+	var out []deployTarget
+	for i := range n {
+		tg := nixtest.NewTarget(sb)
+		tg.Boot(sb, first)
+		sys := good
+		if i < failing {
+			sys = bad
+		}
+		out = append(out, deployTarget{Name: fmt.Sprintf("node%02d", i+1), Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
+			PrivateKeyFile: tg.ClientKeyFile, System: sys, GoodSystem: good})
 	}
 	return out
 }

@@ -160,6 +160,7 @@ variable "deploy_targets" {
     host_key         = string
     private_key_file = string
     system           = string
+    good_system      = optional(string) # one that switches cleanly
   }))
 }
 
