@@ -92,6 +92,12 @@ type Server struct {
 	// dials counts Bastion's outgoing connections, so a test can prove a
 	// refused destination was never dialled.
 	dials atomic.Int64
+	// channels and requests count the channels clients asked to open (of
+	// any type, served or not) and their global requests, so a test can
+	// prove a client opened nothing on a connection.
+	channels atomic.Int64
+	sessions atomic.Int64
+	requests atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{} // every open connection, both directions
@@ -166,6 +172,31 @@ func (s *Server) serverConfig() *ssh.ServerConfig {
 // Accepted returns how many TCP connections the server has accepted.
 func (s *Server) Accepted() int {
 	return int(s.accepted.Load())
+}
+
+// Channels returns how many channels ("session", "direct-tcpip", any
+// type) clients have asked to open, whether or not they were served.
+func (s *Server) Channels() int {
+	return int(s.channels.Load())
+}
+
+// Sessions returns how many of those channels were "session" channels,
+// which carry shells and remote commands.
+func (s *Server) Sessions() int {
+	return int(s.sessions.Load())
+}
+
+// GlobalRequests returns how many global requests clients have sent.
+func (s *Server) GlobalRequests() int {
+	return int(s.requests.Load())
+}
+
+// Open returns how many connections the server holds open, both
+// directions; once it is 0, everything clients sent has been handled.
+func (s *Server) Open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
 }
 
 // Close stops the server: it closes the listener and every open
@@ -248,7 +279,14 @@ func (s *Server) serveConn(conn net.Conn) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ssh.DiscardRequests(reqs) // no global requests (tcpip-forward etc.)
+		// No global requests are served (tcpip-forward etc.): each is
+		// counted and refused.
+		for req := range reqs {
+			s.requests.Add(1)
+			if req.WantReply {
+				_ = req.Reply(false, nil)
+			}
+		}
 	}()
 
 	// connDone tells tunnels the SSH connection is gone, so they stop
@@ -256,6 +294,10 @@ func (s *Server) serveConn(conn net.Conn) {
 	connDone := make(chan struct{})
 	defer close(connDone)
 	for nc := range chans {
+		s.channels.Add(1)
+		if nc.ChannelType() == "session" {
+			s.sessions.Add(1)
+		}
 		switch {
 		case nc.ChannelType() == "session":
 			s.wg.Add(1)
