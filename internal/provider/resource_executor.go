@@ -455,7 +455,7 @@ func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m
 		diags.AddAttributeError(path.Root("host_key_fingerprint"), "Invalid connection in state", fmt.Sprintf("fleet_executor %q: %s", m.Name.ValueString(), err))
 		return rec, conds, false
 	}
-	fields := map[string]any{"executor": m.Name.ValueString(), "host": target.Host, "port": target.Port}
+	fields := map[string]any{"executor": m.Name.ValueString(), "id": m.ID.ValueString(), "host": target.Host, "port": target.Port}
 	tflog.Debug(ctx, "probing executor", fields)
 	o := r.data.prober.Probe(ctx, target)
 	if o.Canceled {
@@ -468,6 +468,7 @@ func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m
 		next = reachability.Observe(rec, obs)
 	}
 	fields["reason"], fields["state"], fields["latency_ms"] = string(o.Reason), string(next.State), o.Latency.Milliseconds()
+	fields["consecutive_failures"] = next.ConsecutiveFailures
 	switch {
 	case o.Auth == sshdial.AuthWithheld:
 		fields["not_checked"] = o.Withheld
