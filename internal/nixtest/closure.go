@@ -47,6 +47,11 @@ const (
 	// `switch`) exits 1 with "Failed to install bootloader" and leaves the
 	// boot entry alone, as in a container with no bootloader to install.
 	BootloaderFails
+	// BootHangs activates in `test` and exits 0, but `boot` (and `switch`)
+	// logs the start of the boot entry's update and then sleeps for an
+	// hour, leaving the boot entry alone, as a bootloader install stuck on
+	// a hung /boot would.
+	BootHangs
 )
 
 func (k Kind) String() string {
@@ -65,6 +70,8 @@ func (k Kind) String() string {
 		return "CutSSH"
 	case BootloaderFails:
 		return "BootloaderFails"
+	case BootHangs:
+		return "BootHangs"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -86,6 +93,8 @@ func (k Kind) slug() string {
 		return "cut-ssh"
 	case BootloaderFails:
 		return "bootloader-fails"
+	case BootHangs:
+		return "boot-hangs"
 	}
 	return ""
 }
@@ -226,6 +235,9 @@ install_bootloader() {
 	if [ "$kind" = bootloader-fails ]; then
 		log "Failed to install bootloader"
 		exit 1
+	fi
+	if [ "$kind" = boot-hangs ]; then
+		exec sleep 3600
 	fi
 	printf '%s\n' "$self" > "$state/boot-entry.nixtest.$$"
 	mv "$state/boot-entry.nixtest.$$" "$state/boot-entry"

@@ -489,6 +489,28 @@ func TestClosureBootloaderFails(t *testing.T) {
 	wantCalls(t, tg, "test "+next, "boot "+next, "switch "+next)
 }
 
+// TestClosureBootHangs: test activates; boot hangs, leaving the boot entry
+// alone, until something ends it (here timeout(1), exit 124).
+func TestClosureBootHangs(t *testing.T) {
+	t.Parallel()
+	tg, d, old, next := booted(t, Behaviour{Kind: BootHangs})
+	out, code := d.switchTo(next, "test")
+	wantExit(t, "test", out, code, 0)
+	start := time.Now()
+	out, code = d.ssh("", "timeout 2 "+next+"/bin/switch-to-configuration boot")
+	wantExit(t, "boot under timeout 2", out, code, 124)
+	if took := time.Since(start); took < 2*time.Second {
+		t.Errorf("boot ended after %s, before timeout's 2s: it did not hang", took)
+	}
+	if tg.CurrentSystem() != next || tg.BootEntry() != old {
+		t.Errorf("current %q, boot entry %q; want %q, boot entry still %q", tg.CurrentSystem(), tg.BootEntry(), next, old)
+	}
+	if !strings.Contains(tg.Journal(), "updating the boot entry") {
+		t.Errorf("journal: %q", tg.Journal())
+	}
+	wantCalls(t, tg, "test "+next, "boot "+next)
+}
+
 // TestClosureSwitch: switch installs the boot entry, then activates.
 func TestClosureSwitch(t *testing.T) {
 	t.Parallel()
