@@ -162,6 +162,9 @@ func (r Result) Failed() bool { return r.Phase == PhaseFailed || r.Phase == Phas
 type Deployer struct {
 	Transport *Transport
 	Options   Options
+	// bootTimeout bounds switch-to-configuration boot; the constant of
+	// FR-010 when zero. Tests scale it down.
+	bootTimeout time.Duration
 }
 
 func (d *Deployer) emit(e Event) {
@@ -279,6 +282,9 @@ func (d *Deployer) confirmTimeout() time.Duration {
 }
 func (d *Deployer) settleTimeout() time.Duration {
 	return orDefault(d.Options.Verdict.SettleTimeout, 90*time.Second)
+}
+func (d *Deployer) bootBound() time.Duration {
+	return orDefault(d.bootTimeout, bootTimeout)
 }
 func (d *Deployer) bootLockInterval() time.Duration {
 	return orDefault(d.Options.BootLockInterval, 5*time.Second)

@@ -365,7 +365,7 @@ var finaliseStep = &step{
 // (FR-010); then the host's record of a passed deploy.
 func (nr *nodeRun) finalise(ctx context.Context) error {
 	d := nr.d
-	boot := "timeout " + strconv.Itoa(int(bootTimeout/time.Second)) + " " + q(nr.n.System) + "/bin/switch-to-configuration boot; rc=$?; [ $rc -ne 0 ] || " + markScript(nr.n.System) + "; exit $rc"
+	boot := "timeout " + strconv.FormatFloat(d.bootBound().Seconds(), 'f', -1, 64) + " " + q(nr.n.System) + "/bin/switch-to-configuration boot; rc=$?; [ $rc -ne 0 ] || " + markScript(nr.n.System) + "; exit $rc"
 	for attempt := 1; ; attempt++ {
 		out, err := d.output(nr.c.Command(ctx, remote(boot)))
 		if ctx.Err() != nil {
@@ -396,7 +396,7 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 			msg = fmt.Sprintf("the switch lock was held for all %d attempts, %s apart", d.bootLockAttempts(), d.bootLockInterval())
 			hint = "another switch is running on the host"
 		case exitTimedOut:
-			msg = fmt.Sprintf("it did not finish within %s: %s", bootTimeout, msg)
+			msg = fmt.Sprintf("it did not finish within %s: %s", d.bootBound(), msg)
 		case 255:
 			msg += "; the host decides: " + d.hostState(nr.c, nr.n.System)
 		}
