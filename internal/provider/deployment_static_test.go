@@ -72,6 +72,12 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 			[]string{"Unusable known_hosts file", "/tmp is a directory every user can make files in (mode 1777)", "name a file in a directory only you can write"}},
 		{"a port key", resource("nodes = [" + node(`, port = 2222`) + "]"), "validate",
 			[]string{`"port" is not expected in nodes[0]. The SSH port goes in ssh_opts: ssh_opts = ["Port=2222"].`}},
+		// FR-018: an ssh_opts item that is not a bare Key=Value, named
+		// down to the node and the item.
+		{"a bad ssh_opts item in a node", resource("nodes = [" + node("") + ", " + strings.Replace(node(`, ssh_opts = ["Port=2222", "-o IdentitiesOnly=yes"]`), `"n1"`, `"n2"`, 1) + "]"), "validate",
+			[]string{"Invalid ssh_opts item", `nodes[1].ssh_opts[1]: ssh_opts item "-o IdentitiesOnly=yes" is not a bare OpenSSH option Key=Value`, `Drop the -o: write "IdentitiesOnly=yes".`}},
+		{"a bad ssh_opts item in defaults", resource("defaults = { ssh_opts = [\"Port 2222\"] }\nnodes = [" + node("") + "]"), "validate",
+			[]string{"Invalid ssh_opts item", `defaults.ssh_opts[0]: ssh_opts item "Port 2222" is not a bare OpenSSH option Key=Value`, `Join key and value with =: write "Port=2222".`}},
 	}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
