@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
@@ -47,12 +48,13 @@ func NewControlDir() (string, error) {
 const StateDirName = "terraform-provider-fleet"
 
 // DefaultKnownHostsFile is the accept-new trust store of a deployment that
-// names none: fleet-known-hosts beside the key file when that directory is
-// the user's own and no one else can write it (FR-015); else known_hosts
-// in the provider's private state directory ($XDG_STATE_HOME, else
-// ~/.local/state), made 0700 when missing; else, when that cannot be made,
-// ssh's own default file. A directory or file of these that another user
-// owns or others can write is refused.
+// names none (FR-015): fleet-known-hosts beside the key file when that
+// directory is the user's own, no one else can write it and the user can;
+// else known_hosts in the provider's private state directory
+// ($XDG_STATE_HOME, else ~/.local/state), made 0700 when missing; else,
+// last, when that cannot be made or the user cannot write it (a read-only
+// file system), ssh's own default file, ~/.ssh/known_hosts. A directory or
+// file of these that another user owns or others can write is refused.
 func DefaultKnownHostsFile(privateKeyFile string) (string, error) {
 	if privateKeyFile != "" {
 		if key, err := sshdial.ExpandHome(privateKeyFile); err == nil {
@@ -65,22 +67,43 @@ func DefaultKnownHostsFile(privateKeyFile string) (string, error) {
 	}
 	if state, ok := userStateDir(); ok {
 		dir := filepath.Join(state, StateDirName)
-		err := os.MkdirAll(dir, 0o700)
-		if err == nil {
+		if err := os.MkdirAll(dir, 0o700); err == nil {
 			if err := checkPrivate(dir, true); err != nil {
 				return "", err
 			}
-			path := filepath.Join(dir, "known_hosts")
-			return path, checkPrivateFile(path)
+			if writableByUser(dir) {
+				path := filepath.Join(dir, "known_hosts")
+				return path, checkPrivateFile(path)
+			}
 		}
 		// It cannot be made (no home, a read-only or foreign file
-		// system): ssh's own file is left.
+		// system), or it is ours but cannot take a new key: accept-new
+		// could record nothing there, so ssh's own file is left.
 	}
-	// Last, ssh's own default file (FR-015).
-	path, err := sshdial.ExpandHome("~/.ssh/known_hosts")
-	if err != nil {
-		return "", fmt.Errorf("no private directory for the deployment's known_hosts file: %w; set known_hosts_file", err)
+	return sshKnownHostsFile()
+}
+
+// sshKnownHostsFile is ssh's own default trust store, the last of FR-015:
+// ~/.ssh/known_hosts of the user running the provider. ~ is $HOME, as
+// everywhere in the provider; with no $HOME it is the home directory the
+// user database gives, which is where ssh itself looks. A ~/.ssh that
+// another user owns or others can write is refused, as the file is.
+func sshKnownHostsFile() (string, error) {
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		u, uerr := user.Current()
+		if uerr != nil || u.HomeDir == "" {
+			return "", fmt.Errorf("no private directory for the deployment's known_hosts file and no home directory for ssh's own (%v, %v): set known_hosts_file", err, uerr)
+		}
+		home = u.HomeDir
 	}
+	dir := filepath.Join(home, ".ssh")
+	if _, err := os.Stat(dir); err == nil {
+		if err := checkPrivate(dir, false); err != nil {
+			return "", err
+		}
+	}
+	path := filepath.Join(dir, "known_hosts")
 	return path, checkPrivateFile(path)
 }
 
