@@ -549,14 +549,17 @@ func TestDeployHostKeySeen(t *testing.T) {
 }
 
 // US2, SC-006: a node reached on a port only the ssh_config_file names
-// (its name an alias there), the copy included.
+// (its name an alias there), the copy included. FR-016: a host-key option
+// the file sets under a Match line is left to the file, and the log says
+// so.
 func TestDeployThroughSSHConfigFile(t *testing.T) {
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
 	d.Transport.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
-	config := "Host alias-web1\n  HostName " + tg.Host + "\n  Port " + strconv.Itoa(tg.Port) + "\n  IdentitiesOnly yes\n"
+	config := "Host alias-web1\n  HostName " + tg.Host + "\n  Port " + strconv.Itoa(tg.Port) + "\n  IdentitiesOnly yes\n" +
+		"Match user someone-else\n  StrictHostKeyChecking ask\n"
 	if err := os.WriteFile(d.Transport.ConfigFile, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -571,6 +574,9 @@ func TestDeployThroughSSHConfigFile(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(logged, "\n"), "ssh_config_file sends alias-web1 -> 127.0.0.1") {
 		t.Errorf("the redirect was not logged: %q", logged)
+	}
+	if !strings.Contains(strings.Join(logged, "\n"), "ssh_config_file sets StrictHostKeyChecking under a Match line") {
+		t.Errorf("the host-key option under a Match line was not logged: %q", logged)
 	}
 }
 

@@ -26,6 +26,9 @@ var connectStep = &step{
 		if c.Redirected != "" {
 			nr.d.note(nr.n.Name, StepConnect, "ssh_config_file sends %s", c.Redirected)
 		}
+		if len(c.MaybeFromConfig) > 0 {
+			nr.d.note(nr.n.Name, StepConnect, "ssh_config_file sets %s under a Match line, which the deployment does not evaluate: it gives none of them, so the file's (or ssh's default) apply to this node", strings.Join(c.MaybeFromConfig, ", "))
+		}
 		if exit, msg := nr.d.startMaster(ctx, c); exit != 0 {
 			if ctx.Err() != nil {
 				return ctx.Err()

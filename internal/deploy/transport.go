@@ -61,6 +61,9 @@ func (t *Transport) command(ctx context.Context, name string, args ...string) *e
 // lower case as ssh -G prints them.
 var hostKeyOptions = []string{"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "knownhostscommand"}
 
+// hostKeyOptionNames are the same as ssh_config(5) spells them.
+var hostKeyOptionNames = []string{"StrictHostKeyChecking", "UserKnownHostsFile", "GlobalKnownHostsFile", "KnownHostsCommand"}
+
 // Conn is one node's transport: the options of every ssh to it, one
 // multiplexed master shared by every command and by nix-copy-closure.
 type Conn struct {
@@ -79,6 +82,10 @@ type Conn struct {
 	// Redirected is set when the config file sends the host elsewhere:
 	// "web1 -> 10.0.0.5".
 	Redirected string
+	// MaybeFromConfig are the host-key options the config file sets only
+	// under a Match line, which is not evaluated: they are left to the
+	// file, whether or not that Match applies to the node (FR-016).
+	MaybeFromConfig []string
 }
 
 func (t *Transport) ssh() string {
@@ -97,8 +104,9 @@ func (t *Transport) aliveCount() int {
 }
 
 // Open prepares node s's transport: a pinned node gets a temporary
-// known_hosts holding only its key (removed by Close). It asks ssh -G which
-// host-key options the config file sets, and gives none of those.
+// known_hosts holding only its key (removed by Close). It reads which
+// host-key options the config file sets (configSets), and gives none of
+// those.
 func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 	for _, o := range s.SSHOpts {
 		if err := CheckSSHOpt(o); err != nil {
@@ -106,11 +114,11 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 		}
 	}
 	c := &Conn{t: t, s: s, control: filepath.Join(t.ControlDir, "%C")}
-	fromConfig, redirected, err := t.configSets(ctx, s)
+	fromConfig, maybe, redirected, err := t.configSets(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	c.Redirected = redirected
+	c.Redirected, c.MaybeFromConfig = redirected, maybe
 	var hostKey []string
 	if pin := c.pin(); pin != "" {
 		f, err := os.CreateTemp(t.ControlDir, "pin-*")
@@ -222,29 +230,40 @@ func shellWord(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// configSets reads, with ssh -G, which host-key options the config file
-// gives the node (they then stay the config file's) and where it sends it.
-func (t *Transport) configSets(ctx context.Context, s Settings) (map[string]bool, string, error) {
-	out := map[string]bool{}
+// configSets reads which host-key options the config file gives the node
+// (they then stay the config file's, FR-016) and where it sends it. ssh -G
+// shows an option whose value the file changes; the file's own lines show
+// one it sets to ssh's default value (configFileSets). An option under a
+// Match line may or may not apply: it is left to the file too, and named
+// in maybe.
+func (t *Transport) configSets(ctx context.Context, s Settings) (set map[string]bool, maybe []string, redirected string, err error) {
+	set = map[string]bool{}
 	if t.ConfigFile == "" {
-		return out, "", nil
+		return set, nil, "", nil
 	}
 	with, err := t.effective(ctx, t.ConfigFile, s.Host)
 	if err != nil {
-		return nil, "", fmt.Errorf("node %s: read ssh_config_file %s with ssh -G: %w", s.Name, t.ConfigFile, err)
+		return nil, nil, "", fmt.Errorf("node %s: read ssh_config_file %s with ssh -G: %w", s.Name, t.ConfigFile, err)
 	}
 	without, err := t.effective(ctx, "/dev/null", s.Host)
 	if err != nil {
-		return nil, "", fmt.Errorf("node %s: ssh -G: %w", s.Name, err)
+		return nil, nil, "", fmt.Errorf("node %s: ssh -G: %w", s.Name, err)
 	}
-	for _, k := range hostKeyOptions {
-		out[k] = with[k] != without[k]
+	lines, inMatch, err := configFileSets(t.ConfigFile, s.Host)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("node %s: read ssh_config_file %s: %w", s.Name, t.ConfigFile, err)
 	}
-	redirected := ""
+	for i, k := range hostKeyOptions {
+		set[k] = with[k] != without[k] || lines[k]
+		if !set[k] && inMatch[k] {
+			set[k] = true
+			maybe = append(maybe, hostKeyOptionNames[i])
+		}
+	}
 	if with["hostname"] != without["hostname"] {
 		redirected = s.Host + " -> " + with["hostname"]
 	}
-	return out, redirected, nil
+	return set, maybe, redirected, nil
 }
 
 // effective runs ssh -G -F config host and returns its settings.

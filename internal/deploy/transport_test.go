@@ -3,9 +3,11 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +210,117 @@ func TestRecordedKeyReadsKnownHostsAsOpenSSH(t *testing.T) {
 func hashedLine(t *testing.T, host, key string) string {
 	t.Helper()
 	return knownhosts.HashHostname(host) + " " + key
+}
+
+// FR-016: a host-key option the config file sets to ssh's own default
+// value is the file's too, although ssh -G shows the same value with the
+// file and without it: the file's own lines for the host say so. One set
+// under a Host line that does not take the host is not the file's; one
+// under a Match line may be (the deployment does not evaluate Match): it is
+// left to the file for every host the file sets it for no other way, and
+// named.
+func TestTransportConfigFileSetsADefaultValueFR016(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	mustMkdir(t, filepath.Join(home, ".ssh"), 0o700)
+	if err := os.WriteFile(filepath.Join(home, ".ssh", "hosts.conf"), []byte("Host db1\n  GlobalKnownHostsFile /etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTransport(t)
+	tr.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
+	config := `# ssh's own defaults, spelled out
+Host web1 web2
+  StrictHostKeyChecking ask
+Host=cache* !cache9
+  UserKnownHostsFile=~/.ssh/known_hosts ~/.ssh/known_hosts2
+Host db*
+  Include hosts.conf
+Match user deploy
+  StrictHostKeyChecking ask
+Host web3
+  StrictHostKeyChecking "ask" # quoted, with a comment
+`
+	if err := os.WriteFile(tr.ConfigFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pin := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+	for _, c := range []struct {
+		host     string
+		fileOpts []string // the file's: not given
+		ourOpts  []string // given
+		maybe    []string
+	}{
+		{"web1", []string{"StrictHostKeyChecking"}, []string{"UserKnownHostsFile", "GlobalKnownHostsFile"}, nil},
+		{"web3", []string{"StrictHostKeyChecking"}, []string{"UserKnownHostsFile"}, nil},
+		{"cache1", []string{"UserKnownHostsFile", "StrictHostKeyChecking"}, []string{"GlobalKnownHostsFile"}, []string{"StrictHostKeyChecking"}},
+		{"cache9", []string{"StrictHostKeyChecking"}, []string{"UserKnownHostsFile", "GlobalKnownHostsFile"}, []string{"StrictHostKeyChecking"}},
+		{"db1", []string{"GlobalKnownHostsFile", "StrictHostKeyChecking"}, []string{"UserKnownHostsFile"}, []string{"StrictHostKeyChecking"}},
+		{"mail1", []string{"StrictHostKeyChecking"}, []string{"UserKnownHostsFile", "GlobalKnownHostsFile"}, []string{"StrictHostKeyChecking"}},
+	} {
+		conn := openConn(t, tr, Settings{Name: c.host, Host: c.host, User: "root", HostKey: pin})
+		given := map[string]bool{}
+		for _, o := range conn.opts {
+			key, _, _ := strings.Cut(o, "=")
+			given[key] = true
+		}
+		for _, k := range c.fileOpts {
+			if given[k] {
+				t.Errorf("%s: gave %s although the config file sets it for the host", c.host, k)
+			}
+		}
+		for _, k := range c.ourOpts {
+			if !given[k] {
+				t.Errorf("%s: did not give %s, which the config file does not set for the host (options %q)", c.host, k, conn.opts)
+			}
+		}
+		if !slices.Equal(conn.MaybeFromConfig, c.maybe) {
+			t.Errorf("%s: MaybeFromConfig = %q, want %q", c.host, conn.MaybeFromConfig, c.maybe)
+		}
+	}
+}
+
+// FR-016: the Host lines are read as ssh reads them. For a value ssh -G
+// shows (not ssh's default), the file's own lines find an option set for
+// exactly the hosts ssh finds it set for.
+func TestConfigFileSetsAgreesWithSSHFR016(t *testing.T) {
+	dir := t.TempDir()
+	inc := filepath.Join(dir, "inc.conf")
+	if err := os.WriteFile(inc, []byte("Host other\n  StrictHostKeyChecking yes\nHost *\n  StrictHostKeyChecking yes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	configs := []string{
+		"StrictHostKeyChecking yes\n",
+		"Host web1\n  StrictHostKeyChecking yes\n",
+		"Host web? !web2\n  StrictHostKeyChecking yes\n",
+		"Host *.example.org\n  StrictHostKeyChecking=yes\n",
+		"Host Web1\n  StrictHostKeyChecking yes\n",
+		"Host web1,web2\n  StrictHostKeyChecking yes\n",
+		"Host \"web2\"\n  StrictHostKeyChecking yes\n",
+		"Host nomatch\n  Include " + inc + "\n",
+		"Host web*\n  Include " + inc + "\n",
+		"Host web1\nHost *\n  StrictHostKeyChecking yes\n",
+		"# Host web1\nHost [w]eb1\n  StrictHostKeyChecking yes\n",
+		"Match all\n  StrictHostKeyChecking yes\n",
+	}
+	hosts := []string{"web1", "web2", "web3", "WEB1", "a.example.org", "[w]eb1", "other"}
+	tr := &Transport{}
+	for i, config := range configs {
+		file := filepath.Join(dir, fmt.Sprintf("config%d", i))
+		if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, host := range hosts {
+			with, err := tr.effective(context.Background(), file, host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, _, err := configFileSets(file, host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ssh := with["stricthostkeychecking"] == "true"; set["stricthostkeychecking"] != ssh {
+				t.Errorf("config %q, host %s: the file's lines set StrictHostKeyChecking: %v; ssh -G: %v", config, host, set["stricthostkeychecking"], ssh)
+			}
+		}
+	}
 }

@@ -139,7 +139,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "Identifier generated at create.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}},
 			"defaults":        input(deployDefaultsInput, false, "SSH settings every node inherits unless it sets its own. Below them are the provider's: its `default_user` (or `FLEET_SSH_USER`, else `root`) and key (`private_key`, `private_key_file`, or `FLEET_PRIVATE_KEY_FILE`), else the ssh-agent."),
-			"ssh_config_file": optionalString("An OpenSSH client configuration file, given to every ssh as `-F`; a plan refuses one that does not exist. Host-key options it sets are left to it."),
+			"ssh_config_file": optionalString("An OpenSSH client configuration file, given to every ssh as `-F`; a plan refuses one that does not exist. Host-key options it sets for a node (under `Host` lines that take its host, or under any `Match` line, which is not evaluated) are left to it."),
 			"known_hosts_file": optionalString("The accept-new trust store for nodes without `host_key` and for jump hosts. Default: `fleet-known-hosts` beside the defaults' key file when its directory is yours alone, " +
 				"else `known_hosts` in the provider's private directory (`$XDG_STATE_HOME`, else `~/.local/state`, then `terraform-provider-fleet/`), else, when neither directory can be written, ssh's own `~/.ssh/known_hosts`. " +
 				"A plan refuses one in a directory that does not exist, and a file or directory another user owns or others can write."),
