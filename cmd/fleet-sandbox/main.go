@@ -99,7 +99,9 @@ func main() {
 	}
 	v.StorageRoot, v.Nodes = storageNodes(sb, client)
 	v.Nodes["sf-down"] = v.Hosts["down"]
-	v.DeployTargets = append(deployTargets(sb), fleetTargets(sb, *extra, *failing, *delay)...)
+	// Every deploy target takes the one client key, as every host does:
+	// credentials can live in the provider block alone.
+	v.DeployTargets = append(deployTargets(sb, client, keyFile), fleetTargets(sb, client, keyFile, *extra, *failing, *delay)...)
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		sb.Fatalf("encoding variables: %v", err)
@@ -125,7 +127,7 @@ func main() {
 // deployTargets starts two NixOS-like hosts, each booted into a first
 // system, and builds the systems to switch them to: a good one for web1,
 // and for web2 one whose activation fails a unit (it is rolled back).
-func deployTargets(sb *sandbox) []deployTarget {
+func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string) []deployTarget {
 	first := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})
 	var out []deployTarget
 	for _, t := range []struct {
@@ -135,17 +137,17 @@ func deployTargets(sb *sandbox) []deployTarget {
 		{"web1", nixtest.Behaviour{Kind: nixtest.Succeed}},
 		{"web2", nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"nginx.service"}}},
 	} {
-		tg := nixtest.NewTarget(sb)
+		tg := nixtest.NewTarget(sb, nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(client)))
 		tg.Boot(sb, first)
 		out = append(out, deployTarget{Name: t.name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
-			PrivateKeyFile: tg.ClientKeyFile, System: nixtest.Closure(sb, t.b), GoodSystem: nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})})
+			PrivateKeyFile: keyFile, System: nixtest.Closure(sb, t.b), GoodSystem: nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})})
 	}
 	return out
 }
 
 // fleetTargets starts n more NixOS-like hosts for trying rollouts at
 // scale, the first failing of them given a system that fails a unit.
-func fleetTargets(sb *sandbox, n, failing int, delay time.Duration) []deployTarget {
+func fleetTargets(sb *sandbox, client *sshtest.Key, keyFile string, n, failing int, delay time.Duration) []deployTarget {
 	if n == 0 {
 		return nil
 	}
@@ -154,14 +156,14 @@ func fleetTargets(sb *sandbox, n, failing int, delay time.Duration) []deployTarg
 	bad := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"app.service"}, Delay: delay})
 	var out []deployTarget
 	for i := range n {
-		tg := nixtest.NewTarget(sb)
+		tg := nixtest.NewTarget(sb, nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(client)))
 		tg.Boot(sb, first)
 		sys := good
 		if i < failing {
 			sys = bad
 		}
 		out = append(out, deployTarget{Name: fmt.Sprintf("node%02d", i+1), Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
-			PrivateKeyFile: tg.ClientKeyFile, System: sys, GoodSystem: good})
+			PrivateKeyFile: keyFile, System: sys, GoodSystem: good})
 	}
 	return out
 }

@@ -337,7 +337,7 @@ func TestDeployMissingKeyNoAgent(t *testing.T) {
 	n.PrivateKeyFile = "" // the agent, which is not there; IdentitiesOnly keeps ~/.ssh out
 	start := time.Now()
 	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{n}, nil)[0]
-	wantPhase(t, r, deploy.PhaseFailed, "Permission denied", "private_key_file, or the ssh-agent")
+	wantPhase(t, r, deploy.PhaseFailed, "the host refused the login", "Permission denied", "private_key_file, or the ssh-agent")
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the refused login took %s", took)
 	}
@@ -766,5 +766,32 @@ func TestDeployAsALoginUserThatIsNotRoot(t *testing.T) {
 			}
 			untouched(t, tg, old, sys)
 		})
+	}
+}
+
+// Issue 14 trial: an ssh-agent holding more keys than sshd lets a login
+// try ends in "Too many authentication failures". The host answered: the
+// node says its login was refused and how to offer one key, not that the
+// host cannot be reached.
+func TestDeployAgentWithTooManyKeysIsALoginRefused(t *testing.T) {
+	var keys []*sshtest.Key
+	for range 8 {
+		keys = append(keys, sshtest.NewKey(t))
+	}
+	t.Setenv("SSH_AUTH_SOCK", sshtest.StartAgent(t, keys...))
+	t.Setenv("HOME", t.TempDir()) // no ~/.ssh keys of this machine's user
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	n := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n.PrivateKeyFile = ""
+	n.SSHOpts = []string{"Port=" + strconv.Itoa(tg.Port)} // every agent key is offered
+	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed, "the host refused the login", "Too many authentication failures", "give the node's key with private_key_file")
+	if strings.Contains(r.Message, "cannot reach") {
+		t.Errorf("message %q says the host cannot be reached", r.Message)
+	}
+	if len(tg.Calls()) != 0 || tg.CurrentSystem() != old {
+		t.Errorf("the node was changed: %v", tg.Calls())
 	}
 }

@@ -645,9 +645,18 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " / ")
 }
 
+// loginRefused is whether ssh's message says the host answered and
+// refused the login (not that it could not be reached).
+func loginRefused(msg string) bool {
+	return strings.Contains(msg, "Permission denied") || strings.Contains(msg, "Too many authentication failures")
+}
+
 // sshHint names the fix for the usual SSH failures.
 func sshHint(msg string) string {
 	switch {
+	case strings.Contains(msg, "Too many authentication failures"):
+		return "the host closed the login after too many keys were tried (an ssh-agent holding many keys offers each): " +
+			"give the node's key with private_key_file or private_key (only that key is offered then), or load fewer keys in the agent"
 	case strings.Contains(msg, "Permission denied"):
 		return "the key was refused: check user and private_key_file, or the ssh-agent"
 	case strings.Contains(msg, "Connection refused"):

@@ -38,6 +38,9 @@ var connectStep = &step{
 				nr.r.HostKeySeen = trusted // the refused key is never recorded
 				return fail(exit, "HostKeyMismatch", msg, hint)
 			}
+			if loginRefused(msg) {
+				return fail(exit, "LoginRefused", "the host refused the login: "+msg, sshHint(msg))
+			}
 			return fail(exit, "ConnectionFailed", "cannot reach the host: "+msg, sshHint(msg))
 		}
 		nr.r.HostKeySeen = c.SeenKey(ctx)
