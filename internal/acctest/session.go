@@ -107,6 +107,16 @@ func NewBinarySession(t *testing.T, cli CLI, binary string) *Session {
 	return s
 }
 
+// NewPlainSession starts a session that overrides nothing: no reattached
+// provider, no dev_overrides, an empty CLI configuration. The CLI installs
+// providers as it does on an operator's machine (from the implicit local
+// plugin directories under HOME, then the registry), for tests of how the
+// provider is installed.
+func NewPlainSession(t *testing.T, cli CLI) *Session {
+	t.Helper()
+	return newSession(t, cli)
+}
+
 func newSession(t *testing.T, cli CLI) *Session {
 	return &Session{t: t, CLI: cli, Dir: t.TempDir(), env: []string{
 		"CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1", "TF_INPUT=0",

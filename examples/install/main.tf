@@ -1,0 +1,27 @@
+# A repository of your own, using the provider that make install put in
+# the plugin directory: the root module names its exact version (a
+# pre-release is chosen only when named exactly); the modules that use it
+# name only its source.
+terraform {
+  required_providers {
+    fleet = {
+      source  = "fleetops/fleet"
+      version = "0.1.0-dev"
+    }
+  }
+}
+
+provider "fleet" {
+  default_user = "deploy"
+}
+
+module "hosts" {
+  source = "./modules/hosts"
+  hosts = {
+    web1 = { host = "web1.example.org", host_key_fingerprint = "SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s" }
+  }
+}
+
+output "reachable_names" {
+  value = module.hosts.reachable_names
+}

@@ -1,0 +1,82 @@
+package provider_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+)
+
+// make install puts the provider where Terraform and OpenTofu find it by
+// themselves: a repository of one's own (examples/install, which the README
+// shows: a root module naming the installed version and a local module
+// using the provider) runs init and validate through both CLIs with no
+// dev_overrides, no reattached provider and no CLI configuration, only the
+// plugin directory under HOME that make install filled.
+func TestMakeInstallServesBothCLIsWithoutOverrides(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	plugins := filepath.Join(home, ".terraform.d", "plugins")
+	install := exec.Command("make", "--no-print-directory", "install", "PLUGIN_DIR="+plugins, "VERSION=0.1.0-dev")
+	install.Dir = root
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	platform := runtime.GOOS + "_" + runtime.GOARCH
+	for _, cli := range acctest.CLIs(t) {
+		binary := filepath.Join(plugins, cli.Host, "fleetops", "fleet", "0.1.0-dev", platform, "terraform-provider-fleet_v0.1.0-dev")
+		if info, err := os.Stat(binary); err != nil || info.Mode()&0o111 == 0 {
+			t.Fatalf("make install did not put an executable provider at %s for %s: %v", binary, cli.Name, err)
+		}
+	}
+
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			s := acctest.NewPlainSession(t, cli)
+			s.Setenv("HOME", home)
+			if err := os.CopyFS(s.Dir, os.DirFS("../../examples/install")); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut := s.Run("init", "-input=false", "-no-color")
+			if !strings.Contains(out, "Installing fleetops/fleet v0.1.0-dev") || !strings.Contains(out, "- hosts in modules/hosts") {
+				t.Errorf("init did not install the module and the provider make install put in the plugin directory:\n%s\n%s", out, errOut)
+			}
+			if strings.Contains(out+errOut, "development overrides") {
+				t.Errorf("init ran with development overrides:\n%s\n%s", out, errOut)
+			}
+			lock, err := os.ReadFile(filepath.Join(s.Dir, ".terraform.lock.hcl"))
+			if err != nil || !strings.Contains(string(lock), `provider "`+cli.Host+`/fleetops/fleet"`) || !strings.Contains(string(lock), `version     = "0.1.0-dev"`) {
+				t.Errorf("the lock file does not record %s/fleetops/fleet 0.1.0-dev (%v):\n%s", cli.Host, err, lock)
+			}
+			if valid, diags := s.Validate(); !valid || len(diags) != 0 {
+				t.Fatalf("validate: valid %v, diagnostics %+v", valid, diags)
+			}
+		})
+	}
+}
+
+// make install refuses a VERSION that is not a semantic version, which
+// neither CLI would find in the plugin directory, before building anything.
+func TestMakeInstallRefusesAVersionThatIsNotSemver(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugins := t.TempDir()
+	install := exec.Command("make", "--no-print-directory", "install", "PLUGIN_DIR="+plugins, "VERSION=1.2")
+	install.Dir = root
+	out, err := install.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "VERSION=1.2 is not a semantic version") {
+		t.Fatalf("make install VERSION=1.2: %v\n%s", err, out)
+	}
+	if entries, _ := os.ReadDir(plugins); len(entries) != 0 {
+		t.Errorf("make install with a bad VERSION installed %d entries", len(entries))
+	}
+}
