@@ -94,8 +94,8 @@ type Options struct {
 	Nix string
 	// Env is added to the environment of local commands (NIX_CONFIG).
 	Env []string
-	// Log receives every node's start and end and every step's start
-	// (tflog in the provider; tests also act on them).
+	// Log receives every node's start and end and every step's start and
+	// end (tflog in the provider; tests also act on them).
 	Log func(Event)
 }
 
@@ -106,6 +106,7 @@ type EventKind string
 const (
 	EventNodeStarted EventKind = "node-started" // DEPLOYING <name>
 	EventStepStarted EventKind = "step-started"
+	EventStepEnded   EventKind = "step-ended"
 	EventNote        EventKind = "note"
 	EventNodeEnded   EventKind = "node-ended"
 )
@@ -116,7 +117,23 @@ type Event struct {
 	Node    string
 	Step    StepName // the step it happened in; empty for the node as a whole
 	Message string
+	// Outcome is how a step ended (StepDone, StepFailed, StepInterrupted,
+	// StepSkipsRest) or the phase a node ended in; empty for other events.
+	Outcome string
+	// Took is how long the step or the node took, for the events that end
+	// one.
+	Took time.Duration
 }
+
+// How a step ended, as EventStepEnded reports it.
+const (
+	StepDone        = "done"
+	StepFailed      = "failed"
+	StepInterrupted = "interrupted"
+	// StepSkipsRest: the step found nothing left to do (the host already
+	// runs the system) and the node ends after it.
+	StepSkipsRest = "nothing left to do"
+)
 
 // Target is one node to deploy.
 type Target struct {
@@ -223,7 +240,8 @@ func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Res
 			defer wg.Done()
 			defer func() { <-slots }()
 			r := d.node(ctx, n)
-			d.emit(Event{Kind: EventNodeEnded, Node: n.Name, Step: r.Step, Message: fmt.Sprintf("%s %s: %s", n.Name, r.Phase, r.Message)})
+			d.emit(Event{Kind: EventNodeEnded, Node: n.Name, Step: r.Step, Message: fmt.Sprintf("%s %s: %s", n.Name, r.Phase, r.Message),
+				Outcome: string(r.Phase), Took: r.Finished.Sub(r.Started)})
 			if r.Failed() {
 				mu.Lock()
 				failures++

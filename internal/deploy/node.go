@@ -136,19 +136,24 @@ func (nr *nodeRun) step(ctx context.Context, s *step) bool {
 		nr.r.Phase = s.phase
 	}
 	nr.d.emit(Event{Kind: EventStepStarted, Node: nr.n.Name, Step: s.name, Message: s.does})
+	start := time.Now()
 	err := s.run(ctx, nr)
 	var f *failure
 	switch {
 	case err == nil:
+		nr.stepEnded(s.name, StepDone, start, "")
 		return true
 	case errors.Is(err, errFinished):
+		nr.stepEnded(s.name, StepSkipsRest, start, nr.r.Message)
 		return false
 	case ctx.Err() != nil:
 		nr.interrupted(ctx, s, true)
+		nr.stepEnded(s.name, StepInterrupted, start, nr.r.Message)
 		return false
 	case !errors.As(err, &f):
 		f = fail(1, "Failed", err.Error(), "")
 	}
+	nr.stepEnded(s.name, StepFailed, start, f.message)
 	nr.r.Phase, nr.r.ExitCode, nr.r.Message, nr.r.Hint, nr.r.Step = orPhase(f.phase, PhaseFailed), f.exit, f.message, f.hint, s.name
 	nr.r.Outcomes[s.cond] = Outcome{Reason: f.reason, Message: f.message}
 	switch {
@@ -169,11 +174,30 @@ func (nr *nodeRun) step(ctx context.Context, s *step) bool {
 func (nr *nodeRun) rollback(ctx context.Context) {
 	if ctx.Err() == nil {
 		nr.d.emit(Event{Kind: EventStepStarted, Node: nr.n.Name, Step: StepRollback, Message: rollbackStep.does})
-		if err := rollbackStep.run(ctx, nr); err == nil || ctx.Err() == nil {
+		start := time.Now()
+		err := rollbackStep.run(ctx, nr)
+		switch {
+		case err == nil:
+			nr.stepEnded(StepRollback, StepDone, start, "")
+			return
+		case ctx.Err() == nil:
+			nr.stepEnded(StepRollback, StepFailed, start, err.Error())
 			return
 		}
+		nr.stepEnded(StepRollback, StepInterrupted, start, cause(ctx))
 	}
 	nr.r.Message += fmt.Sprintf("; %s during the rollback: %s", cause(ctx), rollbackStep.leaves(nr, true))
+}
+
+// stepEnded logs how a step ended and how long it took, with why when it
+// did not just finish.
+func (nr *nodeRun) stepEnded(name StepName, outcome string, start time.Time, why string) {
+	took := time.Since(start)
+	msg := fmt.Sprintf("%s %s in %s", name, outcome, took.Round(time.Millisecond))
+	if why != "" {
+		msg += ": " + why
+	}
+	nr.d.emit(Event{Kind: EventStepEnded, Node: nr.n.Name, Step: name, Message: msg, Outcome: outcome, Took: took})
 }
 
 // interrupted records the node as stopped by what ended ctx, in step s:

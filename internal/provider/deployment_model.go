@@ -319,6 +319,10 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 			if e.Step != "" {
 				fields["step"] = string(e.Step)
 			}
+			if e.Outcome != "" {
+				fields["outcome"] = e.Outcome
+				fields["duration"] = e.Took.Round(time.Millisecond).String()
+			}
 			tflog.Info(ctx, e.Message, fields)
 		},
 	}
