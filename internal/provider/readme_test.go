@@ -22,16 +22,13 @@ func TestReadmeConfigurationAppliesInOneGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := regexp.MustCompile("(?s)```hcl\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) != 1 {
-		t.Fatalf("the README has %d hcl blocks; this test expects its one configuration", len(blocks))
-	}
+	blocks := readmeBlocks(t, readme)
 	example, err := os.ReadFile("../../examples/wiring/main.tf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if blocks[0][1] != string(example) {
-		t.Fatalf("the README's configuration differs from examples/wiring/main.tf: keep them the same")
+	if blocks[0] != string(example) {
+		t.Fatalf("the README's first configuration differs from examples/wiring/main.tf: keep them the same")
 	}
 
 	binary := acctest.ProviderBinary(t)
@@ -64,6 +61,65 @@ func TestReadmeConfigurationAppliesInOneGo(t *testing.T) {
 			}
 			s.WantNoChanges()
 		})
+	}
+}
+
+// readmeBlocks returns the README's HCL blocks, failing unless each one is
+// an example file as it is (blocks of a language the README does not mark
+// hcl are refused too): TestExamplesValidate validates every example, and
+// the first block (examples/wiring) and the one of examples/install are
+// run by tests of their own.
+func readmeBlocks(t *testing.T, readme []byte) []string {
+	t.Helper()
+	examples := map[string]string{}
+	err := filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".tf") {
+			b, rerr := os.ReadFile(path)
+			if rerr != nil {
+				return rerr
+			}
+			examples[string(b)] = path
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other := regexp.MustCompile("(?m)^```(terraform|tf|hcl2)$").FindString(string(readme)); other != "" {
+		t.Fatalf("the README has a %s block: mark configurations hcl so this test checks them", other)
+	}
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?s)```hcl\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
+		if _, ok := examples[m[1]]; !ok {
+			t.Errorf("the README shows a configuration that is not an example file (put it in examples/ and copy it as it is):\n%s", m[1])
+		}
+		blocks = append(blocks, m[1])
+	}
+	if len(blocks) == 0 {
+		t.Fatal("the README has no hcl block: the pattern is broken")
+	}
+	return blocks
+}
+
+// Every configuration in the README is an example file as it is; the one
+// of "Using it in your own repository" is examples/install, which
+// TestMakeInstallServesBothCLIsWithoutOverrides inits and validates from
+// make install.
+func TestReadmeShowsOnlyExamples(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	install, err := os.ReadFile("../../examples/install/main.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, b := range readmeBlocks(t, readme) {
+		found = found || b == string(install)
+	}
+	if !found {
+		t.Error("the README does not show examples/install/main.tf, the configuration of a repository of one's own")
 	}
 }
 
