@@ -1,12 +1,16 @@
 package acctest
 
 import (
+	"bufio"
+	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The repository's own commands keep what they promise a developer.
@@ -90,5 +94,80 @@ func TestNamedMakeTargetsExist(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no make target named anywhere: the pattern is broken")
+	}
+}
+
+// make sandbox runs the demo's sandbox alone, as the README says: it writes
+// the variables file SANDBOX_OUT names with the hosts and deploy targets,
+// prints ready, and stops, its hosts with it, when its standard input
+// closes.
+func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "sandbox.auto.tfvars.json")
+	cmd := exec.Command("make", "--no-print-directory", "sandbox", "SANDBOX_OUT="+out)
+	cmd.Dir = repoRoot(t)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		var seen strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			seen.WriteString(sc.Text() + "\n")
+			if sc.Text() == "ready" {
+				ready <- seen.String()
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
+		}
+		ready <- seen.String()
+	}()
+	var printed string
+	select {
+	case printed = <-ready:
+	case <-time.After(5 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("make sandbox did not print ready within 5 minutes:\n%s", stderr.String())
+	}
+	if !strings.HasSuffix(printed, "ready\n") {
+		_ = cmd.Wait()
+		t.Fatalf("make sandbox ended without printing ready:\n%s\n%s", printed, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("make sandbox printed ready without writing SANDBOX_OUT: %v", err)
+	}
+	var vars struct {
+		Hosts         map[string]any `json:"hosts"`
+		Nodes         map[string]any `json:"nodes"`
+		DeployTargets []any          `json:"deploy_targets"`
+	}
+	if err := json.Unmarshal(b, &vars); err != nil {
+		t.Fatalf("SANDBOX_OUT is not JSON: %v\n%s", err, b)
+	}
+	if len(vars.Hosts) != 5 || len(vars.Nodes) != 4 || len(vars.DeployTargets) < 2 {
+		t.Errorf("the sandbox's variables: %d hosts, %d storage nodes, %d deploy targets; want 5, 4, at least 2:\n%s", len(vars.Hosts), len(vars.Nodes), len(vars.DeployTargets), b)
+	}
+	_ = stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("make sandbox after its standard input closed: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("make sandbox did not stop within a minute of its standard input closing")
 	}
 }
