@@ -107,6 +107,7 @@ func (c *configLines) read(file string, outer block, depth int) error {
 					c.set[k] = true
 				case blockMaybe:
 					c.maybe[k] = true
+				case blockNever:
 				}
 			}
 		}

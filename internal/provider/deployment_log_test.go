@@ -60,7 +60,7 @@ func TestDeploymentLogsEachNodeInListOrderAndTheSummary(t *testing.T) {
 			zetaDone := at("zeta's outcome", regexp.MustCompile(`\[INFO\] +provider\.terraform-provider-fleet: zeta Succeeded: switched to `+regexp.QuoteMeta(sys1)))
 			alpha := at("DEPLOYING alpha", regexp.MustCompile(`\[INFO\] +provider\.terraform-provider-fleet: DEPLOYING alpha[:\s]`))
 			alphaDone := at("alpha's outcome", regexp.MustCompile(`\[INFO\] +provider\.terraform-provider-fleet: alpha Succeeded: switched to `+regexp.QuoteMeta(sys2)))
-			if !(zeta < zetaDone && zetaDone < alpha && alpha < alphaDone) {
+			if zeta >= zetaDone || zetaDone >= alpha || alpha >= alphaDone {
 				t.Errorf("log order: DEPLOYING zeta at %d, its outcome at %d, DEPLOYING alpha at %d, its outcome at %d; want them in that order", zeta, zetaDone, alpha, alphaDone)
 			}
 
