@@ -28,7 +28,7 @@ import (
 // (from `plan -json`), raw state files and TF_LOG output. The provider is
 // either served in-process (reattach) or a built binary (dev_overrides).
 type Session struct {
-	t   *testing.T
+	t   testing.TB
 	CLI CLI
 	Dir string
 	env []string
@@ -90,21 +90,35 @@ func NewSession(t *testing.T, cli CLI, factory func() (tfprotov6.ProviderServer,
 
 // NewBinarySession starts a session that runs the provider binary at path
 // through a CLI configuration with dev_overrides, as an operator's machine
-// would run a release.
-func NewBinarySession(t *testing.T, cli CLI, binary string) *Session {
+// would run a release. WithProviderBinary adds other providers the same way.
+func NewBinarySession(t testing.TB, cli CLI, binary string, opts ...BinaryOption) *Session {
 	t.Helper()
 	s := newSession(t, cli)
 	rc := filepath.Join(t.TempDir(), "cli.tfrc")
 	// Both the address of a configuration without required_providers and
 	// the published one (fleetops/fleet) resolve to the binary.
 	dir := filepath.Dir(binary)
-	conf := fmt.Sprintf("provider_installation {\n  dev_overrides {\n    %q = %q\n    %q = %q\n  }\n  direct {}\n}\n",
-		cli.ProviderAddress(), dir, cli.Host+"/fleetops/fleet", dir)
+	overrides := fmt.Sprintf("    %q = %q\n    %q = %q\n", cli.ProviderAddress(), dir, cli.Host+"/fleetops/fleet", dir)
+	for _, o := range opts {
+		overrides += fmt.Sprintf("    %q = %q\n", cli.Host+"/"+o.source, filepath.Dir(o.binary))
+	}
+	conf := "provider_installation {\n  dev_overrides {\n" + overrides + "  }\n  direct {}\n}\n"
 	if err := os.WriteFile(rc, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s.env = append(s.env, "TF_CLI_CONFIG_FILE="+rc)
 	return s
+}
+
+// BinaryOption adds a provider to a NewBinarySession.
+type BinaryOption struct{ source, binary string }
+
+// WithProviderBinary makes the session's CLI run binary for the provider of
+// source ("namespace/type", such as "hashicorp/time", on the CLI's registry
+// host) through dev_overrides, as it runs this provider: no init, no
+// download. binary must be named terraform-provider-<type>.
+func WithProviderBinary(source, binary string) BinaryOption {
+	return BinaryOption{source: source, binary: binary}
 }
 
 // NewPlainSession starts a session that overrides nothing: no reattached
@@ -117,7 +131,7 @@ func NewPlainSession(t *testing.T, cli CLI) *Session {
 	return newSession(t, cli)
 }
 
-func newSession(t *testing.T, cli CLI) *Session {
+func newSession(t testing.TB, cli CLI) *Session {
 	return &Session{t: t, CLI: cli, Dir: t.TempDir(), env: []string{
 		"CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1", "TF_INPUT=0",
 		"TF_PLUGIN_CACHE_DIR=", "TF_CLI_CONFIG_FILE=" + emptyCLIConfig(t),
