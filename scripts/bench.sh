@@ -124,3 +124,41 @@ awk '
       print "conns_per_node: target 2. ratio = engine / raw: target at most 1.2."
       print "raw_login: the raw commands plus the one new login after activation that the verdict needs; ratio_login = engine / raw_login."
     }' "$deploy_out" | tee -a "$deploy_out"
+
+# State cost: plan (refresh included, converged) of n fleet_executor against
+# n time_rotating (terraform-provider-time, a peer on the same framework)
+# and n terraform_data, each less an empty configuration's plan, and the
+# providers' peak RSS, in one run. The full output is kept in
+# bench/out/state-cost.txt.
+state_out=bench/out/state-cost.txt
+FLEET_TOFU_PATH="${FLEET_TOFU_PATH:-$(scripts/build-tofu.sh)}" \
+  go test -run '^$' -bench BenchmarkStateCost -benchtime 1x -timeout 40m ./internal/provider/ 2>&1 | tee "$state_out"
+awk '
+    /^BenchmarkStateCost\/deployment=/ {
+      d = $1; sub(/-[0-9]+$/, "", d); sub(/^.*=/, "", d)
+      delete m
+      for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
+      dep = sprintf("Deployment of %s nodes (all held): apply %.0f ms, peak RSS %.1f MiB; plan %.0f ms, %.1f MiB; plan -refresh=false %.0f ms, %.1f MiB",
+        d, m["apply_ms"], m["apply_rss_MiB"], m["plan_ms"], m["plan_rss_MiB"], m["norefresh_plan_ms"], m["norefresh_plan_rss_MiB"])
+    }
+    /^BenchmarkStateCost\/n=/ && /_plan_ms/ {
+      split($1, part, "/"); n = part[2]; sub(/-[0-9]+$/, "", n); sub(/^n=/, "", n)
+      delete m
+      for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
+      rows[++k] = sprintf("%-6s %9.0f %11.0f %9.0f %9.0f %13.2f %13.2f %9.0f %9.0f %12.0f %12.1f %13.1f %10.1f", n,
+        m["empty_plan_ms"], m["executor_net_ms"], m["time_net_ms"], m["data_net_ms"], m["ratio_vs_time"], m["ratio_vs_data"],
+        m["executor_provider_cpu_ms"], m["time_provider_cpu_ms"], m["executor_apply_ms"],
+        m["executor_plan_rss_MiB"], m["executor_apply_rss_MiB"], m["time_plan_rss_MiB"])
+    }
+    END {
+      if (k == 0) { print "bench: no state cost benchmark results" > "/dev/stderr"; exit 1 }
+      print ""
+      print "State cost: plan of n resources less an empty plan (refresh included, no probe due), and the provider'"'"'s peak RSS"
+      printf "%-6s %9s %11s %9s %9s %13s %13s %9s %9s %12s %12s %13s %10s\n", "n", "empty_ms", "executor_ms", "time_ms", "data_ms",
+        "ratio_vs_time", "ratio_vs_data", "exec_cpu", "time_cpu", "exec_apply", "exec_rss_MiB", "apply_rss_MiB", "time_rss_MiB"
+      for (i = 1; i <= k; i++) print rows[i]
+      print "executor/time/data_ms = plan - empty plan of n fleet_executor / time_rotating / terraform_data; ratio_vs_* = executor_ms / that."
+      print "exec_cpu, time_cpu: CPU ms of the provider processes during the plan. exec_apply: ms to create n executors, each probing its host."
+      print "rss: peak resident set of a provider process (VmHWM), at plan; apply_rss at the apply that created the executors."
+      if (dep != "") print dep
+    }' "$state_out" | tee -a "$state_out"

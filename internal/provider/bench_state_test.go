@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
@@ -123,6 +124,41 @@ resource "fleet_executor" "e" {
 			b.ReportMetric(net(0)/net(2), "ratio_vs_data")
 		})
 	}
+
+	// A deployment of 200 nodes in state. Deploying 200 hosts one after
+	// the other, each waiting out its verdict, would take far longer than
+	// the rest of the benchmark, so every node is held: the apply records
+	// all 200 (action skip) and deploys none. The nodes share one
+	// NixOS-like target, which the plan's refresh reads 200 times.
+	b.Run("deployment=200", func(b *testing.B) {
+		b.Setenv("NIX_CONFIG", nixtest.NixConfig)
+		sys := nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+		tg := nixtest.NewTarget(b)
+		tg.Boot(b, sys)
+		const n = 200
+		nodes, systems, held := make([]*nixtest.Target, n), make([]string, n), make([]string, n)
+		for i := range nodes {
+			nodes[i], systems[i], held[i] = tg, sys, strconv.Quote(fmt.Sprintf("n%d", i+1))
+		}
+		s := session()
+		s.WriteConfig(deploymentConfig(nodes, systems, "  hold = ["+strings.Join(held, ", ")+"]\n"))
+		apply := stateCostRun(b, s, fleet, "apply", "-auto-approve", "-input=false")
+		var plan, cached stateCostMeasure
+		b.ResetTimer()
+		for range b.N {
+			plan.add(stateCostRun(b, s, fleet, "plan", "-input=false"))
+			cached.add(stateCostRun(b, s, fleet, "plan", "-input=false", "-refresh=false"))
+		}
+		b.StopTimer()
+		per := func(d time.Duration) float64 { return stateCostMs(d) / float64(b.N) }
+		b.ReportMetric(stateCostMs(apply.wall), "apply_ms")
+		b.ReportMetric(float64(apply.peakKiB)/1024, "apply_rss_MiB")
+		b.ReportMetric(per(plan.wall), "plan_ms")
+		b.ReportMetric(per(plan.providerCPU), "plan_provider_cpu_ms")
+		b.ReportMetric(float64(plan.peakKiB)/1024, "plan_rss_MiB")
+		b.ReportMetric(per(cached.wall), "norefresh_plan_ms")
+		b.ReportMetric(float64(cached.peakKiB)/1024, "norefresh_plan_rss_MiB")
+	})
 }
 
 func stateCostMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
