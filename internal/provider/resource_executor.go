@@ -313,8 +313,15 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 		}
 		r.warn(&resp.Diagnostics, state, rec, conds, probed)
 	}
-	r.store(&resp.Diagnostics, &state, rec, conds)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	// The response starts as the state read. A refresh that probed nothing
+	// and finds the record and conditions stored as store writes them
+	// leaves it so: encoding the whole executor again is most of what a
+	// refresh with no probe due would cost the provider in a large fleet.
+	stored := state
+	r.store(&resp.Diagnostics, &stored, rec, conds)
+	if probed || !stored.Reachability.Equal(state.Reachability) || !stored.Conditions.Equal(state.Conditions) {
+		resp.Diagnostics.Append(resp.State.Set(ctx, &stored)...)
+	}
 	r.data.refreshed(executorKind, state.ID.ValueString(), nil)
 	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
 }
