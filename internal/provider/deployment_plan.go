@@ -164,7 +164,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 			v, _ := r.data.refreshedBy(deploymentKind, prior.ID.ValueString())
 			readNow, _ = v.(map[string]deploy.Settings)
 		}
-		r.probe(ctx, &plan, nodes, priors, readNow, actions, &resp.Diagnostics)
+		r.probe(ctx, &plan, nodes, priors, readNow, actions, kept, &resp.Diagnostics)
 	}
 }
 
@@ -222,7 +222,7 @@ func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deployment
 // Nodes in readNow, whose settings are unchanged, were read by this run's
 // refresh and are not probed again.
 func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
-	readNow map[string]deploy.Settings, actions map[string]attr.Value, diags *diag.Diagnostics) {
+	readNow map[string]deploy.Settings, actions map[string]attr.Value, kept map[string]bool, diags *diag.Diagnostics) {
 	if !fullyKnown(m.Defaults) || m.SSHConfigFile.IsUnknown() || m.KnownHostsFile.IsUnknown() {
 		return
 	}
@@ -232,7 +232,9 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 	var settings []deploy.Settings
 	for _, n := range nodes {
 		a, ok := actions[n.Name.ValueString()].(types.String)
-		if !ok || a.ValueString() != actionSwitch || !fullyKnownNode(n) {
+		// A node whose last switch stands (kept) is not switched again:
+		// a plan without refresh (-refresh=false) does not log in to it.
+		if !ok || a.ValueString() != actionSwitch || kept[n.Name.ValueString()] || !fullyKnownNode(n) {
 			continue
 		}
 		s := r.settings(ctx, defaults, n, priors[n.Name.ValueString()], &nd)

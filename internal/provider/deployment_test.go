@@ -336,6 +336,15 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 					t.Errorf("%v logged in to the node %d times, want 1", args, got)
 				}
 			}
+			// Converged, a plan without refresh has nothing to switch and
+			// logs in to no node (issue 14: it logged in to every node
+			// whose last switch stands, one fleet-wide round of logins).
+			s.Run("apply", "-auto-approve", "-input=false")
+			before := tg.AcceptedConnections()
+			s.WantNoChanges("-refresh=false")
+			if got := tg.AcceptedConnections() - before; got != 0 {
+				t.Errorf("plan -refresh=false of a converged deployment logged in to the node %d times, want 0", got)
+			}
 		})
 	}
 }
