@@ -162,3 +162,40 @@ awk '
       print "rss: peak resident set of a provider process (VmHWM), at plan; apply_rss at the apply that created the executors."
       if (dep != "") print dep
     }' "$state_out" | tee -a "$state_out"
+
+# Fleet scale (issue 14): a converged deployment's plan against OpenSSH
+# reading the same hosts at the same concurrency, the engine's reads alone,
+# and rollouts with parallelism against one node at a time, side by side.
+fleet_out=bench/out/fleet-scale.txt
+{
+  go test -run '^$' -bench BenchmarkDeploymentPlan -benchtime 2x -timeout 40m ./internal/provider/
+  go test -run '^$' -bench BenchmarkReadCurrent -benchtime 5x -timeout 10m ./internal/deploy/
+  go test -run '^$' -bench BenchmarkRollout -benchtime 1x -timeout 30m ./internal/deploy/
+} 2>&1 | tee "$fleet_out"
+awk '
+    function metrics() { delete m; for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i }
+    /^BenchmarkDeploymentPlan\// && /plan_ms/ {
+      metrics(); n = $1; sub(/^.*nodes=/, "", n); sub(/-[0-9]+$/, "", n)
+      plan[++p] = sprintf("%-6s %9.0f %15.0f %9.0f %11.0f %7.2f %16.2f", n, m["plan_ms"], m["plan_no_refresh_ms"], m["empty_plan_ms"], m["openssh_ms"], m["ratio"], m["logins_per_host"])
+    }
+    /^BenchmarkReadCurrent\// && /engine_ms/ {
+      metrics(); reads = sprintf("Engine reads of 24 hosts, 10 at a time: %.0f ms against OpenSSH %.0f ms (ratio %.2f)", m["engine_ms"], m["openssh_ms"], m["ratio"])
+    }
+    /^BenchmarkRollout\// && /serial_ms/ {
+      metrics(); name = $1; sub(/^BenchmarkRollout\//, "", name); sub(/-[0-9]+$/, "", name)
+      roll[++r] = sprintf("%-26s %10.0f %12.0f %7.3f %15.2f %13.0f %15.1f", name, m["serial_ms"], m["parallel_ms"], m["ratio"], m["ratio_vs_ideal"], m["most_at_once"], m["conns_per_node"])
+    }
+    END {
+      if (p == 0 || r == 0) { print "bench: no fleet scale benchmark results" > "/dev/stderr"; exit 1 }
+      print ""
+      print "Plan of a converged deployment (Terraform), against OpenSSH reading the same hosts 10 at a time"
+      printf "%-6s %9s %15s %9s %11s %7s %16s\n", "hosts", "plan_ms", "no_refresh_ms", "empty_ms", "openssh_ms", "ratio", "logins_per_host"
+      for (i = 1; i <= p; i++) print plan[i]
+      print "ratio = (plan - empty plan) / OpenSSH; target at most 1.5. A plan without refresh still logs in to warn about unreachable nodes."
+      print reads
+      print ""
+      print "Rollout of nodes whose activation takes 3 s, one at a time against parallelism p"
+      printf "%-26s %10s %12s %7s %15s %13s %15s\n", "case", "serial_ms", "parallel_ms", "ratio", "ratio_vs_ideal", "most_at_once", "conns_per_node"
+      for (i = 1; i <= r; i++) print roll[i]
+      print "ratio_vs_ideal = (parallel / serial) / (ceil(n/p) / n); target at most 1.3."
+    }' "$fleet_out" | tee -a "$fleet_out"

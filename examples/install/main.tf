@@ -1,12 +1,11 @@
 # A repository of your own, using the provider that make install put in
-# the plugin directory: the root module names its exact version (a
-# pre-release is chosen only when named exactly); the modules that use it
-# name only its source.
+# the plugin directory: the root module names the versions it accepts; the
+# modules that use it name only its source.
 terraform {
   required_providers {
     fleet = {
       source  = "fleetops/fleet"
-      version = "0.1.0-dev"
+      version = "~> 0.1"
     }
   }
 }

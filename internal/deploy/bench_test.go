@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,6 +156,135 @@ func rawDeploy(b *testing.B, tg *nixtest.Target, system string, login bool) {
 		run(env, "ssh", append(append([]string{}, opts...), tg.Destination(), remote)...)
 		if login && strings.HasSuffix(remote, " test") {
 			run(env, "ssh", append(append([]string{"-o", "ControlPath=none"}, tg.SSHOptions(b)...), tg.Destination(), "true")...)
+		}
+	}
+}
+
+// BenchmarkRollout deploys n targets whose activation takes 3 s, one node
+// at a time and with parallelism p, side by side in one run. It reports
+// both wall times, their ratio against the ideal ceil(n/p)/n (target: at
+// most 1.3 times it), the most activations that ran at once (at most p)
+// and the SSH connections per node (2, as in a serial rollout).
+func BenchmarkRollout(b *testing.B) {
+	for _, c := range []struct{ n, p int }{{12, 4}, {24, 8}} {
+		b.Run(fmt.Sprintf("nodes=%d/parallelism=%d", c.n, c.p), func(b *testing.B) {
+			b.Setenv("NIX_CONFIG", nixtest.NixConfig)
+			old := nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := make([]*nixtest.Target, c.n)
+			for i := range tgs {
+				tgs[i] = nixtest.NewTarget(b)
+			}
+			var serial, parallel time.Duration
+			var most, conns int
+			run := func(p int) time.Duration {
+				b.StopTimer()
+				defer b.StartTimer()
+				nodes := make([]deploy.Target, c.n)
+				for i, tg := range tgs {
+					tg.Boot(b, old)
+					nodes[i] = benchTarget(tg, "n"+strconv.Itoa(i), nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 3 * time.Second}))
+				}
+				d := benchDeployer(b)
+				d.Options.Parallelism = p
+				acts := &activations{open: map[string]time.Time{}}
+				d.Options.Log = func(e deploy.Event) { acts.see(e) }
+				before := accepted(tgs)
+				start := time.Now()
+				res := d.Deploy(context.Background(), nodes, nil)
+				took := time.Since(start)
+				for _, r := range res {
+					if r.Phase != deploy.PhaseSucceeded {
+						b.Fatalf("%s: %s %s", r.Name, r.Phase, r.Message)
+					}
+				}
+				if p > 1 {
+					most = max(most, acts.most())
+					conns += accepted(tgs) - before
+				}
+				return took
+			}
+			for range b.N {
+				serial += run(1)
+				parallel += run(c.p)
+			}
+			ideal := float64((c.n+c.p-1)/c.p) / float64(c.n)
+			ratio := parallel.Seconds() / serial.Seconds()
+			b.ReportMetric(float64(serial.Milliseconds())/float64(b.N), "serial_ms")
+			b.ReportMetric(float64(parallel.Milliseconds())/float64(b.N), "parallel_ms")
+			b.ReportMetric(ratio, "ratio")
+			b.ReportMetric(ratio/ideal, "ratio_vs_ideal")
+			b.ReportMetric(float64(most), "most_at_once")
+			b.ReportMetric(float64(conns)/float64(b.N*c.n), "conns_per_node")
+		})
+	}
+}
+
+// BenchmarkReadCurrent reads the running system of n hosts, 10 at a time,
+// as a deployment's refresh does, and side by side OpenSSH reading
+// /run/current-system of the same hosts 10 at a time: the engine's share
+// of a plan's reads (ratio, target near 1).
+func BenchmarkReadCurrent(b *testing.B) {
+	const slots = 10
+	for _, n := range []int{24} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			b.Setenv("NIX_CONFIG", nixtest.NixConfig)
+			sys := nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := make([]*nixtest.Target, n)
+			nodes := make([]deploy.Target, n)
+			args := make([][]string, n)
+			for i := range tgs {
+				tgs[i] = nixtest.NewTarget(b)
+				tgs[i].Boot(b, sys)
+				nodes[i] = benchTarget(tgs[i], "n"+strconv.Itoa(i), sys)
+				args[i] = append(tgs[i].SSHOptions(b), tgs[i].Destination(), "readlink", "/run/current-system")
+			}
+			d := benchDeployer(b)
+			var engine, openssh time.Duration
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				bounded(b, n, slots, func(i int) error {
+					c, err := d.ReadCurrent(context.Background(), nodes[i].Settings)
+					if err == nil && c.System != sys {
+						err = fmt.Errorf("read %q", c.System)
+					}
+					return err
+				})
+				engine += time.Since(start)
+				start = time.Now()
+				bounded(b, n, slots, func(i int) error {
+					out, err := exec.Command("ssh", args[i]...).Output()
+					if err == nil && strings.TrimSpace(string(out)) != sys {
+						err = fmt.Errorf("read %q", out)
+					}
+					return err
+				})
+				openssh += time.Since(start)
+			}
+			b.ReportMetric(float64(engine.Milliseconds())/float64(b.N), "engine_ms")
+			b.ReportMetric(float64(openssh.Milliseconds())/float64(b.N), "openssh_ms")
+			b.ReportMetric(engine.Seconds()/openssh.Seconds(), "ratio")
+		})
+	}
+}
+
+// bounded runs f(0..n-1), at most slots at once, and fails b on an error.
+func bounded(b *testing.B, n, slots int, f func(int) error) {
+	b.Helper()
+	sem := make(chan struct{}, slots)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = f(i)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -24,14 +24,14 @@ func TestMakeInstallServesBothCLIsWithoutOverrides(t *testing.T) {
 	}
 	home := t.TempDir()
 	plugins := filepath.Join(home, ".terraform.d", "plugins")
-	install := exec.Command("make", "--no-print-directory", "install", "PLUGIN_DIR="+plugins, "VERSION=0.1.0-dev")
+	install := exec.Command("make", "--no-print-directory", "install", "PLUGIN_DIR="+plugins, "VERSION=0.1.0")
 	install.Dir = root
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
 	platform := runtime.GOOS + "_" + runtime.GOARCH
 	for _, cli := range acctest.CLIs(t) {
-		binary := filepath.Join(plugins, cli.Host, "fleetops", "fleet", "0.1.0-dev", platform, "terraform-provider-fleet_v0.1.0-dev")
+		binary := filepath.Join(plugins, cli.Host, "fleetops", "fleet", "0.1.0", platform, "terraform-provider-fleet_v0.1.0")
 		if info, err := os.Stat(binary); err != nil || info.Mode()&0o111 == 0 {
 			t.Fatalf("make install did not put an executable provider at %s for %s: %v", binary, cli.Name, err)
 		}
@@ -45,15 +45,15 @@ func TestMakeInstallServesBothCLIsWithoutOverrides(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, errOut := s.Run("init", "-input=false", "-no-color")
-			if !strings.Contains(out, "Installing fleetops/fleet v0.1.0-dev") || !strings.Contains(out, "- hosts in modules/hosts") {
+			if !strings.Contains(out, "Installing fleetops/fleet v0.1.0") || !strings.Contains(out, "- hosts in modules/hosts") {
 				t.Errorf("init did not install the module and the provider make install put in the plugin directory:\n%s\n%s", out, errOut)
 			}
 			if strings.Contains(out+errOut, "development overrides") {
 				t.Errorf("init ran with development overrides:\n%s\n%s", out, errOut)
 			}
 			lock, err := os.ReadFile(filepath.Join(s.Dir, ".terraform.lock.hcl"))
-			if err != nil || !strings.Contains(string(lock), `provider "`+cli.Host+`/fleetops/fleet"`) || !strings.Contains(string(lock), `version     = "0.1.0-dev"`) {
-				t.Errorf("the lock file does not record %s/fleetops/fleet 0.1.0-dev (%v):\n%s", cli.Host, err, lock)
+			if err != nil || !strings.Contains(string(lock), `provider "`+cli.Host+`/fleetops/fleet"`) || !strings.Contains(string(lock), `version     = "0.1.0"`) {
+				t.Errorf("the lock file does not record %s/fleetops/fleet 0.1.0 (%v):\n%s", cli.Host, err, lock)
 			}
 			if valid, diags := s.Validate(); !valid || len(diags) != 0 {
 				t.Fatalf("validate: valid %v, diagnostics %+v", valid, diags)

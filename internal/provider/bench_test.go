@@ -1,0 +1,111 @@
+package provider_test
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// BenchmarkDeploymentPlan plans a converged deployment of n NixOS-like
+// hosts, each behind its own sshd, with the built provider through
+// Terraform, and side by side in the same run: an empty configuration's
+// plan, and OpenSSH reading /run/current-system of the same hosts at the
+// provider's default probe_concurrency (10), as `xargs -P 10` would. It
+// reports plan_minus_empty / openssh (target: at most 1.5), the plan's
+// logins per host (target: 1), and a plan without refresh, which reads no
+// host: what the plan costs besides the reads.
+func BenchmarkDeploymentPlan(b *testing.B) {
+	b.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	binary := acctest.ProviderBinary(b)
+	cli := acctest.CLIs(b)[0]
+	empty := acctest.NewBinarySession(b, cli, binary)
+	empty.WriteConfig("terraform {}\n")
+	for _, n := range []int{24, 96} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			sys := nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := make([]*nixtest.Target, n)
+			systems := make([]string, n)
+			for i := range tgs {
+				tgs[i] = nixtest.NewTarget(b)
+				tgs[i].Boot(b, sys)
+				systems[i] = sys
+			}
+			s := acctest.NewBinarySession(b, cli, binary)
+			s.WriteConfig(deploymentConfig(tgs, systems, "  parallelism = 10\n"))
+			s.Run("apply", "-auto-approve", "-input=false")
+			opts := make([][]string, n)
+			for i, tg := range tgs {
+				opts[i] = append(tg.SSHOptions(b), tg.Destination(), "readlink", "/run/current-system")
+			}
+			var plan, noRefresh, emptyPlan, openssh time.Duration
+			var logins int
+			b.ResetTimer()
+			for range b.N {
+				before := acceptedBy(tgs)
+				start := time.Now()
+				s.Run("plan", "-input=false", "-detailed-exitcode")
+				plan += time.Since(start)
+				logins += acceptedBy(tgs) - before
+
+				start = time.Now()
+				s.Run("plan", "-input=false", "-refresh=false")
+				noRefresh += time.Since(start)
+
+				start = time.Now()
+				empty.Run("plan", "-input=false")
+				emptyPlan += time.Since(start)
+
+				start = time.Now()
+				readAll(b, opts, sys, 10)
+				openssh += time.Since(start)
+			}
+			ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b.N) }
+			b.ReportMetric(ms(plan), "plan_ms")
+			b.ReportMetric(ms(noRefresh), "plan_no_refresh_ms")
+			b.ReportMetric(ms(emptyPlan), "empty_plan_ms")
+			b.ReportMetric(ms(openssh), "openssh_ms")
+			b.ReportMetric((plan-emptyPlan).Seconds()/openssh.Seconds(), "ratio")
+			b.ReportMetric(float64(logins)/float64(b.N*n), "logins_per_host")
+		})
+	}
+}
+
+func acceptedBy(tgs []*nixtest.Target) int {
+	n := 0
+	for _, tg := range tgs {
+		n += tg.AcceptedConnections()
+	}
+	return n
+}
+
+// readAll runs ssh with each argument list, at most slots at once, and
+// checks each printed want.
+func readAll(b *testing.B, args [][]string, want string, slots int) {
+	b.Helper()
+	sem := make(chan struct{}, slots)
+	var wg sync.WaitGroup
+	errs := make([]error, len(args))
+	for i, a := range args {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out, err := exec.Command("ssh", a...).Output()
+			if err == nil && strings.TrimSpace(string(out)) != want {
+				err = fmt.Errorf("read %q, want %q", out, want)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
