@@ -98,8 +98,13 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			// A refresh that finds what the last apply left writes nothing:
 			// the action it recorded stands (a drift job must not see a
 			// change after every deploy).
-			if current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone) {
+			switch {
+			case current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone):
 				actions[name] = actionDrift // switched by hand since
+			case actions[name] == actionDrift && current.System == sys && current.Succeeded == sys:
+				// Back on the system the last deploy left, which passed its
+				// verdict there: the drift is over, nothing to do.
+				actions[name] = actionNone
 			}
 			if actions[name] == actionDrift && current.System != sys {
 				resp.Diagnostics.AddWarning("Node "+name+" drifted",

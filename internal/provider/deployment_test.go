@@ -99,6 +99,15 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 			if code != 2 || !strings.Contains(plan, `"n1" = "drift" -> "switch"`) || !strings.Contains(plan, "Node n1 drifted") {
 				t.Errorf("plan after n1 was switched by hand (exit %d):\n%s", code, plan)
 			}
+			// Acknowledged (apply -refresh-only), then switched back by
+			// hand: the next refresh finds the drift over, and nothing is
+			// planned (the trial's "drift -> none" updates).
+			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+			tg1.Boot(t, good1)
+			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+			s.WantNoChanges()
+			tg1.Boot(t, first)
+			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
 			// Applied, the drift is switched back.
 			s.Run("apply", "-auto-approve", "-input=false")
 			if tg1.CurrentSystem() != good1 {
