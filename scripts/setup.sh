@@ -43,6 +43,15 @@ fi
 [ -x /usr/sbin/sshd ] || { echo "setup: /usr/sbin/sshd missing after installing openssh-server" >&2; exit 1; }
 command -v systemd-nspawn >/dev/null || { echo "setup: systemd-nspawn missing after installing systemd-container" >&2; exit 1; }
 
+# make sandbox needs only the packages and the provider's modules: not
+# OpenTofu, PostgreSQL or the systemd host's root file system.
+if [ "${SETUP_FOR:-}" = sandbox ]; then
+  command -v go >/dev/null || { echo "setup: go is not on PATH" >&2; exit 1; }
+  go mod download
+  echo "setup: done (for the sandbox)" >&2
+  exit 0
+fi
+
 # PostgreSQL for the pg state backend tests (two applies at once): the
 # machine image has it with initdb and pg_ctl on PATH; Debian's package
 # keeps them in /usr/lib/postgresql/<version>/bin.
