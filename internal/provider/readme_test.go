@@ -67,8 +67,7 @@ func TestReadmeConfigurationAppliesInOneGo(t *testing.T) {
 // readmeBlocks returns the README's HCL blocks, failing unless each one is
 // an example file as it is (blocks of a language the README does not mark
 // hcl are refused too): TestExamplesValidate validates every example, and
-// the first block (examples/wiring) and the one of examples/install are
-// run by tests of their own.
+// the first block (examples/wiring) is applied by a test of its own.
 func readmeBlocks(t *testing.T, readme []byte) []string {
 	t.Helper()
 	examples := map[string]string{}
@@ -101,25 +100,30 @@ func readmeBlocks(t *testing.T, readme []byte) []string {
 	return blocks
 }
 
-// Every configuration in the README is an example file as it is; the one
-// of "Using it in your own repository" is examples/install, which
-// TestMakeInstallServesBothCLIsWithoutOverrides inits and validates from
-// make install.
-func TestReadmeShowsOnlyExamples(t *testing.T) {
+// The README's configurations, put together as a reader copying them into
+// one directory would, are one configuration that validate accepts through
+// both CLIs (each block repeating the terraform or provider block would
+// not be); and the README points at examples/install, the repository of
+// one's own that TestMakeInstallServesBothCLIsWithoutOverrides inits and
+// validates from make install.
+func TestReadmeConfigurationsTogetherValidate(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	install, err := os.ReadFile("../../examples/install/main.tf")
-	if err != nil {
-		t.Fatal(err)
+	if !strings.Contains(string(readme), "(examples/install/main.tf)") {
+		t.Error("the README does not point at examples/install, the configuration of a repository of one's own")
 	}
-	found := false
-	for _, b := range readmeBlocks(t, readme) {
-		found = found || b == string(install)
-	}
-	if !found {
-		t.Error("the README does not show examples/install/main.tf, the configuration of a repository of one's own")
+	together := strings.Join(readmeBlocks(t, readme), "\n")
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.WriteConfig(together)
+			if valid, diags := s.Validate(); !valid {
+				t.Fatalf("the README's configurations together do not validate: %+v", diags)
+			}
+		})
 	}
 }
 
