@@ -1,0 +1,110 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// A session reads the node as ReadCurrent does over one login, and a
+// preview over it asks the host without logging in again.
+func TestSessionPreviewLogsInOnce(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	d := deployer(t, deploy.Options{})
+	before := tg.AcceptedConnections()
+	sess, err := d.OpenSession(context.Background(), targetOf(tg, "web1", sys).Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Current.System != old || sess.Current.HostKey != keyOf(tg.HostKey) {
+		t.Errorf("session read %+v, want %s and the key %s", sess.Current, old, keyOf(tg.HostKey))
+	}
+	p, err := d.Preview(context.Background(), sess, sys, deploy.PreviewOptions{})
+	sess.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tg.AcceptedConnections() - before; got != 1 {
+		t.Errorf("%d logins for a read and a preview, want 1", got)
+	}
+	if p.Current != old || p.CopyPaths != 1 || p.ClosurePaths != 1 || p.CopyBytes != p.ClosureBytes || p.CopyBytes == 0 {
+		t.Errorf("preview %+v: want the one path of %s copied", p, sys)
+	}
+	if !strings.Contains(p.Text(), "copy 1 store path, ") {
+		t.Errorf("preview text:\n%s", p.Text())
+	}
+	t.Log(p.Text())
+}
+
+// A kernel or initrd other than the booted one needs a reboot; a system
+// without them cannot say. Units compare by the files they resolve to.
+func TestPreviewSaysWhenARebootIsNeeded(t *testing.T) {
+	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
+	units := map[string]string{"a.service": "[Service]\nExecStart=/bin/a\n"}
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: units}))
+	d := deployer(t, deploy.Options{})
+	for _, c := range []struct {
+		name string
+		spec nixtest.SystemSpec
+		want string
+	}{
+		{"same kernel", nixtest.SystemSpec{Behaviour: ok, Units: units}, "reboot required: no (kernel and initrd unchanged)\n"},
+		{"new kernel", nixtest.SystemSpec{Behaviour: ok, Units: units, Kernel: "6.6.1"}, "reboot required: yes (kernel, initrd, kernel-modules changed;"},
+		{"new initrd", nixtest.SystemSpec{Behaviour: ok, Units: units, Initrd: "2"}, "reboot required: yes (initrd changed;"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sys := nixtest.System(t, c.spec)
+			sess, err := d.OpenSession(context.Background(), targetOf(tg, "web1", sys).Settings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := d.Preview(context.Background(), sess, sys, deploy.PreviewOptions{})
+			sess.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if text := p.Text() + "\n"; !strings.Contains(text, c.want) || !strings.Contains(text, "from the unit files; plan_dry_activate asks the new system itself): none change") {
+				t.Errorf("preview:\n%s\nwant %q and no unit changed", text, c.want)
+			}
+		})
+	}
+}
+
+func TestParseDryActivate(t *testing.T) {
+	out := `stopping the following units: ignored.service
+would stop the following units: old-cron.service
+would NOT stop the following changed units: getty@tty1.service
+would activate the configuration...
+would restart systemd
+would restart the following units: nginx.service, sshd.service
+would start the following units: fleet-app.service
+would reload the following units: dbus.service
+`
+	got := deploy.ParseDryActivate(out)
+	want := deploy.UnitChanges{Stop: []string{"old-cron.service"}, Restart: []string{"nginx.service", "sshd.service"}, Start: []string{"fleet-app.service"}, Reload: []string{"dbus.service"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ParseDryActivate = %+v, want %+v", got, want)
+	}
+}
+
+func TestSplitName(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"nginx-1.26.2":               {"nginx", "1.26.2"},
+		"python3.12-requests-2.31.0": {"python3.12-requests", "2.31.0"},
+		"unit-nginx.service":         {"unit-nginx.service", ""},
+		"linux-6.6.1-modules":        {"linux", "6.6.1-modules"},
+		"hello":                      {"hello", ""},
+	} {
+		if p, v := deploy.SplitName(in); p != want[0] || v != want[1] {
+			t.Errorf("SplitName(%q) = %q, %q; want %q, %q", in, p, v, want[0], want[1])
+		}
+	}
+}
