@@ -55,6 +55,9 @@ type deploymentModel struct {
 	DefaultsInput types.Dynamic `tfsdk:"defaults"`
 	NodesInput    types.Dynamic `tfsdk:"nodes"`
 	VerdictInput  types.Dynamic `tfsdk:"verdict"`
+	// PlanDryActivate: a plan dry-activates each switching node's new
+	// system to learn the units its switch changes.
+	PlanDryActivate types.Bool `tfsdk:"plan_dry_activate"`
 
 	// The nested inputs, checked and typed by decode.
 	Defaults types.Object `tfsdk:"-"`

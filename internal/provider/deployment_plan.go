@@ -160,11 +160,16 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		// Nodes the refresh of this run read were logged in to a moment
 		// ago (and warned about if that failed): they are not probed again.
 		var readNow map[string]deploy.Settings
-		if prior != nil && prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
-			v, _ := r.data.refreshedBy(deploymentKind, prior.ID.ValueString())
-			readNow, _ = v.(map[string]deploy.Settings)
+		var held map[string]heldNode
+		if prior != nil {
+			held = r.data.sessions.take(r.data.run, prior.ID.ValueString())
+			defer endSessions(held)
+			if prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
+				v, _ := r.data.refreshedBy(deploymentKind, prior.ID.ValueString())
+				readNow, _ = v.(map[string]deploy.Settings)
+			}
 		}
-		r.probe(ctx, &plan, nodes, priors, readNow, actions, kept, &resp.Diagnostics)
+		r.probe(ctx, &plan, nodes, priors, readNow, held, actions, kept, &resp.Diagnostics)
 	}
 }
 
@@ -216,34 +221,48 @@ func (r *deploymentResource) checkKeyFiles(ctx context.Context, plan *deployment
 }
 
 // probe logs in to every node the plan switches, under the provider's
-// probe semaphore, and warns about those it cannot reach: the apply would
-// fail them. It warns, never decides: the apply plans again, and a host
-// seen differently then would make that plan differ.
-// Nodes in readNow, whose settings are unchanged, were read by this run's
-// refresh and are not probed again.
+// probe semaphore, warns about those it cannot reach (the apply would fail
+// them) and, for a switch, says what the switch will do to the host
+// (deploy.Preview). It warns, never decides: the apply plans again, and a
+// host seen differently then would make that plan differ.
+// A node this run's refresh read with the same settings is asked over the
+// login the refresh kept (held), so a plan logs in to each node once; one
+// whose read failed was warned about then and is left alone.
 func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
-	readNow map[string]deploy.Settings, actions map[string]attr.Value, kept map[string]bool, diags *diag.Diagnostics) {
+	readNow map[string]deploy.Settings, held map[string]heldNode, actions map[string]attr.Value, kept map[string]bool, diags *diag.Diagnostics) {
 	if !fullyKnown(m.Defaults) || m.SSHConfigFile.IsUnknown() || m.KnownHostsFile.IsUnknown() {
 		return
 	}
 	var nd diag.Diagnostics
 	defaults := r.defaults(ctx, m, &nd)
-	var switching []deployNodeModel
-	var settings []deploy.Settings
+	type probed struct {
+		node     deployNodeModel
+		settings deploy.Settings
+		sess     *deploy.Session // the refresh's login; nil: log in now
+		preview  *deploy.Preview
+		err      error // the login failed
+		unknown  error // the preview failed
+	}
+	var todo []*probed
 	for _, n := range nodes {
-		a, ok := actions[n.Name.ValueString()].(types.String)
+		name := n.Name.ValueString()
+		a, ok := actions[name].(types.String)
 		// A node whose last switch stands (kept) is not switched again:
 		// a plan without refresh (-refresh=false) does not log in to it.
-		if !ok || a.ValueString() != actionSwitch || kept[n.Name.ValueString()] || !fullyKnownNode(n) {
+		if !ok || a.ValueString() != actionSwitch || kept[name] || !fullyKnownNode(n) {
 			continue
 		}
-		s := r.settings(ctx, defaults, n, priors[n.Name.ValueString()], &nd)
-		if read, ok := readNow[n.Name.ValueString()]; ok && reflect.DeepEqual(read, s) {
-			continue
+		p := &probed{node: n, settings: r.settings(ctx, defaults, n, priors[name], &nd)}
+		if read, ok := readNow[name]; ok && reflect.DeepEqual(read, p.settings) {
+			h, ok := held[name]
+			if !ok || !reflect.DeepEqual(h.settings, p.settings) {
+				continue
+			}
+			p.sess = h.sess
 		}
-		switching, settings = append(switching, n), append(settings, s)
+		todo = append(todo, p)
 	}
-	if len(switching) == 0 {
+	if len(todo) == 0 {
 		return
 	}
 	d, cleanup, err := r.deployer(ctx, m)
@@ -251,32 +270,58 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		return
 	}
 	defer cleanup()
-	failures := make([]string, len(switching))
+	goal := deploy.Goal(m.Goal.ValueString())
+	previews := goal == deploy.GoalSwitch || goal == deploy.GoalTest
+	opts := deploy.PreviewOptions{DryActivate: m.PlanDryActivate.ValueBool()}
 	var wg sync.WaitGroup
-	for i, s := range settings {
+	for _, p := range todo {
 		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
 			break // interrupted: the probes started still end
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer r.data.prober.Slots.Release(1)
-			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
-			if _, err := d.ReadCurrent(pctx, s); err != nil {
-				failures[i] = err.Error()
+			sess := p.sess
+			if sess == nil {
+				if sess, p.err = d.OpenSession(lctx, p.settings); p.err != nil {
+					return
+				}
+				defer sess.Close()
 			}
-		}()
+			if !previews {
+				return
+			}
+			pctx := ctx
+			if !opts.DryActivate {
+				// Queries only; a dry activation copies the closure first,
+				// which takes as long as the copy takes.
+				var cancel context.CancelFunc
+				pctx, cancel = context.WithTimeout(ctx, previewTimeout)
+				defer cancel()
+			}
+			pv, err := d.Preview(pctx, sess, p.node.System.ValueString(), opts)
+			p.preview, p.unknown = &pv, err
+		})
 	}
 	wg.Wait()
-	for i, f := range failures {
-		if f != "" {
-			name := switching[i].Name.ValueString()
+	for _, p := range todo {
+		name := p.node.Name.ValueString()
+		switch {
+		case p.err != nil:
 			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" is unreachable",
-				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, strings.TrimRight(f, ".")))
+				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, strings.TrimRight(p.err.Error(), ".")))
+		case p.unknown != nil:
+			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" will switch",
+				fmt.Sprintf("Node %s will switch to %s; what the switch will do to the host is not known: %s.", name, p.node.System.ValueString(), strings.TrimRight(p.unknown.Error(), ".")))
+		case p.preview != nil:
+			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" will switch", p.preview.Text())
 		}
 	}
 }
+
+// previewTimeout bounds the queries of a plan's preview of one node.
+const previewTimeout = 60 * time.Second
 
 func fullyKnownNode(n deployNodeModel) bool {
 	for _, v := range []attr.Value{n.Name, n.System, n.Host, n.HostKey, n.User, n.PrivateKeyFile, n.SSHOpts} {

@@ -45,10 +45,12 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	// The hosts are read at once, under the provider's probe bound, so a
 	// refresh takes about ceil(nodes / probe_concurrency) reads; what
 	// they found is then recorded in node order.
+	// Each read keeps its login (a session) for the plan of the same run,
+	// which asks a switching node what the switch will do over it.
 	type read struct {
-		current deploy.Current
-		err     error
-		done    bool
+		sess *deploy.Session
+		err  error
+		done bool
 	}
 	reads := make([]read, len(records))
 	var wg sync.WaitGroup
@@ -72,22 +74,25 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		go func() {
 			defer wg.Done()
 			defer r.data.prober.Slots.Release(1)
-			current, err := d.ReadCurrent(ctx, settings)
-			reads[i] = read{current: current, err: err, done: true}
+			sess, err := d.OpenSession(ctx, settings)
+			reads[i] = read{sess: sess, err: err, done: true}
 		}()
 	}
 	wg.Wait()
+	held := map[string]heldNode{}
 	for i, rec := range records {
 		name := rec.Name.ValueString()
 		n := nodes[name]
 		if !reads[i].done {
 			continue
 		}
-		current, err := reads[i].current, reads[i].err
+		err := reads[i].err
 		if err != nil {
 			resp.Diagnostics.AddWarning("Node "+name+" not read", fmt.Sprintf("node %s: %s; its last known system is kept", name, strings.TrimRight(err.Error(), ".")))
 			continue
 		}
+		held[name] = heldNode{settings: readNow[name], sess: reads[i].sess}
+		current := reads[i].sess.Current
 		records[i].CurrentSystem = types.StringValue(current.System)
 		records[i].VerifiedSystem = types.StringValue(current.Succeeded)
 		if current.HostKey != "" && rec.Host.ValueString() == orStr(n.Host.ValueString(), name) {
@@ -123,6 +128,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	completeStatus(ctx, &m, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	r.data.refreshed(deploymentKind, m.ID.ValueString(), readNow)
+	r.data.sessions.put(r.data.run, m.ID.ValueString(), held)
 	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
 }
 

@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // systemdDeploymentConfig deploys system to the real systemd host tg.
-func systemdDeploymentConfig(tg *systemdtest.Target, system string) string {
+func systemdDeploymentConfig(tg *systemdtest.Target, system string, extra ...string) string {
 	return fmt.Sprintf(`
 resource "fleet_ssh_deployment" "prod" {
   nodes = [{
@@ -27,8 +28,8 @@ resource "fleet_ssh_deployment" "prod" {
     confirm_timeout = "10s"
     settle_timeout  = "20s"
   }
-}
-`, tg.Host, system, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port)
+%s}
+`, tg.Host, system, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port, strings.Join(extra, "\n"))
 }
 
 // Issue 12: the deployment through both CLIs against a real systemd host
@@ -45,9 +46,25 @@ func TestDeploymentOnARealSystemdHost(t *testing.T) {
 			tg.Boot(t, old)
 			good := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
 			s := acctest.NewSession(t, cli, server())
-			s.WriteConfig(systemdDeploymentConfig(tg, good))
+			s.WriteConfig(systemdDeploymentConfig(tg, old))
 			s.Run("init", "-input=false")
 			s.Run("apply", "-auto-approve", "-input=false")
+			// Issue 16: the plan's opt-in dry activation copies the closure
+			// and asks the new system which units its switch changes,
+			// changing nothing that runs; the switch then restarts those.
+			s.WriteConfig(systemdDeploymentConfig(tg, good, "  plan_dry_activate = true\n"))
+			plan, _ := s.Run("plan", "-input=false", "-no-color", "-out=tfplan")
+			if !strings.Contains(plan, "units (advisory, from the new system's dry activation): restart "+systemdtest.DefaultUnit+"\n") {
+				t.Errorf("the plan does not name the unit the dry activation restarts:\n%s", plan)
+			}
+			if calls := tg.Calls(); !slices.Contains(calls, "dry-activate "+good) || tg.CurrentSystem() != old || !tg.HasPath(t, good) {
+				t.Errorf("after the plan: calls %q, current %s, closure copied %v; want a dry activation of the copied closure and %s still running", calls, tg.CurrentSystem(), tg.HasPath(t, good), old)
+			}
+			s.Run("apply", "-input=false", "tfplan")
+			if calls := tg.Calls(); !slices.Contains(calls, "test "+good) {
+				t.Errorf("the apply's calls: %q", calls)
+			}
+			// Below: the unit runs from the new system, restarted by the switch.
 			if tg.CurrentSystem() != good || tg.BootEntry() != good || tg.SystemState(t) != "running" {
 				t.Fatalf("after the switch: current %s, boot %s, state %s", tg.CurrentSystem(), tg.BootEntry(), tg.SystemState(t))
 			}
@@ -76,7 +93,7 @@ func TestDeploymentOnARealSystemdHost(t *testing.T) {
 			if _, code := tg.Switch(t, old); code != 0 {
 				t.Fatalf("switching the host by hand failed")
 			}
-			plan, _, code := s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
+			plan, _, code = s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
 			if code != 2 || !strings.Contains(plan, `"ct1" = "drift" -> "switch"`) || !strings.Contains(plan, "Node ct1 drifted") {
 				t.Errorf("the plan after a switch by hand (exit %d):\n%s", code, plan)
 			}

@@ -344,6 +344,10 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 				if got := tg.AcceptedConnections() - before; got != 1 {
 					t.Errorf("%v logged in to the node %d times, want 1", args, got)
 				}
+				// Issue 16: what the switch will do is asked over that login.
+				if !strings.Contains(out, "will switch to") || !strings.Contains(out, "copy 1 store path,") {
+					t.Errorf("%v does not say what the switch will do:\n%s", args, out)
+				}
 			}
 			// Converged, a plan without refresh has nothing to switch and
 			// logs in to no node (issue 14: it logged in to every node

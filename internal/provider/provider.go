@@ -62,6 +62,8 @@ type fleetProvider struct {
 	slots     *semaphore.Weighted
 	// marks is what this process's refreshes read, per run (warnings.go).
 	marks runMarks
+	// sessions are the logins deployments' refreshes keep for their plans.
+	sessions heldSessions
 }
 
 // Option changes how the provider is built; tests use them to inject time.
@@ -113,6 +115,9 @@ type providerData struct {
 	// serves, and marks what its refreshes read (see warnings.go).
 	run   string
 	marks *runMarks
+	// sessions are the logins a deployment's refresh kept for its plan
+	// (deployment_preview.go).
+	sessions *heldSessions
 }
 
 // connectionDefaults are what the provider block gives every connection that
@@ -279,6 +284,7 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		defaults:  defaults,
 		run:       p.run(),
 		marks:     &p.marks,
+		sessions:  &p.sessions,
 		interrupt: p.interrupt,
 		prober: &reachability.Prober{
 			Dialer:    &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: !chosen}},

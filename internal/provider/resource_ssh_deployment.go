@@ -163,6 +163,11 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 				MarkdownDescription: "The failure budget: once more nodes than this have failed, no new node starts, the nodes not started stay `Pending`, the apply fails naming the budget, " +
 					"and the next plan retries the failed and the pending nodes. Default: no limit, every node is tried. `0` stops at the first failure.",
 				Validators: []validator.Int64{int64validator.AtLeast(0)}},
+			"plan_dry_activate": schema.BoolAttribute{Optional: true,
+				MarkdownDescription: "Whether a plan asks each node it switches what the switch will restart, start, stop and reload by running the new system's own `switch-to-configuration dry-activate` on the host, as `nixos-rebuild dry-activate` does. " +
+					"That needs the closure on the host: the plan copies it there first (the running system is not touched; the apply then finds it copied) and dry-activates under the host's deploy lock. " +
+					"Default `false`: the plan compares the two systems' unit files instead, a lower bound. Either way the plan says, per switching node, what is copied, how the packages change and whether a reboot is needed.",
+			},
 			"activation_timeout": optionalString("How long an activation may take, as a Go duration of at least 1s. Default `5m`.", durationValidator{least: time.Second}),
 			"lock_timeout":       optionalString("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder.", durationValidator{}),
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
