@@ -36,7 +36,7 @@ type Session struct {
 
 // NewSession starts a session whose provider is served from this process by
 // factory for the session's lifetime.
-func NewSession(t *testing.T, cli CLI, factory func() (tfprotov6.ProviderServer, error)) *Session {
+func NewSession(t testing.TB, cli CLI, factory func() (tfprotov6.ProviderServer, error)) *Session {
 	t.Helper()
 	s := newSession(t, cli)
 	server, err := factory()
@@ -52,7 +52,7 @@ func NewSession(t *testing.T, cli CLI, factory func() (tfprotov6.ProviderServer,
 			tf6server.WithDebug(ctx, configCh, closeCh),
 			tf6server.WithoutLogStderrOverride(),
 			// Provider logs follow TF_LOG / TF_ACC_LOG_PATH, silent by default.
-			tf6server.WithLoggingSink(t),
+			tf6server.WithLoggingSink(sinkT{t}),
 			tf6server.WithGoPluginLogger(hclog.NewNullLogger()),
 		)
 	}()
@@ -355,3 +355,9 @@ func (s *Session) Command(name string, args ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), s.env...)
 	return cmd
 }
+
+// sinkT is a testing.TB as the logging sink takes it: benchmarks serve
+// the provider in-process too, and they cannot run in parallel.
+type sinkT struct{ testing.TB }
+
+func (sinkT) Parallel() {}

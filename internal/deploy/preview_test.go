@@ -108,3 +108,22 @@ func TestSplitName(t *testing.T) {
 		}
 	}
 }
+
+// A session refused for its host key says which key the host offered and
+// which it was held to, as ReadCurrent does, and leaves nothing behind.
+func TestSessionRefusesAnotherHostKey(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, sys)
+	other := nixtest.NewTarget(t)
+	s := targetOf(tg, "web1", sys).Settings
+	s.HostKey, s.SeenHostKey = "", keyOf(other.HostKey)
+	sess, err := deployer(t, deploy.Options{}).OpenSession(context.Background(), s)
+	if err == nil {
+		sess.Close()
+		t.Fatal("the session logged in to a host showing another key")
+	}
+	if !strings.Contains(err.Error(), "offered "+keyOf(tg.HostKey)) || !strings.Contains(err.Error(), keyOf(other.HostKey)) {
+		t.Errorf("the refusal does not name both keys: %v", err)
+	}
+}

@@ -29,7 +29,8 @@ type Session struct {
 	stdin   *os.File
 	errFile *os.File
 	dir     string // the control directory it made; removed by Close
-	once    sync.Once
+	ended   sync.Once
+	closed  sync.Once
 }
 
 // sessionEnd is what the session's command prints after the read, before
@@ -90,9 +91,12 @@ func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error
 	_ = out.Close()
 	if err != nil {
 		if ctx.Err() != nil {
+			// Interrupted: the login is not waited for.
+			_ = syscall.Kill(-sess.cmd.Process.Pid, syscall.SIGKILL)
 			return fail(fmt.Errorf("%s before the host was read", cause(ctx)))
 		}
-		sess.Close() // the ssh has ended: its error output is complete
+		sess.end() // the ssh has ended: its error output is complete
+		defer sess.Close()
 		b, _ := os.ReadFile(sess.errFile.Name())
 		_, msg := exitOf(sess.waitErr(), string(b))
 		if hostKeyRefused(msg) {
@@ -142,7 +146,19 @@ func (s *Session) waitErr() error {
 // closes, and the master once the commands riding it have ended. A
 // session that does not end within a few seconds is killed.
 func (s *Session) Close() {
-	s.once.Do(func() {
+	s.end()
+	s.closed.Do(func() {
+		if s.errFile != nil {
+			_ = s.errFile.Close()
+		}
+		s.conn.Close()
+		_ = os.RemoveAll(s.dir)
+	})
+}
+
+// end ends the session's ssh and waits for it, keeping its files.
+func (s *Session) end() {
+	s.ended.Do(func() {
 		if s.stdin != nil {
 			_ = s.stdin.Close()
 		}
@@ -158,11 +174,6 @@ func (s *Session) Close() {
 			<-done
 			timer.Stop()
 		}
-		if s.errFile != nil {
-			_ = s.errFile.Close()
-		}
-		s.conn.Close()
-		_ = os.RemoveAll(s.dir)
 	})
 }
 

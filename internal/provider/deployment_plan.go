@@ -7,7 +7,6 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
@@ -271,40 +270,33 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 	}
 	defer cleanup()
 	goal := deploy.Goal(m.Goal.ValueString())
-	previews := goal == deploy.GoalSwitch || goal == deploy.GoalTest
+	previews := (goal == deploy.GoalSwitch || goal == deploy.GoalTest) && !r.data.noPreview
 	opts := deploy.PreviewOptions{DryActivate: m.PlanDryActivate.ValueBool()}
-	var wg sync.WaitGroup
-	for _, p := range todo {
-		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
-			break // interrupted: the probes started still end
-		}
-		wg.Go(func() {
-			defer r.data.prober.Slots.Release(1)
-			lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			sess := p.sess
-			if sess == nil {
-				if sess, p.err = d.OpenSession(lctx, p.settings); p.err != nil {
-					return
-				}
-				defer sess.Close()
-			}
-			if !previews {
+	r.underProbeBound(ctx, len(todo), func(i int) {
+		p := todo[i]
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		sess := p.sess
+		if sess == nil {
+			if sess, p.err = d.OpenSession(lctx, p.settings); p.err != nil {
 				return
 			}
-			pctx := ctx
-			if !opts.DryActivate {
-				// Queries only; a dry activation copies the closure first,
-				// which takes as long as the copy takes.
-				var cancel context.CancelFunc
-				pctx, cancel = context.WithTimeout(ctx, previewTimeout)
-				defer cancel()
-			}
-			pv, err := d.Preview(pctx, sess, p.node.System.ValueString(), opts)
-			p.preview, p.unknown = &pv, err
-		})
-	}
-	wg.Wait()
+			defer sess.Close()
+		}
+		if !previews {
+			return
+		}
+		pctx := ctx
+		if !opts.DryActivate {
+			// Queries only; a dry activation copies the closure first,
+			// which takes as long as the copy takes.
+			var cancel context.CancelFunc
+			pctx, cancel = context.WithTimeout(ctx, previewTimeout)
+			defer cancel()
+		}
+		pv, err := d.Preview(pctx, sess, p.node.System.ValueString(), opts)
+		p.preview, p.unknown = &pv, err
+	})
 	for _, p := range todo {
 		name := p.node.Name.ValueString()
 		switch {

@@ -106,7 +106,7 @@ func TestDeploymentPlanSaysWhatTheSwitchWillDo(t *testing.T) {
 		})
 	}
 }
-func storeLines(t *testing.T, args ...string) []string {
+func storeLines(t testing.TB, args ...string) []string {
 	t.Helper()
 	cmd := exec.Command("nix-store", args...)
 	cmd.Env = nixtest.DeployerEnv()

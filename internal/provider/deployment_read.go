@@ -53,32 +53,30 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		done bool
 	}
 	reads := make([]read, len(records))
-	var wg sync.WaitGroup
+	var todo []int // records to read
+	settings := make([]deploy.Settings, len(records))
 	for i, rec := range records {
 		name := rec.Name.ValueString()
 		n, ok := nodes[name]
 		if !ok || actions[name] == actionSkip {
 			continue
 		}
-		settings := r.settings(ctx, defaults, n, priors[name], &resp.Diagnostics)
-		readNow[name] = settings
+		settings[i] = r.settings(ctx, defaults, n, priors[name], &resp.Diagnostics)
+		readNow[name] = settings[i]
 		// known_hosts is one file: written one node at a time.
-		if err := d.Transport.Remember(ctx, settings, settings.SeenHostKey); err != nil {
+		if err := d.Transport.Remember(ctx, settings[i], settings[i].SeenHostKey); err != nil {
 			resp.Diagnostics.AddWarning("Node "+name+" key not remembered", fmt.Sprintf("node %s: %s", name, err))
 		}
-		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
-			reads[i] = read{err: fmt.Errorf("interrupted before the host was read"), done: true}
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer r.data.prober.Slots.Release(1)
-			sess, err := d.OpenSession(ctx, settings)
-			reads[i] = read{sess: sess, err: err, done: true}
-		}()
+		todo = append(todo, i)
 	}
-	wg.Wait()
+	started := r.underProbeBound(ctx, len(todo), func(k int) {
+		i := todo[k]
+		sess, err := d.OpenSession(ctx, settings[i])
+		reads[i] = read{sess: sess, err: err, done: true}
+	})
+	for _, i := range todo[started:] {
+		reads[i] = read{err: fmt.Errorf("interrupted before the host was read"), done: true}
+	}
 	held := map[string]heldNode{}
 	for i, rec := range records {
 		name := rec.Name.ValueString()
@@ -134,4 +132,23 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 
 // Delete forgets the deployment; hosts keep running what they run.
 func (r *deploymentResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {
+}
+
+// underProbeBound runs f(0) … f(n-1) at once, at most probe_concurrency
+// of them (with every other probe of the provider process) at a time, and
+// waits for them. Once ctx ends it starts no more: it returns how many it
+// started, the first ones.
+func (r *deploymentResource) underProbeBound(ctx context.Context, n int, f func(int)) int {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range n {
+		if err := r.data.prober.Slots.Acquire(ctx, 1); err != nil {
+			return i
+		}
+		wg.Go(func() {
+			defer r.data.prober.Slots.Release(1)
+			f(i)
+		})
+	}
+	return n
 }

@@ -345,7 +345,7 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 					t.Errorf("%v logged in to the node %d times, want 1", args, got)
 				}
 				// Issue 16: what the switch will do is asked over that login.
-				if !strings.Contains(out, "will switch to") || !strings.Contains(out, "copy 1 store path,") {
+				if !strings.Contains(out, "Node n1 will switch:") || !strings.Contains(out, "copy 1 store path,") {
 					t.Errorf("%v does not say what the switch will do:\n%s", args, out)
 				}
 			}

@@ -63,7 +63,8 @@ type fleetProvider struct {
 	// marks is what this process's refreshes read, per run (warnings.go).
 	marks runMarks
 	// sessions are the logins deployments' refreshes keep for their plans.
-	sessions heldSessions
+	sessions  heldSessions
+	noPreview bool
 }
 
 // Option changes how the provider is built; tests use them to inject time.
@@ -82,6 +83,11 @@ func WithInterrupt(ctx context.Context) Option { return func(p *fleetProvider) {
 // WithRunID tells the provider which command it serves, for tests that
 // serve it in-process, where the process that started it is the test's.
 func WithRunID(run func() string) Option { return func(p *fleetProvider) { p.run = run } }
+
+// WithoutPlanPreview makes plans only check that the nodes they switch
+// are reachable, as they did before they said what each switch will do:
+// the baseline of BenchmarkPlanPreview.
+func WithoutPlanPreview() Option { return func(p *fleetProvider) { p.noPreview = true } }
 
 // WithLocalShell sets the command that runs local nodes' health checks (a
 // shell reading the script on standard input), for tests that run them in
@@ -118,6 +124,8 @@ type providerData struct {
 	// sessions are the logins a deployment's refresh kept for its plan
 	// (deployment_preview.go).
 	sessions *heldSessions
+	// noPreview: plans do not say what each switch will do (benchmarks).
+	noPreview bool
 }
 
 // connectionDefaults are what the provider block gives every connection that
@@ -285,6 +293,7 @@ func (p *fleetProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		run:       p.run(),
 		marks:     &p.marks,
 		sessions:  &p.sessions,
+		noPreview: p.noPreview,
 		interrupt: p.interrupt,
 		prober: &reachability.Prober{
 			Dialer:    &sshdial.Dialer{KnownHosts: &sshdial.KnownHosts{Path: knownHosts, CreateDir: !chosen}},

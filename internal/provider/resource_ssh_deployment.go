@@ -130,7 +130,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 		}
 		panic("unreachable")
 	}
-	return schema.Schema{
+	s := schema.Schema{
 		Version: version,
 		MarkdownDescription: "Rolls NixOS system closures onto existing hosts over SSH with the system OpenSSH client and `nix-copy-closure`, " +
 			"one host after the other in list order, each with a verdict: the bootloader is finalised only after a passing verdict, a failing host is rolled back " +
@@ -201,6 +201,12 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"conditions":          conditionsAttribute("`Ready`"),
 		},
 	}
+	if version == 0 {
+		// Added in version 1, with no change of version: a plan-time
+		// option, null in states written before it.
+		delete(s.Attributes, "plan_dry_activate")
+	}
+	return s
 }
 
 func (r *deploymentResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
