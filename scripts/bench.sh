@@ -199,3 +199,16 @@ awk '
       for (i = 1; i <= r; i++) print roll[i]
       print "ratio_vs_ideal = (parallel / serial) / (ceil(n/p) / n); target at most 1.3."
     }' "$fleet_out" | tee -a "$fleet_out"
+
+# What each switch will do (issue 16): the plan of a 20-node switch with the
+# summary against the same plan without it, and the summary's own share
+# against the same queries run by hand over one ssh per node.
+preview_out=bench/out/plan-preview.txt
+go test -run '^$' -bench BenchmarkPlanPreview -benchtime 3x -timeout 20m ./internal/provider/ 2>&1 | grep -v '^ ' | tee "$preview_out"
+awk '
+    /^BenchmarkPlanPreview/ && /preview_ms/ {
+      delete m; for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
+      printf "\nPlan of a 20-node switch: %.0f ms with the summary, %.0f ms without; the summary %.0f ms against %.0f ms by hand (ratio %.2f)\n", m["plan_ms"], m["plan_no_summary_ms"], m["preview_ms"], m["by_hand_ms"], m["ratio"]
+      found = 1
+    }
+    END { if (!found) { print "bench: no plan preview benchmark results" > "/dev/stderr"; exit 1 } }' "$preview_out" | tee -a "$preview_out"

@@ -182,6 +182,9 @@ type Deployer struct {
 	// bootTimeout bounds switch-to-configuration boot; the constant of
 	// FR-010 when zero. Tests scale it down.
 	bootTimeout time.Duration
+	// closures are the local closures previews read, by system: nodes
+	// switching to the same system share one read.
+	closures sync.Map // string -> *localClosure
 }
 
 func (d *Deployer) emit(e Event) {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 )
 
@@ -83,11 +84,7 @@ type PreviewOptions struct {
 func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, opts PreviewOptions) (Preview, error) {
 	c := sess.conn
 	p := Preview{Node: c.s.Name, System: system, Current: sess.Current.System}
-	closure, err := d.localLines(ctx, "--query", "--requisites", system)
-	if err != nil {
-		return p, fmt.Errorf("the closure of %s: %w", system, err)
-	}
-	sizes, err := d.localSizes(ctx, closure)
+	closure, sizes, err := d.localClosure(ctx, system)
 	if err != nil {
 		return p, err
 	}
@@ -100,11 +97,9 @@ func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, op
 	var oldClosure []string
 	oldSizes := map[string]int64{}
 	wantOld := "old"
-	if cur := sess.Current.System; cur != "" && d.localValid(ctx, cur) {
-		if oldClosure, err = d.localLines(ctx, "--query", "--requisites", cur); err == nil {
-			if oldSizes, err = d.localSizes(ctx, oldClosure); err == nil {
-				wantOld = "no-old"
-			}
+	if cur := sess.Current.System; cur != "" {
+		if paths, sz, err := d.localClosure(ctx, cur); err == nil {
+			oldClosure, oldSizes, wantOld = paths, sz, "no-old"
 		}
 	}
 	cmd := c.Command(ctx, remote(previewScript))
@@ -301,9 +296,30 @@ func (d *Deployer) localSizes(ctx context.Context, paths []string) (map[string]i
 	return sizes, nil
 }
 
-func (d *Deployer) localValid(ctx context.Context, path string) bool {
-	_, err := d.localLines(ctx, "--check-validity", path)
-	return err == nil
+// localClosure is the closure of system in this store, with the paths'
+// sizes; read once per Deployer for all the nodes that ask.
+func (d *Deployer) localClosure(ctx context.Context, system string) ([]string, map[string]int64, error) {
+	v, _ := d.closures.LoadOrStore(system, &localClosure{})
+	lc := v.(*localClosure)
+	lc.once.Do(func() {
+		if _, err := d.localLines(ctx, "--check-validity", system); err != nil {
+			lc.err = fmt.Errorf("%s is not in this machine's store: %w", system, err)
+			return
+		}
+		if lc.paths, lc.err = d.localLines(ctx, "--query", "--requisites", system); lc.err != nil {
+			lc.err = fmt.Errorf("the closure of %s: %w", system, lc.err)
+			return
+		}
+		lc.sizes, lc.err = d.localSizes(ctx, lc.paths)
+	})
+	return lc.paths, lc.sizes, lc.err
+}
+
+type localClosure struct {
+	once  sync.Once
+	paths []string
+	sizes map[string]int64
+	err   error
 }
 
 // localUnits are the units of system here: name, and the file each

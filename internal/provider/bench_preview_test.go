@@ -76,8 +76,8 @@ func BenchmarkPlanPreview(b *testing.B) {
 		start := time.Now()
 		out, _ := with.Run("plan", "-input=false", "-no-color")
 		withSummary += time.Since(start)
-		if got := strings.Count(out, "copy 4 store paths"); got != n {
-			b.Fatalf("%d nodes say they copy 4 store paths, want %d:\n%s", got, n, out)
+		if got := strings.Count(out, "copy 5 store paths"); got != n {
+			b.Fatalf("%d nodes say they copy 5 store paths, want %d:\n%s", got, n, out)
 		}
 
 		start = time.Now()
