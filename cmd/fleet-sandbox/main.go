@@ -124,11 +124,28 @@ func main() {
 	}
 }
 
+// The sandbox's systems are NixOS-like closures whose units and packages
+// are store paths of their own, so that a plan's summary of each switch
+// has something to say: the systems the hosts boot into run nginx 1.26.1
+// and a cron job; the systems to switch to run nginx 1.26.2, drop the cron
+// job and add an app with its package.
+func firstSystem(sb *sandbox) string {
+	return nixtest.System(sb, nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed},
+		Units:    map[string]string{"nginx.service": "[Service]\nExecStart=/bin/nginx-1.26.1\n", "cron.service": "[Service]\nExecStart=/bin/cron\n", "sshd.service": "[Service]\nExecStart=/bin/sshd\n"},
+		Packages: map[string]int{"nginx-1.26.1": 512 << 10, "openssl-3.0.13": 1 << 20, "cron-4.1": 64 << 10}})
+}
+
+func nextSystem(sb *sandbox, b nixtest.Behaviour) string {
+	return nixtest.System(sb, nixtest.SystemSpec{Behaviour: b,
+		Units:    map[string]string{"nginx.service": "[Service]\nExecStart=/bin/nginx-1.26.2\n", "app.service": "[Service]\nExecStart=/bin/app\n", "sshd.service": "[Service]\nExecStart=/bin/sshd\n"},
+		Packages: map[string]int{"nginx-1.26.2": 512 << 10, "openssl-3.0.13": 1 << 20, "app-1.0": 2 << 20}})
+}
+
 // deployTargets starts two NixOS-like hosts, each booted into a first
 // system, and builds the systems to switch them to: a good one for web1,
 // and for web2 one whose activation fails a unit (it is rolled back).
 func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string) []deployTarget {
-	first := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})
+	first := firstSystem(sb)
 	var out []deployTarget
 	for _, t := range []struct {
 		name string
@@ -140,7 +157,7 @@ func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string) []deployTar
 		tg := nixtest.NewTarget(sb, nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(client)))
 		tg.Boot(sb, first)
 		out = append(out, deployTarget{Name: t.name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
-			PrivateKeyFile: keyFile, System: nixtest.Closure(sb, t.b), GoodSystem: nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})})
+			PrivateKeyFile: keyFile, System: nextSystem(sb, t.b), GoodSystem: nextSystem(sb, nixtest.Behaviour{Kind: nixtest.Succeed})})
 	}
 	return out
 }
@@ -151,9 +168,9 @@ func fleetTargets(sb *sandbox, client *sshtest.Key, keyFile string, n, failing i
 	if n == 0 {
 		return nil
 	}
-	first := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed})
-	good := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: delay})
-	bad := nixtest.Closure(sb, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"app.service"}, Delay: delay})
+	first := firstSystem(sb)
+	good := nextSystem(sb, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: delay})
+	bad := nextSystem(sb, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"app.service"}, Delay: delay})
 	var out []deployTarget
 	for i := range n {
 		tg := nixtest.NewTarget(sb, nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(client)))
