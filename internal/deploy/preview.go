@@ -300,7 +300,7 @@ func (d *Deployer) localSizes(ctx context.Context, paths []string) (map[string]i
 // sizes; read once per Deployer for all the nodes that ask.
 func (d *Deployer) localClosure(ctx context.Context, system string) ([]string, map[string]int64, error) {
 	v, _ := d.closures.LoadOrStore(system, &localClosure{})
-	lc := v.(*localClosure)
+	lc, _ := v.(*localClosure)
 	lc.once.Do(func() {
 		if _, err := d.localLines(ctx, "--check-validity", system); err != nil {
 			lc.err = fmt.Errorf("%s is not in this machine's store: %w", system, err)
@@ -344,18 +344,18 @@ func localUnits(system string) map[string]string {
 // is restarted (or reloaded, as its unit says), a new one started when
 // something wants it, a removed one stopped. A lower bound: what the
 // activation itself does beyond the unit files is not seen.
-func diffUnits(old, new map[string]string) UnitChanges {
+func diffUnits(before, after map[string]string) UnitChanges {
 	var u UnitChanges
-	for name, file := range new {
-		switch prev, ok := old[name]; {
+	for name, file := range after {
+		switch prev, ok := before[name]; {
 		case !ok:
 			u.Start = append(u.Start, name)
 		case prev != file:
 			u.Restart = append(u.Restart, name)
 		}
 	}
-	for name := range old {
-		if _, ok := new[name]; !ok {
+	for name := range before {
+		if _, ok := after[name]; !ok {
 			u.Stop = append(u.Stop, name)
 		}
 	}
@@ -463,7 +463,7 @@ func splitName(name string) (pkg, version string) {
 
 // diffPackages compares two closures by package name and version, as
 // nix store diff-closures does: packages without a version are left out.
-func diffPackages(old, new []string) []PackageChange {
+func diffPackages(before, after []string) []PackageChange {
 	versions := func(paths []string) map[string][]string {
 		m := map[string][]string{}
 		for _, p := range paths {
@@ -480,7 +480,7 @@ func diffPackages(old, new []string) []PackageChange {
 		}
 		return m
 	}
-	o, n := versions(old), versions(new)
+	o, n := versions(before), versions(after)
 	names := map[string]bool{}
 	for k := range o {
 		names[k] = true
@@ -510,10 +510,9 @@ func (p Preview) Text() string {
 	if p.Current != "" {
 		fmt.Fprintf(&b, "  from %s\n", p.Current)
 	}
-	switch {
-	case p.CopyPaths == 0:
+	if p.CopyPaths == 0 {
 		fmt.Fprintf(&b, "  copy nothing: the whole closure (%s, %s) is already on the host\n", paths(p.ClosurePaths), Bytes(p.ClosureBytes))
-	default:
+	} else {
 		rest := "; the rest is already on the host"
 		if p.CopyPaths == p.ClosurePaths {
 			rest = "; the host has none of it"
