@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -113,37 +112,24 @@ olds=$(nix-store --query --requisites "$cur"); nix-store --query --size $olds`
 // at a time: the local closure and sizes, then one ssh.
 func previewByHand(b *testing.B, tgs []*nixtest.Target, sys, stdin string, slots int) {
 	b.Helper()
-	sem := make(chan struct{}, slots)
-	var wg sync.WaitGroup
-	errs := make([]error, len(tgs))
-	for i, tg := range tgs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			q := exec.Command("nix-store", "--query", "--requisites", sys)
-			q.Env = nixtest.DeployerEnv()
-			paths, err := q.Output()
-			if err == nil {
-				sz := exec.Command("nix-store", append([]string{"--query", "--size"}, strings.Fields(string(paths))...)...)
-				sz.Env = nixtest.DeployerEnv()
-				_, err = sz.Output()
-			}
-			if err == nil {
-				ssh := exec.Command("ssh", append(tg.SSHOptions(b), tg.Destination(), hostQueries)...)
-				ssh.Stdin = strings.NewReader(stdin)
-				var out []byte
-				out, err = ssh.Output()
-				if err == nil && strings.Count(string(out), "/nix/store/") < 4 {
-					err = fmt.Errorf("the host answered %q", out)
-				}
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
+	atMost(b, len(tgs), slots, func(i int) error {
+		q := exec.Command("nix-store", "--query", "--requisites", sys)
+		q.Env = nixtest.DeployerEnv()
+		paths, err := q.Output()
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
-	}
+		sz := exec.Command("nix-store", append([]string{"--query", "--size"}, strings.Fields(string(paths))...)...)
+		sz.Env = nixtest.DeployerEnv()
+		if _, err := sz.Output(); err != nil {
+			return err
+		}
+		ssh := exec.Command("ssh", append(tgs[i].SSHOptions(b), tgs[i].Destination(), hostQueries)...)
+		ssh.Stdin = strings.NewReader(stdin)
+		out, err := ssh.Output()
+		if err == nil && strings.Count(string(out), "/nix/store/") < 4 {
+			err = fmt.Errorf("the host answered %q", out)
+		}
+		return err
+	})
 }

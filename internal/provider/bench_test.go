@@ -88,18 +88,27 @@ func acceptedBy(tgs []*nixtest.Target) int {
 // checks each printed want.
 func readAll(b *testing.B, args [][]string, want string, slots int) {
 	b.Helper()
+	atMost(b, len(args), slots, func(i int) error {
+		out, err := exec.Command("ssh", args[i]...).Output()
+		if err == nil && strings.TrimSpace(string(out)) != want {
+			err = fmt.Errorf("read %q, want %q", out, want)
+		}
+		return err
+	})
+}
+
+// atMost runs f(0) … f(n-1), at most slots at once, as xargs -P would,
+// and fails b on the first error.
+func atMost(b *testing.B, n, slots int, f func(int) error) {
+	b.Helper()
 	sem := make(chan struct{}, slots)
 	var wg sync.WaitGroup
-	errs := make([]error, len(args))
-	for i, a := range args {
+	errs := make([]error, n)
+	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			out, err := exec.Command("ssh", a...).Output()
-			if err == nil && strings.TrimSpace(string(out)) != want {
-				err = fmt.Errorf("read %q, want %q", out, want)
-			}
-			errs[i] = err
+			errs[i] = f(i)
 		})
 	}
 	wg.Wait()
