@@ -76,7 +76,19 @@ func (r *deploymentResource) checkLocalFiles(ctx context.Context, plan *deployme
 }
 
 func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || r.data == nil {
+	if r.data == nil {
+		return
+	}
+	// The logins this run's refresh kept for the plan end with it,
+	// however it ends (a destroy's plan included).
+	var held map[string]heldNode
+	if !req.State.Raw.IsNull() {
+		var id types.String
+		req.State.GetAttribute(ctx, path.Root("id"), &id)
+		held = r.data.sessions.take(r.data.run, id.ValueString())
+		defer endSessions(held)
+	}
+	if req.Plan.Raw.IsNull() {
 		return
 	}
 	var plan deploymentModel
@@ -159,14 +171,9 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		// Nodes the refresh of this run read were logged in to a moment
 		// ago (and warned about if that failed): they are not probed again.
 		var readNow map[string]deploy.Settings
-		var held map[string]heldNode
-		if prior != nil {
-			held = r.data.sessions.take(r.data.run, prior.ID.ValueString())
-			defer endSessions(held)
-			if prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
-				v, _ := r.data.refreshedBy(deploymentKind, prior.ID.ValueString())
-				readNow, _ = v.(map[string]deploy.Settings)
-			}
+		if prior != nil && prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
+			v, _ := r.data.refreshedBy(deploymentKind, prior.ID.ValueString())
+			readNow, _ = v.(map[string]deploy.Settings)
 		}
 		r.probe(ctx, &plan, nodes, priors, readNow, held, actions, kept, &resp.Diagnostics)
 	}

@@ -1,8 +1,10 @@
 package provider_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -344,9 +346,13 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 				if got := tg.AcceptedConnections() - before; got != 1 {
 					t.Errorf("%v logged in to the node %d times, want 1", args, got)
 				}
-				// Issue 16: what the switch will do is asked over that login.
+				// Issue 16: what the switch will do is asked over that login,
+				// which ends with the plan.
 				if !strings.Contains(out, "Node n1 will switch:") || !strings.Contains(out, "copy 1 store path,") {
 					t.Errorf("%v does not say what the switch will do:\n%s", args, out)
+				}
+				if n := sessionsOpen(t); n != 0 {
+					t.Errorf("%v left %d sessions open", args, n)
 				}
 			}
 			// Converged, a plan without refresh has nothing to switch and
@@ -635,4 +641,22 @@ func TestDeploymentRevertToTheSystemTheHostRuns(t *testing.T) {
 			s.WantNoChanges()
 		})
 	}
+}
+
+// sessionsOpen counts the ssh processes of this machine holding a node's
+// read login open for a plan (deploy.Session), by their remote command.
+func sessionsOpen(t *testing.T) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if bytes.HasPrefix(b, []byte("ssh\x00")) && bytes.Contains(b, []byte("fleet-session-read")) {
+			n++
+		}
+	}
+	return n
 }
