@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 )
 
@@ -270,8 +271,11 @@ func (d *Deployer) localLines(ctx context.Context, args ...string) ([]string, er
 	cmd.Env = append(os.Environ(), d.Options.Env...)
 	out, err := d.output(cmd)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s while this machine's store was read", cause(ctx))
+		}
 		_, msg := exitOf(err, out)
-		return nil, fmt.Errorf("nix-store %s: %s", args[0], msg)
+		return nil, fmt.Errorf("nix-store %s: %s", args[0], orStr(msg, err.Error()))
 	}
 	return strings.Fields(out), nil
 }
@@ -408,10 +412,21 @@ func (d *Deployer) dryActivate(ctx context.Context, c *Conn, system string) (Uni
 	if err := d.startCopy(ctx, c, Target{Settings: c.s, System: system}).wait(ctx); err != nil {
 		return UnitChanges{}, err
 	}
-	out, err := d.run(c.Command(ctx, remote(q(system)+"/bin/switch-to-configuration dry-activate")))
+	// activation_timeout bounds it, on the host too: a dry activation
+	// that hangs ends there, not only its session.
+	secs := max(1, int(d.activationTimeout()/time.Second))
+	actx, cancel := context.WithTimeout(ctx, d.activationTimeout()+15*time.Second)
+	defer cancel()
+	out, err := d.run(c.Command(actx, remote(fmt.Sprintf("timeout -k 5 %d %s/bin/switch-to-configuration dry-activate", secs, q(system)))))
 	if err != nil {
-		_, msg := exitOf(err, out)
-		return UnitChanges{}, fmt.Errorf("switch-to-configuration dry-activate: %s", msg)
+		if ctx.Err() != nil {
+			return UnitChanges{}, fmt.Errorf("%s during the dry activation", cause(ctx))
+		}
+		exit, msg := exitOf(err, out)
+		if exit == 124 || actx.Err() != nil {
+			return UnitChanges{}, fmt.Errorf("switch-to-configuration dry-activate did not end within activation_timeout (%s) and was stopped", d.activationTimeout())
+		}
+		return UnitChanges{}, fmt.Errorf("switch-to-configuration dry-activate exited %d: %s", exit, orStr(msg, "no output"))
 	}
 	return parseDryActivate(out), nil
 }

@@ -3,8 +3,12 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
@@ -125,5 +129,39 @@ func TestSessionRefusesAnotherHostKey(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "offered "+keyOf(tg.HostKey)) || !strings.Contains(err.Error(), keyOf(other.HostKey)) {
 		t.Errorf("the refusal does not name both keys: %v", err)
+	}
+}
+
+// A dry activation that hangs is stopped after activation_timeout, on the
+// host too, and the preview falls back to the unit files, saying why.
+func TestPreviewBoundsTheDryActivation(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	dir := filepath.Join(t.TempDir(), "nixos-system-hangs")
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\n[ \"$1\" = dry-activate ] && exec sleep 3600\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(dir, "bin", "switch-to-configuration"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sys := nixtest.AddToStore(t, dir)
+	d := deployer(t, deploy.Options{ActivationTimeout: 2 * time.Second})
+	sess, err := d.OpenSession(context.Background(), targetOf(tg, "web1", sys).Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	start := time.Now()
+	p, err := d.Preview(context.Background(), sess, sys, deploy.PreviewOptions{DryActivate: true})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took > 15*time.Second || p.UnitsFrom != "unit files" || !strings.Contains(p.Text(), "did not end within activation_timeout (2s)") {
+		t.Errorf("after %s, units from %q:\n%s", took, p.UnitsFrom, p.Text())
+	}
+	if out, _ := exec.Command("pgrep", "-f", "sleep 3600").Output(); len(out) > 0 {
+		t.Errorf("the dry activation runs on: pids %s", out)
 	}
 }

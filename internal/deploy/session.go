@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -28,7 +31,6 @@ type Session struct {
 	cmd     *exec.Cmd
 	stdin   *os.File
 	errFile *os.File
-	dir     string // the control directory it made; removed by Close
 	ended   sync.Once
 	closed  sync.Once
 }
@@ -43,7 +45,7 @@ const sessionEnd = "fleet-session-read"
 // that opened it; Close removes it. ctx bounds the login and the read
 // only.
 func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error) {
-	dir, err := NewControlDir()
+	dir, err := sessionDir()
 	if err != nil {
 		return nil, err
 	}
@@ -51,10 +53,12 @@ func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error
 	t.ControlDir = dir
 	c, err := t.Open(ctx, s)
 	if err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	sess := &Session{conn: c, dir: dir}
+	// A socket of its own: two sessions to one host and user (two
+	// deployments of one host) must not share a master.
+	c.control = filepath.Join(dir, fmt.Sprintf("s%d", sessionCount.Add(1)))
+	sess := &Session{conn: c}
 	fail := func(err error) (*Session, error) {
 		sess.Close()
 		return nil, err
@@ -150,9 +154,9 @@ func (s *Session) Close() {
 	s.closed.Do(func() {
 		if s.errFile != nil {
 			_ = s.errFile.Close()
+			_ = os.Remove(s.errFile.Name())
 		}
 		s.conn.Close()
-		_ = os.RemoveAll(s.dir)
 	})
 }
 
@@ -175,6 +179,58 @@ func (s *Session) end() {
 			timer.Stop()
 		}
 	})
+}
+
+// sessionDir is the provider process's directory for its sessions'
+// sockets and temporary files, made once (0700, a name no one could have
+// taken first, holding the process's pid). A session closed removes its
+// files; a process that ends with sessions open (a refresh no plan
+// followed) cannot, so making the directory removes those of processes
+// that have ended.
+func sessionDir() (string, error) {
+	sessionDirOnce.Do(func() {
+		const pattern = "fsshs"
+		base, err := controlBase(pattern)
+		if err != nil {
+			sessionDirErr = err
+			return
+		}
+		pruneSessionDirs(base, pattern)
+		if sessionDirPath, sessionDirErr = os.MkdirTemp(base, pattern); sessionDirErr == nil {
+			sessionDirErr = os.WriteFile(filepath.Join(sessionDirPath, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600)
+		}
+	})
+	return sessionDirPath, sessionDirErr
+}
+
+var (
+	sessionDirOnce sync.Once
+	sessionDirPath string
+	sessionDirErr  error
+	sessionCount   atomic.Int64
+)
+
+// pruneSessionDirs removes the session directories this user's ended
+// processes left in base.
+func pruneSessionDirs(base, pattern string) {
+	dirs, _ := filepath.Glob(filepath.Join(base, pattern+"*"))
+	for _, dir := range dirs {
+		fi, err := os.Lstat(dir)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "pid"))
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || perr != nil || pid <= 0 {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 // sessionCloseWait bounds how long Close waits for a session to end.

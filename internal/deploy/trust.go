@@ -32,13 +32,19 @@ const socketRoom = 1 + 40 + 17
 // the sticky bit is refused: there another user could rename this one
 // away and put their own in its place.
 func NewControlDir() (string, error) {
-	const pattern = "fssh" // os.MkdirTemp adds up to 10 digits
+	base, err := controlBase("fssh")
+	if err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(base, "fssh")
+}
+
+// controlBase is the temporary directory a control directory named
+// pattern and up to 10 digits goes in (see NewControlDir).
+func controlBase(pattern string) (string, error) {
 	for _, base := range []string{os.TempDir(), "/tmp"} {
 		if len(base)+1+len(pattern)+10+socketRoom <= maxSocketPath {
-			if err := checkTempDir(base); err != nil {
-				return "", err
-			}
-			return os.MkdirTemp(base, pattern)
+			return base, checkTempDir(base)
 		}
 	}
 	return "", fmt.Errorf("no temporary directory has a path short enough for ssh's control sockets (at most %d bytes)", maxSocketPath-socketRoom)

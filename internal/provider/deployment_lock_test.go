@@ -103,7 +103,7 @@ func TestDeploymentTwoAppliesAtOnce(t *testing.T) {
 					t.Errorf("the first apply, whose activation hangs past activation_timeout, succeeded")
 				}
 				host, _ := os.Hostname()
-				if code == 0 || !strings.Contains(errOut, "deploy lock is held by fleet_ssh_deployment") || !strings.Contains(errOut, "applied on "+host+" in ") ||
+				if code == 0 || !strings.Contains(errOut, "deploy lock is held by fleet_ssh_deployment") || !strings.Contains(errOut, "run on "+host+" in ") ||
 					!strings.Contains(errOut, "lock_timeout (1s)") {
 					t.Errorf("the second apply (exit %d) did not fail naming the holder:\n%s", code, errOut)
 				}

@@ -430,7 +430,7 @@ func (r *deploymentResource) knownHostsFile(ctx context.Context, m *deploymentMo
 func holder(id string) string {
 	host, _ := os.Hostname()
 	dir, _ := os.Getwd() // the provider runs in the configuration's directory
-	return fmt.Sprintf("fleet_ssh_deployment %s, applied on %s in %s (pid %d)", id, orStr(host, "an unknown machine"), orStr(dir, "an unknown directory"), os.Getpid())
+	return fmt.Sprintf("fleet_ssh_deployment %s, run on %s in %s (pid %d)", id, orStr(host, "an unknown machine"), orStr(dir, "an unknown directory"), os.Getpid())
 }
 
 // completeStatus gives a deployment an earlier version wrote the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -50,10 +51,20 @@ func checkNodes(nodes []deployNodeModel, diags *diag.Diagnostics) map[string]boo
 func (r *deploymentResource) checkLocalFiles(ctx context.Context, plan *deploymentModel, nodes []deployNodeModel, diags *diag.Diagnostics) {
 	for i, n := range nodes {
 		if sys := n.System.ValueString(); !n.System.IsUnknown() && !n.System.IsNull() {
-			if _, err := os.Stat(sys); err != nil {
+			_, err := os.Stat(sys)
+			switch {
+			case err != nil:
 				diags.AddAttributeError(path.Root("nodes"), "System not built",
 					fmt.Sprintf("nodes[%d].system: node %s: system %s does not exist on this machine: build it first (for example nix build .#nixosConfigurations.%s.config.system.build.toplevel)",
 						i, n.Name.ValueString(), sys, n.Name.ValueString()))
+			case strings.HasSuffix(sys, "/"):
+				diags.AddAttributeError(path.Root("nodes"), "Not a system closure",
+					fmt.Sprintf("nodes[%d].system: node %s: %s ends with a slash, so the host's /run/current-system would never read the same: remove it", i, n.Name.ValueString(), sys))
+			default:
+				if _, err := os.Stat(filepath.Join(sys, "bin", "switch-to-configuration")); err != nil {
+					diags.AddAttributeError(path.Root("nodes"), "Not a system closure",
+						fmt.Sprintf("nodes[%d].system: node %s: %s has no bin/switch-to-configuration, so it is not a NixOS system to switch to: give the system's toplevel (config.system.build.toplevel)", i, n.Name.ValueString(), sys))
+				}
 			}
 		}
 	}
@@ -310,6 +321,8 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		case p.err != nil:
 			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" is unreachable",
 				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, strings.TrimRight(p.err.Error(), ".")))
+		case p.unknown != nil && ctx.Err() != nil:
+			// Interrupted: the plan ends with that.
 		case p.unknown != nil:
 			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" will switch",
 				fmt.Sprintf("Node %s will switch to %s; what the switch will do to the host is not known: %s.", name, p.node.System.ValueString(), strings.TrimRight(p.unknown.Error(), ".")))

@@ -22,6 +22,14 @@ import (
 func TestDeploymentRefusesStaticFaults(t *testing.T) {
 	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	pkgDir := filepath.Join(t.TempDir(), "nginx-1.26.2")
+	if err := os.MkdirAll(filepath.Join(pkgDir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pkgDir, "bin", "nginx"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pkg := nixtest.AddToStore(t, pkgDir)
 	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 	node := func(extra string) string {
 		return fmt.Sprintf(`{ name = "n1", host = "127.0.0.1", system = %q, host_key = %q%s }`, sys, key, extra)
@@ -70,6 +78,12 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 			[]string{"Unusable known_hosts file", "the directory /nonexistent does not exist"}},
 		{"known_hosts_file in /tmp", resource("nodes = [" + node("") + "]\nknown_hosts_file = \"/tmp/fleet-test-known-hosts\""), "plan",
 			[]string{"Unusable known_hosts file", "/tmp is a directory every user can make files in (mode 1777)", "name a file in a directory only you can write"}},
+		// Issue 16's trial: a system the host's /run/current-system can
+		// never equal, and a store path that is not a system.
+		{"a system with a trailing slash", resource("nodes = [" + strings.Replace(node(""), sys, sys+"/", 1) + "]"), "plan",
+			[]string{"Not a system closure", "nodes[0].system: node n1: " + sys + "/ ends with a slash", "remove it"}},
+		{"a package as the system", resource("nodes = [" + strings.Replace(node(""), sys, pkg, 1) + "]"), "plan",
+			[]string{"Not a system closure", "nodes[0].system: node n1: " + pkg + " has no bin/switch-to-configuration", "config.system.build.toplevel"}},
 		{"a port key", resource("nodes = [" + node(`, port = 2222`) + "]"), "validate",
 			[]string{`"port" is not expected in nodes[0]. The SSH port goes in ssh_opts: ssh_opts = ["Port=2222"].`}},
 		// FR-018: an ssh_opts item that is not a bare Key=Value, named
