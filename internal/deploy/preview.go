@@ -23,8 +23,10 @@ import (
 // reloads, and whether the change needs a reboot.
 type Preview struct {
 	Node, System string
-	// Current is the system the host runs.
-	Current string
+	// Current is the system the host runs; Verified, whether a deploy
+	// of the new system passed its verdict there (the host's record).
+	Current  string
+	Verified bool
 	// What the copy sends: the closure's paths the host's store lacks.
 	CopyPaths    int
 	CopyBytes    int64
@@ -84,7 +86,7 @@ type PreviewOptions struct {
 // system) and dry-activates it under the host's deploy lock.
 func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, opts PreviewOptions) (Preview, error) {
 	c := sess.conn
-	p := Preview{Node: c.s.Name, System: system, Current: sess.Current.System}
+	p := Preview{Node: c.s.Name, System: system, Current: sess.Current.System, Verified: sess.Current.Succeeded == system}
 	closure, sizes, err := d.localClosure(ctx, system)
 	if err != nil {
 		return p, err
@@ -522,7 +524,12 @@ func without(paths []string, path string) []string {
 func (p Preview) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Node %s will switch:\n  to   %s\n", p.Node, p.System)
-	if p.Current != "" {
+	switch {
+	case p.Current == p.System && p.Verified:
+		b.WriteString("  from the same system, which a deploy of it left there: the apply records it without activating it again\n")
+	case p.Current == p.System:
+		b.WriteString("  from the same system, which no deploy of it has judged there: the apply activates it again and judges it\n")
+	case p.Current != "":
 		fmt.Fprintf(&b, "  from %s\n", p.Current)
 	}
 	if p.CopyPaths == 0 {

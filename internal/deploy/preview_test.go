@@ -165,3 +165,49 @@ func TestPreviewBoundsTheDryActivation(t *testing.T) {
 		t.Errorf("the dry activation runs on: pids %s", out)
 	}
 }
+
+// With DryActivate the units come from the new system's own dry
+// activation, after the closure was copied; the host keeps running its
+// system.
+func TestPreviewDryActivates(t *testing.T) {
+	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
+	tg := nixtest.NewTarget(t)
+	old := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"a.service": "1", "b.service": "b"}})
+	tg.Boot(t, old)
+	sys := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"a.service": "2", "c.service": "c"}})
+	d := deployer(t, deploy.Options{})
+	sess, err := d.OpenSession(context.Background(), targetOf(tg, "web1", sys).Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	p, err := d.Preview(context.Background(), sess, sys, deploy.PreviewOptions{DryActivate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "units (advisory, from the new system's dry activation): restart a.service; start c.service; stop b.service\n"
+	if !strings.Contains(p.Text()+"\n", want) || !tg.HasPath(t, sys) || tg.CurrentSystem() != old {
+		t.Errorf("preview:\n%s\nwant %q, the closure copied (%v) and %s still running (%s)", p.Text(), want, tg.HasPath(t, sys), old, tg.CurrentSystem())
+	}
+}
+
+// A host that runs the system already is said to, with what the apply
+// then does.
+func TestPreviewOfTheSystemTheHostRuns(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, sys)
+	d := deployer(t, deploy.Options{})
+	sess, err := d.OpenSession(context.Background(), targetOf(tg, "web1", sys).Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	p, err := d.Preview(context.Background(), sess, sys, deploy.PreviewOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := p.Text(); !strings.Contains(text, "from the same system, which no deploy of it has judged there: the apply activates it again") || !strings.Contains(text, "copy nothing") {
+		t.Errorf("preview:\n%s", text)
+	}
+}

@@ -297,7 +297,26 @@ switch)
 	exit
 	;;
 dry-activate)
+	# As NixOS's does, in small: the units whose files differ from the
+	# running system's.
+	cur=$(readlink -f /run/current-system)
+	stop= restart= start=
+	for f in "$cur"/etc/systemd/system/*; do
+		[ -f "$f" ] || continue
+		u=${f##*/}
+		if [ ! -e "$self/etc/systemd/system/$u" ]; then
+			stop="$stop${stop:+, }$u"
+		elif [ "$(readlink -f "$f")" != "$(readlink -f "$self/etc/systemd/system/$u")" ]; then
+			restart="$restart${restart:+, }$u"
+		fi
+	done
+	for f in "$self"/etc/systemd/system/*; do
+		[ -f "$f" ] && [ ! -e "$cur/etc/systemd/system/${f##*/}" ] && start="$start${start:+, }${f##*/}"
+	done
+	[ -z "$stop" ] || log "would stop the following units: $stop"
 	log "would activate the configuration..."
+	[ -z "$restart" ] || log "would restart the following units: $restart"
+	[ -z "$start" ] || log "would start the following units: $start"
 	exit 0
 	;;
 esac

@@ -404,7 +404,8 @@ func (t *Target) SSHOptions(tb TB) []string {
 // Boot makes system the target's running system, as if it had booted into
 // it: it copies system's closure from the deployer's store into the
 // target's (nix-store --export | --import, no SSH), sets the system profile
-// to it and points /run/current-system and the boot entry at it. It is not
+// to it and points /run/current-system, /run/booted-system and the boot
+// entry at it. It is not
 // recorded in Calls.
 func (t *Target) Boot(tb TB, system string) {
 	tb.Helper()
@@ -426,7 +427,7 @@ func (t *Target) Boot(tb TB, system string) {
 	export.Stdout = w
 	var exportErr bytes.Buffer
 	export.Stderr = &exportErr
-	script := `nix-store --import >/dev/null && nix-env -p "$1" --set "$2" && ln -sfn "$2" /run/current-system`
+	script := `nix-store --import >/dev/null && nix-env -p "$1" --set "$2" && ln -sfn "$2" /run/current-system && ln -sfn "$2" /run/booted-system`
 	imp := t.command("/bin/sh", "-ec", script, "sh", ProfilePath, system)
 	imp.Stdin = r
 	var impOut bytes.Buffer
