@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -243,7 +242,7 @@ func BenchmarkReadCurrent(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
-				bounded(b, n, slots, func(i int) error {
+				nixtest.AtMost(b, n, slots, func(i int) error {
 					c, err := d.ReadCurrent(context.Background(), nodes[i].Settings)
 					if err == nil && c.System != sys {
 						err = fmt.Errorf("read %q", c.System)
@@ -252,7 +251,7 @@ func BenchmarkReadCurrent(b *testing.B) {
 				})
 				engine += time.Since(start)
 				start = time.Now()
-				bounded(b, n, slots, func(i int) error {
+				nixtest.AtMost(b, n, slots, func(i int) error {
 					out, err := exec.Command("ssh", args[i]...).Output()
 					if err == nil && strings.TrimSpace(string(out)) != sys {
 						err = fmt.Errorf("read %q", out)
@@ -265,26 +264,5 @@ func BenchmarkReadCurrent(b *testing.B) {
 			b.ReportMetric(float64(openssh.Milliseconds())/float64(b.N), "openssh_ms")
 			b.ReportMetric(engine.Seconds()/openssh.Seconds(), "ratio")
 		})
-	}
-}
-
-// bounded runs f(0..n-1), at most slots at once, and fails b on an error.
-func bounded(b *testing.B, n, slots int, f func(int) error) {
-	b.Helper()
-	sem := make(chan struct{}, slots)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = f(i)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
 	}
 }

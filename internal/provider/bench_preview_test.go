@@ -112,7 +112,7 @@ olds=$(nix-store --query --requisites "$cur"); nix-store --query --size $olds`
 // at a time: the local closure and sizes, then one ssh.
 func previewByHand(b *testing.B, tgs []*nixtest.Target, sys, stdin string, slots int) {
 	b.Helper()
-	atMost(b, len(tgs), slots, func(i int) error {
+	nixtest.AtMost(b, len(tgs), slots, func(i int) error {
 		q := exec.Command("nix-store", "--query", "--requisites", sys)
 		q.Env = nixtest.DeployerEnv()
 		paths, err := q.Output()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,33 +87,11 @@ func acceptedBy(tgs []*nixtest.Target) int {
 // checks each printed want.
 func readAll(b *testing.B, args [][]string, want string, slots int) {
 	b.Helper()
-	atMost(b, len(args), slots, func(i int) error {
+	nixtest.AtMost(b, len(args), slots, func(i int) error {
 		out, err := exec.Command("ssh", args[i]...).Output()
 		if err == nil && strings.TrimSpace(string(out)) != want {
 			err = fmt.Errorf("read %q, want %q", out, want)
 		}
 		return err
 	})
-}
-
-// atMost runs f(0) … f(n-1), at most slots at once, as xargs -P would,
-// and fails b on the first error.
-func atMost(b *testing.B, n, slots int, f func(int) error) {
-	b.Helper()
-	sem := make(chan struct{}, slots)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = f(i)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
 }
