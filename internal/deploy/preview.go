@@ -32,8 +32,6 @@ type Preview struct {
 	CopyBytes    int64
 	ClosurePaths int
 	ClosureBytes int64
-	// Missing are the paths copied, in closure order.
-	Missing []string
 	// Packages is the package-level difference between the closures,
 	// when the running system's closure could be read; SizeDelta is the
 	// closure's growth in bytes.
@@ -122,16 +120,10 @@ func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, op
 	if host.current != "" {
 		p.Current = host.current
 	}
-	missing := map[string]bool{}
+	// The host names the closure's paths it lacks: the copy sends those.
+	p.CopyPaths = len(host.invalid)
 	for _, path := range host.invalid {
-		missing[path] = true
-	}
-	for _, path := range closure {
-		if missing[path] {
-			p.Missing = append(p.Missing, path)
-			p.CopyPaths++
-			p.CopyBytes += sizes[path]
-		}
+		p.CopyBytes += sizes[path]
 	}
 	if wantOld == "old" {
 		oldClosure, oldSizes = host.oldPaths, host.oldSizes

@@ -2,8 +2,6 @@ package deploy
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -22,28 +20,14 @@ func (c Current) Runs(system string) bool { return c.System == system && c.Succe
 
 // ReadCurrent reads a node's current system (refresh, drift) and the key
 // it showed; a key other than its pin or recorded key is refused with
-// both named.
+// both named. It is a session (OpenSession) ended at once.
 func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error) {
-	c, err := d.Transport.Open(ctx, s)
+	sess, err := d.OpenSession(ctx, s)
 	if err != nil {
 		return Current{}, err
 	}
-	defer c.Close()
-	out, err := d.output(c.readCommand(ctx, remote(readCurrentScript)))
-	if err != nil {
-		if ctx.Err() != nil {
-			return Current{}, fmt.Errorf("%s before the host was read", cause(ctx))
-		}
-		_, msg := exitOf(err, out)
-		if hostKeyRefused(msg) {
-			msg, hint, _ := d.hostKeyMismatch(ctx, c, s)
-			return Current{}, fmt.Errorf("%s. Fix: %s", msg, hint)
-		}
-		return Current{}, errors.New(msg)
-	}
-	current := parseCurrent(out)
-	current.HostKey = c.SeenKey(ctx)
-	return current, nil
+	sess.Close()
+	return sess.Current, nil
 }
 
 // parseCurrent reads what readCurrentScript printed.

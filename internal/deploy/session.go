@@ -39,11 +39,12 @@ type Session struct {
 // it waits.
 const sessionEnd = "fleet-session-read"
 
-// OpenSession logs in to node s, reads its current system as ReadCurrent
-// does and keeps the login for Preview. The session's control socket is
-// in a private directory of its own, so that it outlives the deployer
-// that opened it; Close removes it. ctx bounds the login and the read
-// only.
+// OpenSession logs in to node s, reads its current system and the key it
+// showed (a key other than its pin or recorded key is refused with both
+// named), and keeps the login for Preview. The session's control socket
+// and files are in the process's session directory (sessionDir), so that
+// they outlive the deployer that opened it; Close removes them. ctx
+// bounds the login and the read only.
 func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error) {
 	dir, err := sessionDir()
 	if err != nil {
@@ -67,7 +68,6 @@ func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error
 	script := remote(readCurrentScript + "\necho " + sessionEnd + "\nexec cat >/dev/null")
 	// Not ctx: the session lives on after the read; Close ends it.
 	sess.cmd = t.command(context.Background(), t.ssh(), append(args, "--", script)...)
-	sess.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var in, out, w *os.File
 	if in, sess.stdin, err = os.Pipe(); err != nil {
 		return fail(err)
@@ -134,9 +134,6 @@ func readUntil(ctx context.Context, f *os.File, end string) ([]string, error) {
 	}
 	return nil, errors.New("ended before the host was read")
 }
-
-// Conn is the session's connection: commands over it ride its login.
-func (s *Session) Conn() *Conn { return s.conn }
 
 // waitErr is how the session's ssh ended, once Close has waited for it.
 func (s *Session) waitErr() error {

@@ -359,13 +359,6 @@ func (c *Conn) asRoot(remote string) string {
 // login user sees (on NixOS, those of /run/current-system/sw/bin).
 const SudoPrefix = `sudo -n -- env "PATH=$PATH" ${NIX_CONF_DIR:+"NIX_CONF_DIR=$NIX_CONF_DIR"}`
 
-// readCommand is FreshCommand for a read of the node: it also records the
-// key the host shows when the host-key options are not the deployment's
-// own (see SeenKey).
-func (c *Conn) readCommand(ctx context.Context, remote string) *exec.Cmd {
-	return c.t.command(ctx, c.t.ssh(), append(c.recording(c.FreshArgs()), "--", remote)...)
-}
-
 // recording adds the option that records the key the host shows to args,
 // when SeenKey needs it.
 func (c *Conn) recording(args []string) []string {
