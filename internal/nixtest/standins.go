@@ -101,14 +101,20 @@ run() {
 	setsid -f env -i PATH=` + SessionPath + ` NIX_CONF_DIR=` + stateLink + `/etc/nix \
 		"$state/libexec/unit-runner" "$dir" "$max" "$@"
 }
+if [ "$pipe" = 1 ] || [ "$wait" = 1 ]; then
+	# Like the real client, it waits for the unit without polling: the
+	# runner writes a line to this FIFO once it has recorded the exit
+	# status, and the client holds the FIFO open from before the start,
+	# so the line is never lost.
+	mkfifo "$dir/done" && exec 5<>"$dir/done" || exit 1
+fi
 if [ "$pipe" = 1 ]; then
-	run "$@"
+	run "$@" 5>&-
 else
-	run "$@" </dev/null >>"$dir/journal" 2>&1
+	run "$@" </dev/null >>"$dir/journal" 2>&1 5>&-
 fi
 if [ "$pipe" = 1 ] || [ "$wait" = 1 ]; then
-	# Like the real client: wait for the unit, then exit with its status.
-	while [ ! -e "$dir/exit" ]; do sleep 0.05; done
+	read -r _ <&5
 	exit "$(cat "$dir/exit")"
 fi
 [ "$quiet" = 1 ] || echo "Running as unit: $unit" >&2
@@ -157,6 +163,10 @@ fi >> "$dir/journal"
 echo "$result" > "$dir/result"
 echo "$client" > "$dir/exit.tmp"
 mv "$dir/exit.tmp" "$dir/exit"
+# A waiting client reads this; opened read-write, it never blocks.
+if [ -p "$dir/done" ]; then
+	exec 4<>"$dir/done" && echo >&4
+fi
 `
 
 const systemctlScript = `#!/bin/sh
