@@ -434,21 +434,9 @@ systemctl --failed --plain --no-legend 2>/dev/null | awk '{print $1}'`, settle)
 		// system and the user checks decide.
 		script = "readlink -f /run/current-system || echo\necho running\necho --failed--"
 	}
-	// The new login and the reading over the master run side by side.
-	fresh := make(chan error, 1)
-	go func() {
-		out, err := d.output(c.FreshCommand(ctx, "true"))
-		if err != nil {
-			_, msg := exitOf(err, out)
-			err = errors.New(msg)
-		}
-		fresh <- err
-	}()
-	out, err := d.output(c.Command(ctx, remote(script)))
-	if ferr := <-fresh; ferr != nil {
-		o.ReconnectError = ferr.Error()
-		return o
-	}
+	// The reading is the new login's command: one session on the host
+	// for both.
+	out, err := d.output(c.FreshCommand(ctx, remote(script)))
 	if err != nil {
 		_, o.ReconnectError = exitOf(err, out)
 		return o
