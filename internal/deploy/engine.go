@@ -81,7 +81,7 @@ type Options struct {
 	LockTimeout       time.Duration
 	Verdict           VerdictSpec
 	// Parallelism is how many nodes deploy at once (at least 1); nodes
-	// start in list order.
+	// start in list order, each once the one before it has its lock.
 	Parallelism int
 	// MaxFailures stops starting nodes once more than this many failed;
 	// nil: no limit, every node is tried (FR-002).
@@ -203,6 +203,12 @@ func (d *Deployer) note(node string, step StepName, format string, args ...any) 
 // deadline), no new node starts and the nodes never started are returned
 // Pending. onResult is called after each node, from the goroutine that
 // deployed it.
+//
+// A node starts once the one before it has logged in and its host's lock
+// has answered (held, or waited for), or it has ended: logins come one at
+// a time, as a jump host's sshd wants them (MaxStartups), and nodes that
+// start together do not stay in step, all copying at once, then all
+// waiting on their activations.
 func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Result)) []Result {
 	out := make([]Result, len(nodes))
 	slots := make(chan struct{}, max(1, d.Options.Parallelism))
@@ -239,10 +245,14 @@ func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Res
 		// Started here, not in its goroutine: nodes start in list order.
 		d.emit(Event{Kind: EventNodeStarted, Node: n.Name, Message: "DEPLOYING " + n.Name})
 		wg.Add(1)
+		begun := make(chan struct{})
+		var once sync.Once
+		next := func() { once.Do(func() { close(begun) }) }
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			r := d.node(ctx, n)
+			defer next()
+			r := d.node(ctx, n, next)
 			d.emit(Event{Kind: EventNodeEnded, Node: n.Name, Step: r.Step, Message: fmt.Sprintf("%s %s: %s", n.Name, r.Phase, r.Message),
 				Outcome: string(r.Phase), Took: r.Finished.Sub(r.Started)})
 			if r.Failed() {
@@ -255,6 +265,10 @@ func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Res
 				onResult(r)
 			}
 		}()
+		select {
+		case <-begun:
+		case <-ctx.Done():
+		}
 	}
 	wg.Wait()
 	return out

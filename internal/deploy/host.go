@@ -61,7 +61,9 @@ type lockSession struct {
 // another deployment to let go of it, or until ctx ends. The session's
 // own context is not ctx: once held, the lock is kept until release, so
 // that an interrupted node still holds it while its record is made.
-func (d *Deployer) takeLock(ctx context.Context, c *Conn) (*lockSession, error) {
+// onWait, when not nil, is called once another deployment is found to
+// hold the lock and the wait has begun.
+func (d *Deployer) takeLock(ctx context.Context, c *Conn, onWait func()) (*lockSession, error) {
 	wait := max(int(d.Options.LockTimeout/time.Second), 0)
 	lctx, kill := context.WithCancel(context.WithoutCancel(ctx))
 	l := &lockSession{kill: kill, lines: make(chan string, 16), exited: make(chan struct{})}
@@ -111,6 +113,9 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn) (*lockSession, error) 
 		if time.Since(noted) >= lockWaitNoteEvery {
 			noted = time.Now()
 			d.note(c.s.Name, StepLock, "waiting for the host's deploy lock, held by %s (lock_timeout %s)", orNone(strings.TrimSpace(holder)), d.Options.LockTimeout)
+			if onWait != nil {
+				onWait()
+			}
 		}
 		line, err = l.next(ctx)
 	}

@@ -70,6 +70,9 @@ type nodeRun struct {
 	d *Deployer
 	n Target
 	r Result
+	// begun is called once the lock step has ended, or its wait for
+	// another deployment's lock has begun: the next node may start.
+	begun func()
 
 	c    *Conn
 	lock *lockSession
@@ -93,12 +96,17 @@ const (
 	activationEnded
 )
 
-// node runs n's sequence, one step after the other.
-func (d *Deployer) node(ctx context.Context, n Target) Result {
-	nr := &nodeRun{d: d, n: n, exit: -1, sshWorks: true,
+// node runs n's sequence, one step after the other; begun is called once
+// the lock step has ended or has begun waiting for another deployment.
+func (d *Deployer) node(ctx context.Context, n Target, begun func()) Result {
+	nr := &nodeRun{d: d, n: n, begun: begun, exit: -1, sshWorks: true,
 		r: Result{Name: n.Name, Host: n.Host, Phase: PhasePending, Started: time.Now().UTC(), Outcomes: map[Condition]Outcome{}}}
 	for _, s := range nr.sequence() {
-		if !nr.step(ctx, s) {
+		ok := nr.step(ctx, s)
+		if s == lockStep {
+			nr.begun()
+		}
+		if !ok {
 			break
 		}
 	}

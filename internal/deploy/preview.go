@@ -398,7 +398,7 @@ func localInhibitors(system string) string {
 // dryActivate copies system to the host and runs its
 // switch-to-configuration dry-activate under the host's deploy lock.
 func (d *Deployer) dryActivate(ctx context.Context, c *Conn, system string) (UnitChanges, error) {
-	lock, err := d.takeLock(ctx, c)
+	lock, err := d.takeLock(ctx, c, nil)
 	if err != nil {
 		return UnitChanges{}, err
 	}

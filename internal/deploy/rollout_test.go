@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +106,74 @@ func TestDeployWithParallelism(t *testing.T) {
 	}
 	if most := acts.most(); most > 3 || most < 2 {
 		t.Errorf("at most %d activations ran at once, want 2 or 3 with parallelism 3", most)
+	}
+}
+
+// Rollout (issue 14): nodes of a parallel rollout start one after the
+// other, each once the node before it has logged in and its host's lock
+// has answered: logins come one at a time (a jump host's sshd drops
+// unauthenticated connections beyond MaxStartups), and the nodes do not
+// run in step. A node whose host's lock is held by another deployment
+// does not hold back the next: the lock's first answer is "held by".
+func TestDeployStartsEachNodeOnceTheOneBeforeHasItsLock(t *testing.T) {
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tgs := fleetOf(t, 4, old)
+	tgs[0].HoldDeployLock(t, "apply A")
+	d := deployer(t, deploy.Options{Parallelism: 4, LockTimeout: 4 * time.Second,
+		Verdict: deploy.VerdictSpec{ConfirmTimeout: 5 * time.Second, SettleTimeout: 2 * time.Second}})
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	log := d.Options.Log
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case e.Kind == deploy.EventNodeStarted:
+			events = append(events, e.Node+" started")
+		case e.Kind == deploy.EventNodeEnded:
+			events = append(events, e.Node+" ended")
+		case e.Kind == deploy.EventStepEnded && e.Step == deploy.StepLock:
+			events = append(events, e.Node+" lock step ended")
+		case e.Kind == deploy.EventNote && e.Step == deploy.StepLock:
+			events = append(events, e.Node+" waits")
+		}
+	}
+	var nodes []deploy.Target
+	for i, tg := range tgs {
+		nodes = append(nodes, targetOf(tg, fmt.Sprintf("n%d", i+1), sys))
+	}
+	res := d.Deploy(context.Background(), nodes, nil)
+	if res[0].Phase != deploy.PhaseFailed || !strings.Contains(res[0].Message, "apply A") {
+		t.Errorf("n1: %s %q, want Failed naming the lock's holder", res[0].Phase, res[0].Message)
+	}
+	for _, r := range res[1:] {
+		wantPhase(t, r, deploy.PhaseSucceeded)
+	}
+	index := func(ev string) int {
+		for i, e := range events {
+			if e == ev {
+				return i
+			}
+		}
+		t.Fatalf("no %q in %v", ev, events)
+		return -1
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if index("n2 started") > index("n1 lock step ended") {
+		t.Errorf("n2 started after n1 stopped waiting for its host's lock: a node waiting held the rollout back: %v", events)
+	}
+	if index("n2 started") < index("n1 waits") {
+		t.Errorf("n2 started before n1's host answered: %v", events)
+	}
+	for _, pair := range [][2]string{{"n2", "n3"}, {"n3", "n4"}} {
+		if index(pair[1]+" started") < index(pair[0]+" lock step ended") {
+			t.Errorf("%s started before %s held its host's lock: %v", pair[1], pair[0], events)
+		}
 	}
 }
 

@@ -57,7 +57,7 @@ var lockStep = &step{
 		// whoever holds the lock: it runs while the lock is taken, and is
 		// abandoned if the lock is not.
 		nr.copy = nr.d.startCopy(ctx, nr.c, nr.n)
-		l, err := nr.d.takeLock(ctx, nr.c)
+		l, err := nr.d.takeLock(ctx, nr.c, nr.begun)
 		if err != nil {
 			return err
 		}
