@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -793,5 +794,70 @@ func TestDeployAgentWithTooManyKeysIsALoginRefused(t *testing.T) {
 	}
 	if len(tg.Calls()) != 0 || tg.CurrentSystem() != old {
 		t.Errorf("the node was changed: %v", tg.Calls())
+	}
+}
+
+// The lock prunes the runs' directories on the host (the activation's
+// output, the watchdog's decision) to the latest 10, oldest first, and
+// leaves fewer alone.
+func TestDeployKeepsTheLatestRuns(t *testing.T) {
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	// plant makes run directories, each a minute newer than the one
+	// before, the first ago old.
+	plant := func(ago time.Duration, names ...string) {
+		for i, name := range names {
+			dir := tg.Path("/run/fleet-deploy/" + name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			when := time.Now().Add(-ago + time.Duration(i)*time.Minute)
+			if err := os.Chtimes(dir, when, when); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	runs := func() []string {
+		entries, err := os.ReadDir(tg.Path("/run/fleet-deploy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			if e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	// The first deploy's watchdog may still be ending when the second
+	// one locks.
+	d := deployer(t, deploy.Options{LockTimeout: 30 * time.Second})
+	deployNew := func() {
+		t.Helper()
+		sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: time.Duration(len(runs())) * time.Millisecond})
+		wantPhase(t, d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", sys)}, nil)[0], deploy.PhaseSucceeded)
+	}
+	plant(time.Hour, "a1", "a2", "a3", "a4", "a5")
+	deployNew()
+	if got := runs(); len(got) != 6 || !slices.Contains(got, "a1") {
+		t.Fatalf("after a deploy beside 5 earlier runs the host keeps %v, want all 5 and the new one", got)
+	}
+	plant(10*time.Hour, "b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8")
+	deployNew()
+	got := runs()
+	if len(got) != 11 {
+		t.Fatalf("after a deploy beside 14 earlier runs the host keeps %d: %v, want the latest 10 and the new run", len(got), got)
+	}
+	for _, name := range []string{"b1", "b2", "b3", "b4"} {
+		if slices.Contains(got, name) {
+			t.Errorf("the old run %s was kept: %v", name, got)
+		}
+	}
+	for _, name := range []string{"b5", "b8", "a1", "a5"} {
+		if !slices.Contains(got, name) {
+			t.Errorf("run %s, one of the latest 10, was removed: %v", name, got)
+		}
 	}
 }

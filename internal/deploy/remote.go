@@ -48,21 +48,24 @@ func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" 
 // process on the host until lock_timeout.
 func lockScript(holder string, waitSeconds int) string {
 	return remote(fmt.Sprintf(`exec 9>>%[1]s 8>>%[7]s || exit 2
-end=$(($(date +%%s) + %[3]d))
+end=
 until flock -n 9; do
+[ -n "$end" ] || end=$(($(date +%%s) + %[3]d))
 [ "$(date +%%s)" -lt "$end" ] || { echo "busy $(cat %[2]s 2>/dev/null)"; exit 3; }
 echo "wait $(cat %[2]s 2>/dev/null)"; sleep 0.5
 done
 until flock -n 8; do
+[ -n "$end" ] || end=$(($(date +%%s) + %[3]d))
 [ "$(date +%%s)" -lt "$end" ] || { echo %[8]s; exit 3; }
 echo %[9]s; sleep 0.5
 done
-ls -1dt %[10]s/*/ 2>/dev/null | tail -n +%[11]d | while read -r old; do rm -rf "$old"; done
-flock -u 8; exec 8>&-
+set -- %[10]s/*/
+[ $# -le %[12]d ] || ls -1dt %[10]s/*/ 2>/dev/null | tail -n +%[11]d | while read -r old; do rm -rf "$old"; done
+exec 8>&-
 printf '%%s\n' %[4]s > %[2]s; echo locked
 %[5]s
-echo %[6]s; cat >/dev/null; rm -f %[2]s; exit 0`, LockFile, HolderFile, waitSeconds, q(holder), readScript, readEnd, GuardFile,
-		q("busy "+guardHolder), q("wait "+guardHolder), stateDir, keptRuns+1))
+echo %[6]s; `+waitForEOF+`; rm -f %[2]s; exit 0`, LockFile, HolderFile, waitSeconds, q(holder), readScript, readEnd, GuardFile,
+		q("busy "+guardHolder), q("wait "+guardHolder), stateDir, keptRuns+1, keptRuns))
 }
 
 // keptRuns is how many of the latest runs' directories (the activation's
@@ -85,7 +88,16 @@ const readEnd = "--read--"
 const readScript = `readlink -f /run/current-system || echo
 if systemd-detect-virt --container >/dev/null 2>&1; then echo container; else echo bare; fi
 if [ -d /run/systemd/system ]; then echo systemd; else echo nosystemd; fi
-cat ` + succeededFile + ` 2>/dev/null || echo`
+` + readSucceeded
+
+// readSucceeded prints the line of succeededFile, or an empty line, with
+// the shell's builtins only: the scripts that read a host run on every
+// node of every plan, and each process they start costs.
+const readSucceeded = `fleet_ok=; read -r fleet_ok 2>/dev/null <` + succeededFile + `; printf '%s\n' "$fleet_ok"`
+
+// waitForEOF waits, with the shell's builtins only, for the standard input
+// to close: the deployer ends a session that way.
+const waitForEOF = `while read -r _; do :; done`
 
 // succeededFile names the last system a deploy finished on the host with a
 // passing verdict: a host that runs a system kept after a failing verdict
@@ -95,7 +107,7 @@ const succeededFile = stateDir + "/succeeded"
 // readCurrentScript prints the current system (refresh, drift), then the
 // last system a deploy finished there with a passing verdict.
 const readCurrentScript = `readlink -f /run/current-system || echo
-cat ` + succeededFile + ` 2>/dev/null || echo`
+` + readSucceeded
 
 // watchdogScript waits for the activation of run to end, then for the
 // decision on it: the deployer's confirmation, or its request to switch

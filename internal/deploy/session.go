@@ -65,7 +65,7 @@ func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error
 		return nil, err
 	}
 	args := c.recording(c.args("ControlMaster=yes", "ControlPath="+c.control, "ControlPersist=no"))
-	script := remote(readCurrentScript + "\necho " + sessionEnd + "\nexec cat >/dev/null")
+	script := remote(readCurrentScript + "\necho " + sessionEnd + "\n" + waitForEOF)
 	// Not ctx: the session lives on after the read; Close ends it.
 	sess.cmd = t.command(context.Background(), t.ssh(), append(args, "--", script)...)
 	var in, out, w *os.File

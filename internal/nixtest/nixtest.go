@@ -464,6 +464,10 @@ func (t *Target) HasPath(tb TB, path string) bool {
 	return false
 }
 
+// Path is where path of the target's file system view is on this machine,
+// for a test to read or plant files there.
+func (t *Target) Path(path string) string { return t.nsRoot + path }
+
 // Exists reports whether path exists in the target's file system view.
 func (t *Target) Exists(path string) bool {
 	_, err := os.Lstat(t.nsRoot + path)
