@@ -19,11 +19,13 @@ const noSystemd = `no_systemd() {
 [ -d /run/systemd/system ] || no_systemd
 `
 
-// unitName normalises a unit name as systemd does: no suffix means .service.
+// unitName normalises a unit name as systemd does: no suffix means
+// .service. It sets un rather than printing, so that a caller needs no
+// subshell: the stand-ins run on every activation, and a fork costs.
 const unitName = `unit_name() {
 	case "$1" in
-	*.service|*.scope|*.timer|*.socket|*.target|*.mount|*.path|*.slice) printf '%s\n' "$1" ;;
-	*) printf '%s.service\n' "$1" ;;
+	*.service|*.scope|*.timer|*.socket|*.target|*.mount|*.path|*.slice) un=$1 ;;
+	*) un=$1.service ;;
 	esac
 }
 `
@@ -67,14 +69,20 @@ if [ $# -eq 0 ]; then
 	echo "Command line to execute required." >&2
 	exit 1
 fi
-for p in $(printf '%s' "$props" | sed -n 's/^RuntimeMaxSec=//p'); do
+set -f; ifs=$IFS; IFS=$nl
+for p in $props; do
+	case "$p" in
+	RuntimeMaxSec=*) p=${p#RuntimeMaxSec=} ;;
+	*) continue ;;
+	esac
 	case "${p%s}" in
 	*[!0-9]*|'') echo "systemd-run (nixtest stand-in): RuntimeMaxSec=$p: only whole seconds (N or Ns) are supported" >&2; exit 1 ;;
 	*) max=${p%s} ;;
 	esac
 done
+IFS=$ifs; set +f
 [ -n "$unit" ] || unit=run-u$$
-unit=$(unit_name "$unit")
+unit_name "$unit"; unit=$un
 
 # The record, one directory per call, named so that they sort by time.
 rec="$state/systemd-run/$(date +%s%N)-$$"
@@ -115,7 +123,8 @@ else
 fi
 if [ "$pipe" = 1 ] || [ "$wait" = 1 ]; then
 	read -r _ <&5
-	exit "$(cat "$dir/exit")"
+	read -r st <"$dir/exit"
+	exit "$st"
 fi
 [ "$quiet" = 1 ] || echo "Running as unit: $unit" >&2
 exit 0
@@ -192,11 +201,13 @@ shift # --nixtest-end; what is left are the verb's arguments
 
 failed_units() { cat "$state/failed-units" 2>/dev/null; }
 
+# system_state sets s, with builtins only.
 system_state() {
-	s=$(cat "$state/system-state" 2>/dev/null)
-	if [ -n "$s" ]; then echo "$s"
-	elif [ -n "$(failed_units)" ]; then echo degraded
-	else echo running
+	s=
+	[ -f "$state/system-state" ] && read -r s <"$state/system-state"
+	if [ -n "$s" ]; then :
+	elif [ -s "$state/failed-units" ]; then s=degraded
+	else s=running
 	fi
 }
 
@@ -212,11 +223,11 @@ unit_state() {
 [ -n "$verb" ] || { [ "$failed" = 1 ] && verb=list-units; }
 case "$verb" in
 is-system-running)
-	s=$(system_state)
+	system_state
 	if [ "$wait" = 1 ]; then
 		while [ "$s" = initializing ] || [ "$s" = starting ]; do
 			sleep 0.05
-			s=$(system_state)
+			system_state
 		done
 	fi
 	[ "$quiet" = 1 ] || echo "$s"
@@ -225,12 +236,15 @@ is-system-running)
 	;;
 list-units)
 	# --plain --no-legend form: unit load active sub description
-	failed_units | while read -r u; do
-		[ -n "$u" ] && printf '%s loaded failed failed %s\n' "$u" "$u"
-	done
+	if [ -f "$state/failed-units" ]; then
+		while read -r u; do
+			[ -n "$u" ] && printf '%s loaded failed failed %s\n' "$u" "$u"
+		done <"$state/failed-units"
+	fi
 	for d in "$state"/units/*; do
 		[ -e "$d/exit" ] || continue
-		[ "$(cat "$d/result")" = success ] && continue
+		read -r r <"$d/result"
+		[ "$r" = success ] && continue
 		printf '%s loaded failed failed %s\n' "${d##*/}" "${d##*/}"
 	done
 	exit 0
@@ -239,7 +253,8 @@ is-active|is-failed)
 	rc=3
 	[ "$verb" = is-failed ] && rc=1
 	for u in "$@"; do
-		s=$(unit_state "$(unit_name "$u")")
+		unit_name "$u"
+		s=$(unit_state "$un")
 		[ "$quiet" = 1 ] || echo "$s"
 		if [ "$verb" = is-active ] && [ "$s" = active ]; then rc=0; fi
 		if [ "$verb" = is-failed ] && [ "$s" = failed ]; then rc=0; fi
@@ -248,7 +263,8 @@ is-active|is-failed)
 	;;
 stop|kill)
 	for u in "$@"; do
-		d="$state/units/$(unit_name "$u")"
+		unit_name "$u"
+		d="$state/units/$un"
 		[ -e "$d/pid" ] && [ ! -e "$d/exit" ] || continue
 		kill -TERM "-$(cat "$d/pid")" 2>/dev/null
 		if [ "$verb" = stop ]; then
@@ -293,7 +309,8 @@ while [ $# -gt 0 ]; do
 	shift
 done
 if [ -n "$unit" ]; then
-	f="$state/units/$(unit_name "$unit")/journal"
+	unit_name "$unit"
+	f="$state/units/$un/journal"
 else
 	f="$state/activation.log"
 fi
