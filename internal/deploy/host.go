@@ -430,10 +430,12 @@ func (d *Deployer) activationExit(ctx context.Context, c *Conn, run string) (int
 func (d *Deployer) observe(ctx context.Context, c *Conn, n Target, exit int, systemd bool) Observed {
 	o := Observed{ActivationExit: exit}
 	settle := int(d.settleTimeout() / time.Second)
+	// The state is the last line before --failed--, a failed unit the
+	// first word of each line after it.
 	script := fmt.Sprintf(`readlink -f /run/current-system || echo
-timeout %d systemctl is-system-running --wait 2>/dev/null | tail -n 1 || true
+timeout %d systemctl is-system-running --wait 2>/dev/null
 echo --failed--
-systemctl --failed --plain --no-legend 2>/dev/null | awk '{print $1}'`, settle)
+systemctl --failed --plain --no-legend 2>/dev/null`, settle)
 	if !systemd {
 		// No systemd to settle or to list failed units: the current
 		// system and the user checks decide.
@@ -455,10 +457,14 @@ systemctl --failed --plain --no-legend 2>/dev/null | awk '{print $1}'`, settle)
 	if len(lines) > 1 {
 		o.SystemState = strings.TrimSpace(lines[len(lines)-1])
 	}
-	for _, u := range strings.Fields(failed) {
+	for _, line := range strings.Split(failed, "\n") {
+		words := strings.Fields(line)
+		if len(words) == 0 {
+			continue
+		}
 		// The deploy's own transient units are not the system's; a unit
 		// of the system named fleet-something is.
-		if !strings.HasPrefix(u, "fleet-activate-") && !strings.HasPrefix(u, "fleet-watchdog-") {
+		if u := words[0]; !strings.HasPrefix(u, "fleet-activate-") && !strings.HasPrefix(u, "fleet-watchdog-") {
 			o.FailedUnits = append(o.FailedUnits, u)
 		}
 	}

@@ -138,7 +138,7 @@ const (
 // already, and prints the decision that stands.
 func decideScript(run, decision string) string {
 	link := q(stateDir + "/" + run + "/decision")
-	return "ln -s " + decision + " " + link + " 2>/dev/null; readlink " + link
+	return "if ln -s " + decision + " " + link + " 2>/dev/null; then echo " + decision + "; else readlink " + link + "; fi"
 }
 
 // profileScript points the system profile at system (a new generation).
@@ -149,7 +149,7 @@ func profileScript(system string) string {
 // markScript records on the host that system was deployed with a passing
 // verdict (see succeededFile).
 func markScript(system string) string {
-	return "{ mkdir -p " + q(stateDir) + " && printf '%s\\n' " + q(system) + " > " + succeededFile + "; }"
+	return "{ { [ -d " + q(stateDir) + " ] || mkdir -p " + q(stateDir) + "; } && printf '%s\\n' " + q(system) + " > " + succeededFile + "; }"
 }
 
 // activationScript runs switch-to-configuration action of system and
