@@ -155,11 +155,15 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 		if seen == "" && p.host == host {
 			seen = p.hostKeySeen // not reached this time: the recorded key stands
 		}
+		exit := types.Int64Value(int64(res.ExitCode))
+		if res.Phase == deploy.PhasePending {
+			exit = types.Int64Null() // never started: no step failed or passed
+		}
 		statuses = append(statuses, deployStatusModel{
 			Name: types.StringValue(name), Host: types.StringValue(host), Action: types.StringValue(action),
 			Phase: types.StringValue(string(deploy.NodePhase(conds))), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
 			PreviousSystem: types.StringValue(res.PreviousSystem), VerifiedSystem: types.StringValue(res.VerifiedSystem),
-			HostKeySeen: types.StringValue(seen), ExitCode: types.Int64Value(int64(res.ExitCode)),
+			HostKeySeen: types.StringValue(seen), ExitCode: exit,
 			Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
 			StartedAt: types.StringValue(timeString(res.Started)), FinishedAt: types.StringValue(timeString(res.Finished)),
 			Conditions: cv,

@@ -54,6 +54,13 @@ func TestDeploymentRolloutWithParallelismAndAFailureBudget(t *testing.T) {
 					t.Errorf("n%d, not started, was touched: calls %v, system %s", i+3, tg.Calls(), tg.CurrentSystem())
 				}
 			}
+			// A node never started has no exit status: 0 would read as
+			// a success.
+			for i := 2; i < 5; i++ {
+				if rec := nodeRecord(t, v, i); rec["phase"] != "Pending" || rec["exit_code"] != nil {
+					t.Errorf("n%d, not started: phase %v, exit_code %v, want Pending and null", i+1, rec["phase"], rec["exit_code"])
+				}
+			}
 			// n2 started before n1 finished: they ran side by side.
 			n1, n2 := nodeRecord(t, v, 0), nodeRecord(t, v, 1)
 			if n2s, n1f := fmt.Sprint(n2["started_at"]), fmt.Sprint(n1["finished_at"]); n2s == "" || n1f == "" || n2s >= n1f {

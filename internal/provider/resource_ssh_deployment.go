@@ -185,7 +185,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 						"A node whose host runs its configured system, and records that system as verified, has nothing to do: after a failed switch is rolled back and the configuration is set back, or after a failed first apply."),
 					"host_key_seen": computedStr("The host key (`type base64`) the host showed when last reached. A node without `host_key` is held to it from then on, " +
 						"also from a runner whose `known_hosts_file` is new: another key fails the node, naming both keys. Changing the node's `host` forgets it."),
-					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success; 130 when an interrupt or an expired `timeouts` block stopped it."},
+					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success; 130 when an interrupt or an expired `timeouts` block stopped it; null for a node never started (`Pending`)."},
 					"message":   computedStr("What happened."), "hint": computedStr("How to fix a failure, where one helps."),
 					"started_at": computedStr("When the node's deploy started (RFC 3339)."), "finished_at": computedStr("When it ended."),
 					"conditions": conditionsAttribute("`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`"),
