@@ -79,3 +79,59 @@ func TestDeploymentLogsEachNodeInListOrderAndTheSummary(t *testing.T) {
 		})
 	}
 }
+
+// Issue 14: the logins a refresh kept for nodes the plan will not ask
+// about (n1, converged) end as soon as the configuration shows it, when
+// Terraform validates it again just before planning, instead of all at
+// once after the plan: the hosts take a few hundred milliseconds to end
+// two dozen of them. The node that switches (n2) keeps its login for the
+// plan's question; each host is still logged in to once, and no login
+// is left open after the plan.
+func TestDeploymentPlanEndsUnaskedLoginsBeforePlanning(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg1.Boot(t, sys)
+			tg2.Boot(t, sys)
+			tgs := []*nixtest.Target{tg1, tg2}
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.WriteConfig(deploymentConfig(tgs, []string{sys, sys}, ""))
+			s.Run("apply", "-auto-approve", "-input=false")
+			s.WriteConfig(deploymentConfig(tgs, []string{sys, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})}, ""))
+			path := filepath.Join(t.TempDir(), "provider.log")
+			s.Setenv("TF_LOG_PROVIDER", "TRACE")
+			s.Setenv("TF_LOG_PATH", path)
+			before := []int{tg1.AcceptedConnections(), tg2.AcceptedConnections()}
+			out, _ := s.Run("plan", "-input=false", "-no-color")
+			for i, tg := range tgs {
+				if got := tg.AcceptedConnections() - before[i]; got != 1 {
+					t.Errorf("the plan logged in to n%d %d times, want 1", i+1, got)
+				}
+			}
+			if !strings.Contains(out, "Node n2 will switch:") || strings.Contains(out, "Node n1 will switch") {
+				t.Errorf("the plan does not ask exactly n2 what its switch will do:\n%s", out)
+			}
+			if n := sessionsOpen(t); n != 0 {
+				t.Errorf("the plan left %d logins open", n)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := string(b)
+			ending := regexp.MustCompile(`ending the refresh's logins the plan will not use: .*nodes="?n1"?`).FindAllStringIndex(log, -1)
+			planning := strings.LastIndex(log, "Calling provider defined Resource ModifyPlan")
+			switch {
+			case len(ending) != 1:
+				t.Errorf("the provider log says %d times that it ends n1's login before the plan, want once", len(ending))
+			case planning < 0:
+				t.Errorf("the provider log does not show the plan's ModifyPlan")
+			case ending[0][0] > planning:
+				t.Errorf("n1's login was ended after the plan began, not before")
+			}
+		})
+	}
+}

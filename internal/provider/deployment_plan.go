@@ -96,8 +96,11 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	if !req.State.Raw.IsNull() {
 		var id types.String
 		req.State.GetAttribute(ctx, path.Root("id"), &id)
-		held = r.data.sessions.take(r.data.run, id.ValueString())
-		defer endSessions(held)
+		set := r.data.sessions.take(r.data.run, id.ValueString())
+		defer set.end()
+		if set != nil {
+			held = set.nodes
+		}
 	}
 	if req.Plan.Raw.IsNull() {
 		return
@@ -142,23 +145,15 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 		name := n.Name.ValueString()
 		p, known := priors[name]
+		a, keep := nodeAction(n, p, known, hold, holdKnown, deploy.Goal(plan.Goal.ValueString()))
+		actions[name], kept[name] = a, keep
 		switch {
-		case !holdKnown || n.System.IsUnknown():
-			actions[name] = types.StringUnknown()
+		case a.IsUnknown():
 			allKnown = false
-		case hold[name]:
-			actions[name] = types.StringValue(actionSkip)
-			kept[name] = known && p.action == actionSkip
+		case a.ValueString() == actionSkip:
 			resp.Diagnostics.AddAttributeWarning(path.Root("hold"), "Node "+name+" is held",
 				fmt.Sprintf("Node %s is listed in this deployment's hold, so it is not deployed in this apply and its record stands. "+
 					"hold is usually fed from a node health policy's error_nodes: once the node's error is cleared there, it is deployed again.", name))
-		case needsSwitch(p, known, n.System.ValueString(), deploy.Goal(plan.Goal.ValueString())):
-			actions[name] = types.StringValue(actionSwitch)
-		case p.action == actionSwitch || p.action == actionNone:
-			actions[name] = types.StringValue(p.action) // nothing to do: the last outcome stands
-			kept[name] = true
-		default:
-			actions[name] = types.StringValue(actionNone)
 		}
 	}
 	plan.Actions = types.MapValueMust(types.StringType, actions)
@@ -275,7 +270,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 			if !ok || !reflect.DeepEqual(h.settings, p.settings) {
 				continue
 			}
-			p.sess = h.sess
+			p.sess = h.sess // nil when ended early: logged in to again
 		}
 		todo = append(todo, p)
 	}
@@ -342,6 +337,25 @@ func fullyKnownNode(n deployNodeModel) bool {
 		}
 	}
 	return true
+}
+
+// nodeAction is what a plan does with node n, given what state says of it
+// (p; known: state has a record of it), the hold and the goal: unknown
+// while n's system or the hold is not known; kept says its last record
+// stands as it is. A plan asks a node what its switch will do only when
+// the action is switch and the record does not stand.
+func nodeAction(n deployNodeModel, p priorNode, known bool, hold map[string]bool, holdKnown bool, goal deploy.Goal) (action types.String, kept bool) {
+	switch {
+	case !holdKnown || n.System.IsUnknown():
+		return types.StringUnknown(), false
+	case hold[n.Name.ValueString()]:
+		return types.StringValue(actionSkip), known && p.action == actionSkip
+	case needsSwitch(p, known, n.System.ValueString(), goal):
+		return types.StringValue(actionSwitch), false
+	case p.action == actionSwitch || p.action == actionNone:
+		return types.StringValue(p.action), true // nothing to do: the last outcome stands
+	}
+	return types.StringValue(actionNone), false
 }
 
 // needsSwitch says whether a node must be switched, from its configured

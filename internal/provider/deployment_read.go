@@ -126,7 +126,8 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	completeStatus(ctx, &m, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	r.data.refreshed(deploymentKind, m.ID.ValueString(), readNow)
-	r.data.sessions.put(r.data.run, m.ID.ValueString(), held)
+	// What the plan of this run decides from is the state returned here.
+	r.data.sessions.put(r.data.run, m.ID.ValueString(), held, priorNodes(ctx, &m, &resp.Diagnostics))
 	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
 }
 

@@ -214,7 +214,14 @@ func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.Va
 	if resp.Diagnostics.HasError() || m.Nodes.IsUnknown() {
 		return
 	}
-	checkNodes(r.nodes(ctx, &m, &resp.Diagnostics), &resp.Diagnostics)
+	nodes := r.nodes(ctx, &m, &resp.Diagnostics)
+	checkNodes(nodes, &resp.Diagnostics)
+	if !resp.Diagnostics.HasError() {
+		// Terraform validates the configuration again just before it
+		// plans: the logins of this run's refresh that the plan will not
+		// use can end now.
+		r.endUnasked(ctx, &m, nodes)
+	}
 }
 
 // deploymentModelV0 is the state of schema version 0, whose nested inputs
