@@ -113,6 +113,9 @@ func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaReques
 // provider sees them, dropping misspelt keys; 1 takes them as dynamic
 // attributes that nestedInput checks.
 func (r *deploymentResource) schema(ctx context.Context, version int64) schema.Schema {
+	computedStr := func(desc string) schema.StringAttribute {
+		return schema.StringAttribute{Computed: true, MarkdownDescription: desc}
+	}
 	input := func(in nestedInput, required bool, desc string) schema.Attribute {
 		if version == 1 {
 			return in.attribute(required, desc)
@@ -171,13 +174,22 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"timeouts":           timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `failed`: the next plan retries it, `drift`: the host was changed outside, `skip`)."},
-			// A list of objects, not nested attributes: the same type in
-			// state and plan, but the plugin framework walks a nested
-			// attribute's schema at every value of every RPC, which made
-			// it about a third of the provider's work in a large plan.
-			// The fields are described in the resource's page.
-			"status": schema.ListAttribute{Computed: true, ElementType: deployStatusType,
-				MarkdownDescription: "Per node, in node order, its record: see [The status record](#the-status-record)."},
+			"status": schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"name": computedStr("Node name."), "host": computedStr("Host."), "action": computedStr("Action of the last apply."),
+					"phase": computedStr("Derived from the node's `Ready` condition: `Succeeded`, `Failed` (an interrupted node too: exit 130, its message names the step it stopped in and what the host does now), " +
+						"`RolledBack`, `Skipped`, or `Pending` (not started: an interrupt, or the failure budget)."),
+					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
+					"previous_system": computedStr("The system before the last deploy."),
+					"verified_system": computedStr("The last system a deploy finished on the host with a passing verdict, as the host itself records it (read with `current_system`). " +
+						"A node whose host runs its configured system, and records that system as verified, has nothing to do: after a failed switch is rolled back and the configuration is set back, or after a failed first apply."),
+					"host_key_seen": computedStr("The host key (`type base64`) the host showed when last reached. A node without `host_key` is held to it from then on, " +
+						"also from a runner whose `known_hosts_file` is new: another key fails the node, naming both keys. Changing the node's `host` forgets it."),
+					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success; 130 when an interrupt or an expired `timeouts` block stopped it; null for a node never started (`Pending`)."},
+					"message":   computedStr("What happened."), "hint": computedStr("How to fix a failure, where one helps."),
+					"started_at": computedStr("When the node's deploy started (RFC 3339)."), "finished_at": computedStr("When it ended."),
+					"conditions": conditionsAttribute("`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`"),
+				}}},
 			"succeeded_nodes": schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy succeeded."},
 			"failed_nodes":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy failed, or that an interrupted apply did not start."},
 			"skipped_nodes":   schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes held back."},
