@@ -81,7 +81,8 @@ type Options struct {
 	LockTimeout       time.Duration
 	Verdict           VerdictSpec
 	// Parallelism is how many nodes deploy at once (at least 1); nodes
-	// start in list order, each once the one before it has its lock.
+	// start in list order, each once the one before it has its lock and
+	// has copied its closure (see Deploy).
 	Parallelism int
 	// MaxFailures stops starting nodes once more than this many failed;
 	// nil: no limit, every node is tried (FR-002).
@@ -204,11 +205,12 @@ func (d *Deployer) note(node string, step StepName, format string, args ...any) 
 // Pending. onResult is called after each node, from the goroutine that
 // deployed it.
 //
-// A node starts once the one before it has logged in and its host's lock
-// has answered (held, or waited for), or it has ended: logins come one at
-// a time, as a jump host's sshd wants them (MaxStartups), and nodes that
-// start together do not stay in step, all copying at once, then all
-// waiting on their activations.
+// A node starts once the one before it has logged in, holds its host's
+// lock and has copied its closure (or has copied for copyHeadStart), or
+// has begun waiting for another deployment's lock, or has ended: logins
+// come one at a time, as a jump host's sshd wants them (MaxStartups), and
+// nodes that start together do not stay in step, all copying at once,
+// then all waiting on their activations.
 func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Result)) []Result {
 	out := make([]Result, len(nodes))
 	slots := make(chan struct{}, max(1, d.Options.Parallelism))

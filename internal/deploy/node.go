@@ -70,8 +70,10 @@ type nodeRun struct {
 	d *Deployer
 	n Target
 	r Result
-	// begun is called once the lock step has ended, or its wait for
-	// another deployment's lock has begun: the next node may start.
+	// begun is called once the next node may start: this node's copy
+	// has ended or has run for copyHeadStart, its wait for another
+	// deployment's lock has begun, or its sequence has stopped short of
+	// the copy. It may be called more than once.
 	begun func()
 
 	c    *Conn
@@ -97,19 +99,17 @@ const (
 )
 
 // node runs n's sequence, one step after the other; begun is called once
-// the lock step has ended or has begun waiting for another deployment.
+// the next node may start (see nodeRun.begun), at the latest when the
+// sequence ends.
 func (d *Deployer) node(ctx context.Context, n Target, begun func()) Result {
 	nr := &nodeRun{d: d, n: n, begun: begun, exit: -1, sshWorks: true,
 		r: Result{Name: n.Name, Host: n.Host, Phase: PhasePending, Started: time.Now().UTC(), Outcomes: map[Condition]Outcome{}}}
 	for _, s := range nr.sequence() {
-		ok := nr.step(ctx, s)
-		if s == lockStep {
-			nr.begun()
-		}
-		if !ok {
+		if !nr.step(ctx, s) {
 			break
 		}
 	}
+	nr.begun()
 	nr.release()
 	nr.r.Finished = time.Now().UTC()
 	return nr.r

@@ -3,6 +3,9 @@ package deploy_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -173,6 +176,67 @@ func TestDeployStartsEachNodeOnceTheOneBeforeHasItsLock(t *testing.T) {
 	for _, pair := range [][2]string{{"n2", "n3"}, {"n3", "n4"}} {
 		if index(pair[1]+" started") < index(pair[0]+" lock step ended") {
 			t.Errorf("%s started before %s held its host's lock: %v", pair[1], pair[0], events)
+		}
+	}
+}
+
+// Rollout (issue 14): a node starts once the node before it has copied
+// its closure, or has been copying for half a second: copies, which
+// compress on this machine, do not all start at once, and a long copy does
+// not hold the rollout back. Here every copy takes 3 s more: each node
+// starts half a second after the one before it began copying, long
+// before that copy ends.
+func TestDeployStartsEachNodeOnceTheOneBeforeHasCopiedOrHalfASecond(t *testing.T) {
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tgs := fleetOf(t, 3, old)
+	nixCopy, err := exec.LookPath("nix-copy-closure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slowCopy := filepath.Join(t.TempDir(), "nix-copy-closure")
+	if err := os.WriteFile(slowCopy, []byte("#!/bin/sh\nsleep 3\nexec "+nixCopy+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := deployer(t, deploy.Options{Parallelism: 3, NixCopyClosure: slowCopy,
+		Verdict: deploy.VerdictSpec{ConfirmTimeout: 5 * time.Second, SettleTimeout: 2 * time.Second}})
+	var (
+		mu sync.Mutex
+		at = map[string]time.Time{}
+	)
+	log := d.Options.Log
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case e.Kind == deploy.EventNodeStarted:
+			at[e.Node+" started"] = time.Now()
+		case e.Kind == deploy.EventStepStarted && e.Step == deploy.StepCopy:
+			at[e.Node+" copying"] = time.Now()
+		case e.Kind == deploy.EventStepEnded && e.Step == deploy.StepCopy:
+			at[e.Node+" copied"] = time.Now()
+		}
+	}
+	var nodes []deploy.Target
+	for i, tg := range tgs {
+		nodes = append(nodes, targetOf(tg, fmt.Sprintf("n%d", i+1), sys))
+	}
+	for _, r := range d.Deploy(context.Background(), nodes, nil) {
+		wantPhase(t, r, deploy.PhaseSucceeded)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, pair := range [][2]string{{"n1", "n2"}, {"n2", "n3"}} {
+		copying, copied, next := at[pair[0]+" copying"], at[pair[0]+" copied"], at[pair[1]+" started"]
+		if copying.IsZero() || copied.IsZero() || next.IsZero() {
+			t.Fatalf("events missing: %v", at)
+		}
+		if gap := next.Sub(copying); gap < 500*time.Millisecond {
+			t.Errorf("%s started %s after %s began copying, want at least half a second", pair[1], gap, pair[0])
+		}
+		if !next.Before(copied) {
+			t.Errorf("%s started only once %s's 3 s copy had ended (%s after it began): a long copy held the rollout back", pair[1], pair[0], next.Sub(copying))
 		}
 	}
 }

@@ -98,7 +98,15 @@ var readStep = &step{
 var copyStep = &step{
 	name: StepCopy, does: "copying the closure with nix-copy-closure", cond: CondCopied, phase: PhaseCopying,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.copy.wait(ctx); err != nil {
+		// The next node starts once this copy has ended, or has run for
+		// copyHeadStart: copies (nix-copy-closure compresses on this
+		// machine) and logins do not all come at once, and a long copy
+		// does not hold the rollout back.
+		headStart := time.AfterFunc(copyHeadStart, nr.begun)
+		err := nr.copy.wait(ctx)
+		headStart.Stop()
+		nr.begun()
+		if err != nil {
 			return err
 		}
 		nr.pass(CondCopied, "Copied", "the closure is in the host's store")
@@ -421,6 +429,10 @@ var rollbackStep = &step{
 			orNone(nr.r.PreviousSystem), nr.d.confirmTimeout())
 	},
 }
+
+// copyHeadStart bounds how long the next node of a rollout waits for
+// this node's copy before it starts.
+const copyHeadStart = 500 * time.Millisecond
 
 // bootTimeout bounds switch-to-configuration boot (FR-010); timeout(1)
 // exits 124 when it runs out.

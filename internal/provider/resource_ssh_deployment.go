@@ -157,7 +157,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"boot_lock_attempts": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(60),
 				MarkdownDescription: "Attempts, 5 s apart, while the switch lock is held (exit 11). Default 60.", Validators: []validator.Int64{int64validator.Between(1, 1000)}},
 			"parallelism": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(1),
-				MarkdownDescription: "How many nodes deploy at once. Default 1: one after the other. Nodes start in list order, each once the node before it has logged in and holds its host's lock (or waits for it, or has failed), so logins come one after the other; each keeps its own lock, verdict, rollback and record.",
+				MarkdownDescription: "How many nodes deploy at once. Default 1: one after the other. Nodes start in list order, each once the node before it has logged in, holds its host's lock and has copied its closure or copied for half a second (or waits for the lock, or has failed), so logins and copies come one after the other; each keeps its own lock, verdict, rollback and record.",
 				Validators:          []validator.Int64{int64validator.Between(1, 1000)}},
 			"max_failures": schema.Int64Attribute{Optional: true,
 				MarkdownDescription: "The failure budget: once more nodes than this have failed, no new node starts, the nodes not started stay `Pending`, the apply fails naming the budget, " +
