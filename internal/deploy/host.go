@@ -128,9 +128,16 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn, onWait func()) (*lockS
 	}
 	l.release()
 	if holder, busy := strings.CutPrefix(line, "busy"); busy {
+		holder = strings.TrimSpace(holder)
+		hint := "another deployment of this host is running: retry once it ends, or give this deployment a lock_timeout long enough to wait for it"
+		if strings.HasPrefix(holder, guardHolder) {
+			// No one else: an interrupted deploy's watchdog, which ends
+			// within its confirm_timeout.
+			hint = "the watchdog of an interrupted deploy of this host ends within its verdict.confirm_timeout: retry then, or give this deployment a lock_timeout at least that long"
+		}
 		return nil, &failure{exit: 3, reason: "DeployLockBusy",
-			message: fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(strings.TrimSpace(holder)), d.Options.LockTimeout),
-			hint:    "another deployment of this host is running; it ends, or its lock_timeout must be longer"}
+			message: fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(holder), d.Options.LockTimeout),
+			hint:    hint}
 	}
 	return nil, fail(1, "LockFailed", "cannot take the host's deploy lock: "+strings.TrimSpace(line+" "+l.stderr.String()), "")
 }

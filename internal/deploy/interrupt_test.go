@@ -294,6 +294,39 @@ func TestDeployRightAfterAnInterruptedActivationWaitsForItsWatchdog(t *testing.T
 	}
 }
 
+// Issue 14 (trial): a deploy of the host right after an interrupted
+// activation, with no lock_timeout, fails at once on the interrupted
+// deploy's watchdog, and its hint says so and what to do, not that
+// another deployment is running.
+func TestDeployRightAfterAnInterruptedActivationSaysItsWatchdogHoldsTheLock(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 4 * time.Second})
+	opts := deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
+	first := deployer(t, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := first.Options.Log
+	first.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
+			time.AfterFunc(700*time.Millisecond, cancel)
+		}
+	}
+	if r := first.Deploy(ctx, []deploy.Target{targetOf(tg, "n1", slow)}, nil)[0]; !r.Interrupted {
+		t.Fatalf("the first deploy was not interrupted: %+v", r)
+	}
+	r := deployer(t, opts).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed)
+	if r.ExitCode != 3 || !strings.Contains(r.Message, "watchdog") || !strings.Contains(r.Hint, "interrupted deploy") ||
+		!strings.Contains(r.Hint, "confirm_timeout") || strings.Contains(r.Hint, "another deployment") {
+		t.Errorf("exit %d, message %q, hint %q: want exit 3 naming the watchdog, and a hint to wait for it or set lock_timeout", r.ExitCode, r.Message, r.Hint)
+	}
+	// Let the watchdog end before the host goes.
+	time.Sleep(opts.Verdict.ConfirmTimeout + 3*time.Second)
+}
+
 // Issue 12 (trial): a deploy interrupted while it waits for the host's
 // deploy lock leaves nothing waiting on the host.
 func TestDeployInterruptedInTheLockWaitLeavesNoWaiter(t *testing.T) {
