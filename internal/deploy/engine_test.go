@@ -662,6 +662,41 @@ func TestDeployKeptFailureIsNotDone(t *testing.T) {
 	}
 }
 
+// Issue 14 (trial): the copy starts while the lock is taken and is
+// abandoned when the host already runs the system; Nix left the
+// directory it makes in TMPDIR behind when killed, one per such node per
+// apply. Each copy has a TMPDIR of its own, gone once the deploy ends.
+func TestDeployAbandonedCopyLeavesNoTemporaryDirectory(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, sys)
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	if r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]; r.Phase != deploy.PhaseSucceeded {
+		t.Fatalf("first deploy: %s %s", r.Phase, r.Message)
+	}
+	nixCopy, err := exec.LookPath("nix-copy-closure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "nix-copy-closure")
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$TMPDIR\" > %s/tmpdir\nexec %s \"$@\"\n", dir, nixCopy)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.Options.NixCopyClosure = wrapper
+	r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded, "already runs")
+	b, err := os.ReadFile(filepath.Join(dir, "tmpdir"))
+	tmp := strings.TrimSpace(string(b))
+	if err != nil || tmp == "" {
+		t.Fatalf("the copy did not start, or had no TMPDIR of its own (%q, %v)", tmp, err)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Errorf("the copy's TMPDIR %s is still there after the deploy (%v)", tmp, err)
+	}
+}
+
 // The verdict's http checks, from the deployer: a URL answering what is
 // expected passes; one that answers otherwise fails the node and rolls
 // it back.

@@ -277,6 +277,14 @@ func (d *Deployer) startCopy(ctx context.Context, c *Conn, n Target) *copyJob {
 		}
 		cmd := command(cctx, name, args...)
 		cmd.Env = append(append(append(os.Environ(), d.Transport.Env...), d.Options.Env...), "NIX_SSHOPTS="+c.NixSSHOpts())
+		// Nix makes a directory in TMPDIR, which a copy that is
+		// abandoned (killed: the node ended before it needed the copy)
+		// leaves behind: each copy gets a TMPDIR of its own, removed once
+		// it has ended.
+		if tmp, err := os.MkdirTemp(d.Transport.ControlDir, "copy-"); err == nil {
+			cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+			defer func() { _ = os.RemoveAll(tmp) }()
+		}
 		j.out, j.err = d.run(cmd)
 	}()
 	return j
