@@ -46,6 +46,21 @@ func deployer(t *testing.T, opts deploy.Options) *deploy.Deployer {
 	}
 }
 
+// copyWrapper is a nix-copy-closure that runs the shell command before,
+// then the real one with the same arguments.
+func copyWrapper(t *testing.T, before string) string {
+	t.Helper()
+	nixCopy, err := exec.LookPath("nix-copy-closure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "nix-copy-closure")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+before+"\nexec "+nixCopy+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func targetOf(tg *nixtest.Target, name, system string) deploy.Target {
 	return deploy.Target{System: system, Settings: deploy.Settings{
 		Name: name, Host: tg.Host, User: tg.User, PrivateKeyFile: tg.ClientKeyFile, HostKey: tg.HostKey,
@@ -61,16 +76,8 @@ func TestDeploySwitchSucceeds(t *testing.T) {
 	tg.Boot(t, old)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	// nix-copy-closure, through a wrapper that records how it was called.
-	nixCopy, err := exec.LookPath("nix-copy-closure")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	wrapper := filepath.Join(dir, "nix-copy-closure")
-	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" \"$NIX_SSHOPTS\" > %s/called\nexec %s \"$@\"\n", dir, nixCopy)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper := copyWrapper(t, fmt.Sprintf("printf '%%s\\n' \"$*\" \"$NIX_SSHOPTS\" > %s/called", dir))
 	res := deployer(t, deploy.Options{NixCopyClosure: wrapper}).Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)
 	r := res[0]
 	if r.Phase != deploy.PhaseSucceeded {
@@ -674,17 +681,8 @@ func TestDeployAbandonedCopyLeavesNoTemporaryDirectory(t *testing.T) {
 	if r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]; r.Phase != deploy.PhaseSucceeded {
 		t.Fatalf("first deploy: %s %s", r.Phase, r.Message)
 	}
-	nixCopy, err := exec.LookPath("nix-copy-closure")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	wrapper := filepath.Join(dir, "nix-copy-closure")
-	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$TMPDIR\" > %s/tmpdir\nexec %s \"$@\"\n", dir, nixCopy)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d.Options.NixCopyClosure = wrapper
+	d.Options.NixCopyClosure = copyWrapper(t, fmt.Sprintf("printf '%%s\\n' \"$TMPDIR\" > %s/tmpdir", dir))
 	r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
 	wantPhase(t, r, deploy.PhaseSucceeded, "already runs")
 	b, err := os.ReadFile(filepath.Join(dir, "tmpdir"))

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -92,7 +92,7 @@ func interruptCases() []interruptCase {
 		{step: deploy.StepRead, setup: succeeding, says: []string{"nothing was changed on the host"}, check: untouched},
 		{step: deploy.StepCopy, after: 500 * time.Millisecond,
 			setup: func(t *testing.T, _ *nixtest.Target, opts *deploy.Options) string {
-				opts.NixCopyClosure = slowCopy(t)
+				opts.NixCopyClosure = slowCopy(t, 60)
 				return nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			},
 			says: []string{"only adds paths to the host's store"}, check: untouched},
@@ -227,19 +227,32 @@ func TestDeployInterruptedBetweenNodes(t *testing.T) {
 	}
 }
 
-// slowCopy is a nix-copy-closure that waits a minute before copying, and
+// slowCopy is a nix-copy-closure that waits seconds before copying, and
 // whose child processes an interrupt must end with it.
-func slowCopy(t *testing.T) string {
+func slowCopy(t *testing.T, seconds int) string {
 	t.Helper()
-	nixCopy, err := exec.LookPath("nix-copy-closure")
-	if err != nil {
-		t.Fatal(err)
+	return copyWrapper(t, "sleep "+strconv.Itoa(seconds))
+}
+
+// interruptActivation deploys system (whose activation must take a few
+// seconds) to tg as node n1 and interrupts the deploy 0.7 s into its
+// activation, which runs on on the host, with its watchdog.
+func interruptActivation(t *testing.T, tg *nixtest.Target, system string, opts deploy.Options) {
+	t.Helper()
+	d := deployer(t, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := d.Options.Log
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
+			time.AfterFunc(700*time.Millisecond, cancel)
+		}
 	}
-	path := filepath.Join(t.TempDir(), "nix-copy-closure")
-	if err := os.WriteFile(path, []byte("#!/bin/sh\nsleep 60\nexec "+nixCopy+" \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
+	r := d.Deploy(ctx, []deploy.Target{targetOf(tg, "n1", system)}, nil)[0]
+	if !r.Interrupted || r.Step != deploy.StepActivate {
+		t.Fatalf("the first deploy was not interrupted in its activation: %+v", r)
 	}
-	return path
 }
 
 // Issue 12 (trial): an interrupted activation runs on on the host, and
@@ -255,31 +268,18 @@ func TestDeployRightAfterAnInterruptedActivationWaitsForItsWatchdog(t *testing.T
 	next := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	opts := deploy.Options{LockTimeout: time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
 
-	first := deployer(t, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	log := first.Options.Log
-	first.Options.Log = func(e deploy.Event) {
-		log(e)
-		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
-			time.AfterFunc(700*time.Millisecond, cancel)
-		}
-	}
-	r := first.Deploy(ctx, []deploy.Target{targetOf(tg, "n1", slow)}, nil)[0]
-	if !r.Interrupted || r.Step != deploy.StepActivate {
-		t.Fatalf("the first deploy was not interrupted in its activation: %+v", r)
-	}
+	interruptActivation(t, tg, slow, opts)
 
 	second := deployer(t, opts)
 	var waited []string
-	log = second.Options.Log
+	log := second.Options.Log
 	second.Options.Log = func(e deploy.Event) {
 		log(e)
 		if e.Kind == deploy.EventNote && e.Step == deploy.StepLock {
 			waited = append(waited, e.Message)
 		}
 	}
-	r = second.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", next)}, nil)[0]
+	r := second.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", next)}, nil)[0]
 	wantPhase(t, r, deploy.PhaseSucceeded)
 	if len(waited) == 0 || !strings.Contains(waited[0], "an earlier deployment's activation or rollback watchdog") {
 		t.Errorf("the second deploy did not say it waited for the first one's watchdog: %q", waited)
@@ -304,19 +304,7 @@ func TestDeployRightAfterAnInterruptedActivationSaysItsWatchdogHoldsTheLock(t *t
 	tg.Boot(t, old)
 	slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 4 * time.Second})
 	opts := deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
-	first := deployer(t, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	log := first.Options.Log
-	first.Options.Log = func(e deploy.Event) {
-		log(e)
-		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
-			time.AfterFunc(700*time.Millisecond, cancel)
-		}
-	}
-	if r := first.Deploy(ctx, []deploy.Target{targetOf(tg, "n1", slow)}, nil)[0]; !r.Interrupted {
-		t.Fatalf("the first deploy was not interrupted: %+v", r)
-	}
+	interruptActivation(t, tg, slow, opts)
 	r := deployer(t, opts).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)[0]
 	wantPhase(t, r, deploy.PhaseFailed)
 	if r.ExitCode != 3 || !strings.Contains(r.Message, "watchdog") || !strings.Contains(r.Hint, "interrupted deploy") ||

@@ -3,9 +3,6 @@ package deploy_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -190,15 +187,7 @@ func TestDeployStartsEachNodeOnceTheOneBeforeHasCopiedOrHalfASecond(t *testing.T
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tgs := fleetOf(t, 3, old)
-	nixCopy, err := exec.LookPath("nix-copy-closure")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slowCopy := filepath.Join(t.TempDir(), "nix-copy-closure")
-	if err := os.WriteFile(slowCopy, []byte("#!/bin/sh\nsleep 3\nexec "+nixCopy+" \"$@\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d := deployer(t, deploy.Options{Parallelism: 3, NixCopyClosure: slowCopy,
+	d := deployer(t, deploy.Options{Parallelism: 3, NixCopyClosure: slowCopy(t, 3),
 		Verdict: deploy.VerdictSpec{ConfirmTimeout: 5 * time.Second, SettleTimeout: 2 * time.Second}})
 	var (
 		mu sync.Mutex
