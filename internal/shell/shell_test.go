@@ -1,0 +1,32 @@
+package shell_test
+
+import (
+	"os/exec"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
+)
+
+// Each value reaches the program as the one argument it was, through the
+// real shell: spaces, quotes, $, %, globs, backslashes, newlines.
+func TestQuoteThroughTheShell(t *testing.T) {
+	values := []string{"", "plain", "a b", "it's", `"double"`, "$HOME", "${HOME}", "$(id)", "`id`", "50%", "*", "a\\b", "line\nbreak", "'", "''", "-n", "~", "~/x", "a;b|c&d", "\t"}
+	for _, v := range values {
+		got, err := exec.Command("/bin/sh", "-c", "set -- "+shell.Quote(v)+`; printf '%s:%s' "$#" "$1"`).Output()
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		if want := "1:" + v; string(got) != want {
+			t.Errorf("Quote(%q) = %s reached the shell as %q, want %q", v, shell.Quote(v), got, want)
+		}
+	}
+}
+
+// Plain words stay as they are; everything else is quoted.
+func TestQuoteLeavesPlainWords(t *testing.T) {
+	for in, want := range map[string]string{"-o": "-o", "/nix/store/abc-x": "/nix/store/abc-x", "%h:%p": "%h:%p", "a=b": "'a=b'", "~": "'~'", "": "''", "a b": "'a b'"} {
+		if got := shell.Quote(in); got != want {
+			t.Errorf("Quote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
