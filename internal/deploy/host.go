@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -9,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 
 	"github.com/hashicorp/go-retryablehttp"
 )
@@ -45,16 +45,11 @@ func (d *Deployer) startMaster(ctx context.Context, c *Conn) (int, string) {
 }
 
 // lockSession holds the host's deploy lock: a remote command over the
-// master that took it and keeps it until its standard input closes.
+// master that took it and keeps it while the deployer speaks (see
+// lockScript and words.go), until its standard input closes.
 type lockSession struct {
-	cmd    *exec.Cmd
-	kill   context.CancelFunc
-	stdin  io.WriteCloser
-	out    *os.File
-	lines  chan string
-	stderr lockedBuffer
-	exited chan struct{}
-	once   sync.Once
+	*hostSession
+	words
 }
 
 // takeLock takes the host's deploy lock, waiting up to lock_timeout for
@@ -62,46 +57,21 @@ type lockSession struct {
 // own context is not ctx: once held, the lock is kept until release, so
 // that an interrupted node still holds it while its record is made.
 // onWait, when not nil, is called once another deployment is found to
-// hold the lock and the wait has begun.
+// hold the lock and the wait has begun. Once held, the deployer speaks
+// to the host over it (words) until release.
 func (d *Deployer) takeLock(ctx context.Context, c *Conn, onWait func()) (*lockSession, error) {
 	wait := max(int(d.Options.LockTimeout/time.Second), 0)
-	lctx, kill := context.WithCancel(context.WithoutCancel(ctx))
-	l := &lockSession{kill: kill, lines: make(chan string, 16), exited: make(chan struct{})}
-	l.cmd = c.Command(lctx, lockScript(d.Options.Holder, wait))
-	var err error
-	if l.stdin, err = l.cmd.StdinPipe(); err != nil {
-		kill()
-		return nil, err
-	}
-	var w *os.File
-	if l.out, w, err = os.Pipe(); err != nil {
-		kill()
-		return nil, err
-	}
-	l.cmd.Stdout, l.cmd.Stderr = w, &l.stderr
-	err = l.cmd.Start()
-	_ = w.Close()
+	lease := int(d.Transport.remoteExecTimeout() / time.Second)
+	hs, err := startHostSession(context.WithoutCancel(ctx), c.Command, lockScript(d.Options.Holder, wait, lease))
 	if err != nil {
-		kill()
-		_ = l.out.Close()
 		return nil, err
 	}
-	go func() {
-		sc := bufio.NewScanner(l.out)
-		for sc.Scan() {
-			l.lines <- strings.TrimSpace(sc.Text())
-		}
-		close(l.lines)
-	}()
-	go func() {
-		_ = l.cmd.Wait()
-		close(l.exited)
-	}()
+	l := &lockSession{hostSession: hs}
 	line, err := l.next(ctx)
 	if err != nil && ctx.Err() == nil {
 		// The script ended before its first line: it could not even
 		// open the lock, which is what root's rights are needed for.
-		l.release()
+		l.end()
 		return nil, c.rightsFailure(err)
 	}
 	var noted time.Time
@@ -121,19 +91,22 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn, onWait func()) (*lockS
 	}
 	switch {
 	case err != nil:
-		l.release()
+		l.end()
 		return nil, err
 	case line == "locked":
+		l.start(c, hs, d.wordEvery())
 		return l, nil
 	}
-	l.release()
+	l.end()
 	if holder, busy := strings.CutPrefix(line, "busy"); busy {
 		holder = strings.TrimSpace(holder)
 		hint := "another deployment of this host is running: retry once it ends, or give this deployment a lock_timeout long enough to wait for it"
 		if strings.HasPrefix(holder, guardHolder) {
-			// No one else: an interrupted deploy's watchdog, which ends
-			// within its confirm_timeout.
-			hint = "the watchdog of an interrupted deploy of this host ends within its verdict.confirm_timeout: retry then, or give this deployment a lock_timeout at least that long"
+			// No deployment holds the lock: an activation or a watchdog
+			// of one that stopped before they ended (interrupted, or
+			// gone), which end within confirm_timeout of that deploy's
+			// last word once the activation has.
+			hint = "it ends once that activation has ended and its deployer has confirmed it or said nothing for its verdict.confirm_timeout: retry then, or give this deployment a lock_timeout at least that long"
 		}
 		return nil, &failure{exit: 3, reason: "DeployLockBusy",
 			message: fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(holder), d.Options.LockTimeout),
@@ -165,23 +138,6 @@ func (c *Conn) rightsFailure(err error) error {
 // waits for.
 const lockWaitNoteEvery = 30 * time.Second
 
-// next is the session's next line, or the error that ended it.
-func (l *lockSession) next(ctx context.Context) (string, error) {
-	if ctx.Err() != nil {
-		return "", ctx.Err()
-	}
-	select {
-	case line, ok := <-l.lines:
-		if !ok {
-			<-l.exited
-			return "", fmt.Errorf("the lock session ended: %s", orNone(strings.TrimSpace(l.stderr.String())))
-		}
-		return line, nil
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-}
-
 // read returns what readScript printed in the session once it held the
 // lock.
 func (l *lockSession) read(ctx context.Context) ([]string, error) {
@@ -201,24 +157,13 @@ func (l *lockSession) read(ctx context.Context) ([]string, error) {
 	}
 }
 
-// release lets the lock go: standard input closes, the remote script
-// removes the holder's name and ends; a session that does not end within
-// half a second (the host stopped answering) is killed, which ends it on
-// the host too.
+// release lets the lock go: the deployer stops speaking, standard input
+// closes, the remote script removes the holder's name and ends; a session
+// that does not end within half a second (the host stopped answering) is
+// killed, which ends it on the host too.
 func (l *lockSession) release() {
-	l.once.Do(func() {
-		_ = l.stdin.Close()
-		select {
-		case <-l.exited:
-		case <-time.After(500 * time.Millisecond):
-			l.kill()
-			<-l.exited
-		}
-		l.kill()
-		_ = l.out.Close()
-		for range l.lines {
-		}
-	})
+	l.stop()
+	l.end()
 }
 
 // lockedBuffer is a bytes.Buffer safe for the copying goroutine of
@@ -316,15 +261,15 @@ func (j *copyJob) abandon() {
 // touches guarded then): from then on the next deployment of the host
 // waits for it.
 func (d *Deployer) startWatchdog(run string, systemd bool, script string) string {
-	dir := q(stateDir + "/" + run)
+	dir := shell.Quote(stateDir + "/" + run)
 	start := "mkdir -p " + dir + " || exit 1; "
 	if systemd {
-		start += "systemd-run --collect --quiet --no-ask-password --unit=" + q("fleet-watchdog-"+run) + " sh -c " + q(pathFallback+script) + " || exit 1"
+		start += "systemd-run --collect --quiet --no-ask-password --unit=" + shell.Quote("fleet-watchdog-"+run) + " sh -c " + shell.Quote(pathFallback+script) + " || exit 1"
 	} else {
 		// Only the background command itself, with every stream
 		// redirected: a backgrounded list would keep the session's
 		// output open.
-		start += "nohup sh -c " + q(pathFallback+script) + " </dev/null >/dev/null 2>&1 &"
+		start += "nohup sh -c " + shell.Quote(pathFallback+script) + " </dev/null >/dev/null 2>&1 &"
 	}
 	return start + "\nn=0; while [ ! -e " + dir + "/guarded ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done; [ -e " + dir + "/guarded ]"
 }
@@ -335,13 +280,13 @@ func (d *Deployer) startWatchdog(run string, systemd bool, script string) string
 // dropped: the host decides) and what happened. prepare runs first, in the
 // same round trip as the first attempt.
 func (d *Deployer) activate(ctx context.Context, c *Conn, run, system string, systemd, container bool, prepare string) (exit int, msg string, timedOut bool) {
-	cmd := "sh -c " + q(activationScript(run, system, "test"))
+	cmd := "sh -c " + shell.Quote(activationScript(run, system, "test"))
 	if systemd {
 		props := ""
 		if container {
 			props = " -p RuntimeMaxSec=180"
 		}
-		cmd = "systemd-run --collect --pipe --quiet --no-ask-password --service-type=exec --unit=" + q("fleet-activate-"+run) + props + " " + cmd
+		cmd = "systemd-run --collect --pipe --quiet --no-ask-password --service-type=exec --unit=" + shell.Quote("fleet-activate-"+run) + props + " " + cmd
 	}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, d.activationTimeout())
@@ -391,7 +336,7 @@ func (d *Deployer) stopActivation(c *Conn, run string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), stopActivationTimeout)
 	defer cancel()
 	unit := "fleet-activate-" + run + ".service"
-	if out, err := d.output(c.Command(ctx, remote("systemctl stop "+q(unit)))); err != nil {
+	if out, err := d.output(c.Command(ctx, remote("systemctl stop "+shell.Quote(unit)))); err != nil {
 		_, msg := exitOf(err, out)
 		return "stopping its unit " + unit + " failed: " + msg
 	}
@@ -426,7 +371,7 @@ func (d *Deployer) activationExit(ctx context.Context, c *Conn, run string) (int
 	dir := stateDir + "/" + run
 	deadline := time.Now().Add(d.activationTimeout())
 	for {
-		out, err := d.output(c.FreshCommand(ctx, remote("cat "+q(dir+"/activated")+" 2>/dev/null || echo pending; tail -n 3 "+q(dir+"/output")+" 2>/dev/null")))
+		out, err := d.output(c.FreshCommand(ctx, remote("cat "+shell.Quote(dir+"/activated")+" 2>/dev/null || echo pending; tail -n 3 "+shell.Quote(dir+"/output")+" 2>/dev/null")))
 		if err == nil {
 			first, rest, _ := strings.Cut(out, "\n")
 			if n, err := strconv.Atoi(strings.TrimSpace(first)); err == nil {
@@ -442,7 +387,7 @@ func (d *Deployer) activationExit(ctx context.Context, c *Conn, run string) (int
 // observe gathers the verdict's inputs: a new connection must succeed, and
 // the current system, the system state within the settle timeout and the
 // failed units are read, then the user checks run.
-func (d *Deployer) observe(ctx context.Context, c *Conn, n Target, exit int, systemd bool) Observed {
+func (d *Deployer) observe(ctx context.Context, c *Conn, exit int, systemd bool) Observed {
 	o := Observed{ActivationExit: exit}
 	settle := int(d.settleTimeout() / time.Second)
 	// The state is the last line before --failed--, a failed unit the
@@ -483,13 +428,13 @@ systemctl --failed --plain --no-legend 2>/dev/null`, settle)
 			o.FailedUnits = append(o.FailedUnits, u)
 		}
 	}
-	o.CheckFailures = d.userChecks(ctx, c, n)
+	o.CheckFailures = d.userChecks(ctx, c)
 	return o
 }
 
 // userChecks runs the verdict's http and tcp checks from the deployer and
 // its commands on the node.
-func (d *Deployer) userChecks(ctx context.Context, c *Conn, n Target) []string {
+func (d *Deployer) userChecks(ctx context.Context, c *Conn) []string {
 	var failures []string
 	spec := d.Options.Verdict
 	for _, cmd := range spec.Command {
@@ -498,16 +443,17 @@ func (d *Deployer) userChecks(ctx context.Context, c *Conn, n Target) []string {
 			failures = append(failures, fmt.Sprintf("command %q exited %d: %s", cmd, exit, msg))
 		}
 	}
-	for _, port := range spec.TCP {
-		addr := net.JoinHostPort(n.Host, strconv.Itoa(port))
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", addr)
-		cancel()
-		if err != nil {
-			failures = append(failures, fmt.Sprintf("tcp %s: %v", addr, err))
-			continue
+	if len(spec.TCP) > 0 {
+		reach, err := c.tcpRoute(ctx)
+		for _, port := range spec.TCP {
+			if err == nil {
+				err = reach(ctx, port)
+			}
+			if err != nil {
+				failures = append(failures, fmt.Sprintf("tcp port %d: %v", port, err))
+			}
+			err = nil
 		}
-		_ = conn.Close()
 	}
 	for _, h := range spec.HTTP {
 		if msg := httpCheck(ctx, h); msg != "" {
@@ -546,46 +492,65 @@ func httpCheck(ctx context.Context, h HTTPCheck) string {
 }
 
 // rollback asks the host's watchdog to switch back now (when SSH still
-// works) and waits for it; without SSH the host rolls itself back when the
-// confirmation does not come.
+// works) and waits for it to have done so and let go of the host; without
+// SSH the host rolls itself back once confirm_timeout has passed since the
+// deployer's last word.
 func (d *Deployer) rollback(ctx context.Context, c *Conn, run string, r *Result, reachable bool) {
 	dir := stateDir + "/" + run
 	if !reachable {
 		r.Phase = PhaseRolledBack
 		r.RolledBack = true
-		r.Message += fmt.Sprintf("; the host rolls itself back to %s when no confirmation arrives within confirm_timeout (%s): it could not be confirmed over SSH",
+		r.Message += fmt.Sprintf("; the host rolls itself back to %s once confirm_timeout (%s) has passed without a confirmation: it could not be confirmed over SSH",
 			r.PreviousSystem, d.confirmTimeout())
 		return
 	}
-	_, _ = d.output(c.FreshCommand(ctx, remote(decideScript(run, decisionRollback))))
-	deadline := time.Now().Add(d.confirmTimeout() + 30*time.Second)
-	for time.Now().Before(deadline) {
-		out, err := d.output(c.FreshCommand(ctx, remote("cat "+q(dir+"/rolledback")+" 2>/dev/null; readlink -f /run/current-system")))
-		if err == nil {
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if len(lines) == 2 {
-				r.CurrentSystem = lines[1]
-				if lines[0] == "0" && lines[1] == r.PreviousSystem {
-					r.Phase, r.RolledBack = PhaseRolledBack, true
-					r.Message += "; rolled back to " + r.PreviousSystem
-					return
-				}
-				r.Message += fmt.Sprintf("; the rollback to %s failed (exit %s; the host runs %s)", r.PreviousSystem, lines[0], lines[1])
-				return
-			}
-		}
-		if !sleep(ctx, time.Second) {
-			return
+	// The watchdog switches back with the previous system's own
+	// activation, which activation_timeout bounds.
+	bound := int((d.activationTimeout() + 30*time.Second) / time.Second)
+	out, err := d.output(c.FreshCommand(ctx, remote(decideScript(run, decisionRollback)+"; "+releasedScript(bound)+
+		"; fleet_rc=; read -r fleet_rc < "+shell.Quote(dir+"/rolledback")+" 2>/dev/null; echo \"rolledback=$fleet_rc\"; echo \"current=$(readlink -f /run/current-system)\"")))
+	if ctx.Err() != nil {
+		return
+	}
+	var decision, rc, current string
+	released := false
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case i == 0:
+			decision = line
+		case line == "released":
+			released = true
+		case strings.HasPrefix(line, "rolledback="):
+			rc = strings.TrimPrefix(line, "rolledback=")
+		case strings.HasPrefix(line, "current="):
+			current = strings.TrimPrefix(line, "current=")
 		}
 	}
-	r.Message += "; the rollback was not seen to finish"
+	if current != "" {
+		r.CurrentSystem = current
+	}
+	switch {
+	case err != nil && current == "":
+		_, msg := exitOf(err, out)
+		r.Message += fmt.Sprintf("; the rollback could not be asked for (%s): unless the request arrived, the host's watchdog switches back to %s once confirm_timeout (%s) has passed", msg, r.PreviousSystem, d.confirmTimeout())
+	case decision == decisionConfirm:
+		r.Message += "; the host's watchdog had already taken a confirmation: the new system stays active"
+	case !released:
+		r.Message += fmt.Sprintf("; the rollback was not seen to finish within %ds", bound)
+	case rc == "0" && current == r.PreviousSystem:
+		r.Phase, r.RolledBack = PhaseRolledBack, true
+		r.Message += "; rolled back to " + r.PreviousSystem
+	default:
+		r.Message += fmt.Sprintf("; the rollback to %s failed (exit %s; the host runs %s)", r.PreviousSystem, orNone(rc), orNone(current))
+	}
 }
 
 // decision asks the host, over a new connection, what was decided for
 // run: decisionConfirm, decisionRollback, or "" when nothing was decided
 // yet; false when the host could not be asked.
 func (d *Deployer) decision(ctx context.Context, c *Conn, run string) (string, bool) {
-	out, err := d.output(c.FreshCommand(ctx, remote("readlink "+q(stateDir+"/"+run+"/decision")+" 2>/dev/null; echo .")))
+	out, err := d.output(c.FreshCommand(ctx, remote("readlink "+shell.Quote(stateDir+"/"+run+"/decision")+" 2>/dev/null; echo .")))
 	if err != nil {
 		return "", false
 	}
@@ -606,29 +571,78 @@ func (d *Deployer) hostState(c *Conn, system string) string {
 	return "it runs the new system"
 }
 
-// waitDelay bounds the wait for a killed command's output: a command over
-// the master passed its standard streams to the master, which holds them
-// until the remote command ends, however long that takes.
+// waitDelay bounds the wait for a command's output once it has ended: a
+// command over the master passed its standard streams to the master,
+// which holds them until the remote command ends, however long that takes.
 const waitDelay = 250 * time.Millisecond
 
-// run runs a local command whose output is only for errors.
+// run runs a local command whose output is only for errors: both streams
+// together.
 func (d *Deployer) run(cmd *exec.Cmd) (string, error) {
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
+	out, _, err := capture(cmd, true)
+	return out, err
 }
 
 // output runs cmd and returns its standard output; on failure, what it
 // printed on standard error too.
 func (d *Deployer) output(cmd *exec.Cmd) (string, error) {
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	stdout, stderr, err := capture(cmd, false)
 	if err != nil {
-		return stdout.String() + stderr.String(), err
+		return stdout + stderr, err
 	}
-	return stdout.String(), nil
+	return stdout, nil
+}
+
+// capture runs cmd and returns what it printed. Its outcome is its exit
+// status: the streams are files of the command's own, read until they
+// close or, once the command has ended, for waitDelay more, and a stream
+// something else still holds open (a master connection, a process the
+// command left behind) is no failure. With combined, both streams go to
+// the first result.
+func capture(cmd *exec.Cmd, combined bool) (stdout, stderr string, err error) {
+	var bufs [2]bytes.Buffer
+	var readers, writers []*os.File
+	var wg sync.WaitGroup
+	streams := 2
+	if combined {
+		streams = 1
+	}
+	for i := range streams {
+		r, w, perr := os.Pipe()
+		if perr != nil {
+			for _, f := range append(readers, writers...) {
+				_ = f.Close()
+			}
+			return "", "", perr
+		}
+		readers, writers = append(readers, r), append(writers, w)
+		wg.Go(func() { _, _ = io.Copy(&bufs[i], r) })
+	}
+	cmd.Stdout, cmd.Stderr = writers[0], writers[len(writers)-1]
+	err = cmd.Start()
+	for _, w := range writers {
+		_ = w.Close() // the command has its own copies
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
+	read := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(read)
+	}()
+	select {
+	case <-read:
+	case <-time.After(waitDelay):
+		for _, r := range readers {
+			_ = r.SetReadDeadline(time.Now())
+		}
+		<-read
+	}
+	for _, r := range readers {
+		_ = r.Close()
+	}
+	return bufs[0].String(), bufs[1].String(), err
 }
 
 // exitOf is a command's exit status and its last words (without ssh's

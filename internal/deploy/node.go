@@ -86,6 +86,7 @@ type nodeRun struct {
 	activation         activationState
 	exit               int  // the activation's exit status; -1 while not known
 	sshWorks           bool // the host still takes logins (false once the verdict's new login failed)
+	silent             bool // the host stopped answering while the activation was judged
 }
 
 // activationState is how far the activation got, for the record of an

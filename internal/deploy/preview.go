@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 	"unicode"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 // Preview is what switching a node to a system will do, as a plan can
@@ -411,7 +413,7 @@ func (d *Deployer) dryActivate(ctx context.Context, c *Conn, system string) (Uni
 	secs := max(1, int(d.activationTimeout()/time.Second))
 	actx, cancel := context.WithTimeout(ctx, d.activationTimeout()+15*time.Second)
 	defer cancel()
-	out, err := d.run(c.Command(actx, remote(fmt.Sprintf("timeout -k 5 %d %s/bin/switch-to-configuration dry-activate", secs, q(system)))))
+	out, err := d.run(c.Command(actx, remote(fmt.Sprintf("timeout -k 5 %d %s/bin/switch-to-configuration dry-activate", secs, shell.Quote(system)))))
 	if err != nil {
 		if ctx.Err() != nil {
 			return UnitChanges{}, fmt.Errorf("%s during the dry activation", cause(ctx))

@@ -2,7 +2,9 @@ package deploy
 
 import (
 	"fmt"
-	"strings"
+	"strconv"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 // pathFallback lets a remote command find nix-env, systemd-run and friends
@@ -32,12 +34,9 @@ const (
 
 func remote(script string) string { return pathFallback + script }
 
-// q quotes s for the remote POSIX shell.
-func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // lockScript takes the host's deploy lock, waiting up to wait seconds in
 // all for it and for the activations and watchdogs of earlier deployments
-// to end (GuardFile), and holds it until its standard input closes. With
+// to end (GuardFile), and holds it while the deployer keeps speaking. With
 // both, nothing else uses the runs' directories: it prunes them to
 // keptRuns. Once it holds the lock it prints "locked", then what
 // readScript prints and readEnd, in the same round trip; else
@@ -46,7 +45,13 @@ func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" 
 // learns who it waits for, and a wait whose deployer is gone ends at the
 // next line, which nobody reads any more (SIGPIPE), instead of holding a
 // process on the host until lock_timeout.
-func lockScript(holder string, waitSeconds int) string {
+//
+// Held, it reads the deployer's words (wordLoop) until its standard input
+// closes. The lock is a lease: a deployer that has said nothing for lease
+// seconds (it vanished, its machine or the network between died, and TCP
+// has not noticed) loses it, so that it blocks no other deployment for
+// longer; its watchdog still decides its activation.
+func lockScript(holder string, waitSeconds, leaseSeconds int) string {
 	return remote(fmt.Sprintf(`exec 9>>%[1]s 8>>%[7]s || exit 2
 end=
 until flock -n 9; do
@@ -64,17 +69,52 @@ set -- %[10]s/*/
 exec 8>&-
 printf '%%s\n' %[4]s > %[2]s; echo locked
 %[5]s
-echo %[6]s; `+waitForEOF+`; rm -f %[2]s; exit 0`, LockFile, HolderFile, waitSeconds, q(holder), readScript, readEnd, GuardFile,
-		q("busy "+guardHolder), q("wait "+guardHolder), stateDir, keptRuns+1, keptRuns))
+echo %[6]s
+trap 'rm -f %[2]s %[13]s; exit 1' TERM
+fleet_n=0; echo 0 > %[13]s; fleet_me=$$
+( fleet_p=; fleet_m=0
+while sleep %[14]s; do
+fleet_c=; read -r fleet_c < %[13]s
+if [ "$fleet_c" != "$fleet_p" ]; then fleet_p=$fleet_c fleet_m=0; else fleet_m=$((fleet_m+1)); [ $fleet_m -lt 4 ] || { kill -TERM $fleet_me; exit 0; }; fi
+done ) 9>&- </dev/null >/dev/null 2>&1 &
+fleet_lease=$!
+%[15]s
+kill $fleet_lease 2>/dev/null; rm -f %[2]s %[13]s; exit 0`, LockFile, HolderFile, waitSeconds, shell.Quote(holder), readScript, readEnd, GuardFile,
+		shell.Quote("busy "+guardHolder), shell.Quote("wait "+guardHolder), stateDir, keptRuns+1, keptRuns,
+		leaseFile, strconv.FormatFloat(float64(max(leaseSeconds, 1))/4, 'f', -1, 64), wordLoop(`fleet_n=$((fleet_n+1)); echo "$fleet_n" > `+leaseFile)))
 }
+
+// leaseFile counts the words the deploy lock's holder said, for the lease.
+const leaseFile = "/run/fleet-deploy.lease"
+
+// wordLoop reads the deployer's words, a line each ("h", or "h <run>"
+// while it judges run's activation), until its standard input closes; each
+// does first what onWord says, passes the word on to run's watchdog (its
+// wake FIFO), and is acknowledged ("ack"): a word is how the deployer says
+// it is still there, and an acknowledgement how the host does. Only the
+// shell's builtins: a word comes every second or more often.
+func wordLoop(onWord string) string {
+	return fmt.Sprintf(`while read -r fleet_w fleet_r; do
+%s
+case $fleet_r in ''|*[!0-9a-f]*) ;; *) [ ! -p %s/"$fleet_r"/wake ] || printf 'h\n' 1<>%s/"$fleet_r"/wake ;; esac
+echo ack
+done`, orStr(onWord, ":"), stateDir, stateDir)
+}
+
+// wordScript is a session that only passes the deployer's words on, when
+// the lock session that did has ended (the connection it rode dropped).
+func wordScript() string { return remote(wordLoop("")) }
 
 // keptRuns is how many of the latest runs' directories (the activation's
 // output, the watchdog's decision) a host keeps: the lock removes older
 // ones while no activation or watchdog runs.
 const keptRuns = 10
 
-// guardHolder names who holds GuardFile when the deploy lock is free.
-const guardHolder = "an earlier deployment's activation or rollback watchdog, still running on the host after that deployment was interrupted"
+// guardHolder names who holds GuardFile when the deploy lock is free: a
+// deploy that ended lets go of the guard before it ends, so what holds it
+// is an activation, or a watchdog waiting for a word or switching back,
+// of a deploy that stopped before it could: interrupted, or gone.
+const guardHolder = "an earlier deployment's activation or its rollback watchdog, still running on the host"
 
 // guardScript takes a shared hold of GuardFile for the rest of the
 // script's life (descriptor 8).
@@ -111,21 +151,39 @@ const readCurrentScript = `readlink -f /run/current-system || echo
 
 // watchdogScript waits for the activation of run to end, then for the
 // decision on it: the deployer's confirmation, or its request to switch
-// back. Without one within confirm seconds it decides itself to switch
-// back to prev on the host, so a configuration that cuts off SSH is still
-// rolled back. The decision is one symlink made once (ln -s fails when it
-// exists), so the deployer and the watchdog can never both win.
+// back. Its clock runs while the deployer says nothing: once the
+// activation has ended (or activationSeconds have passed) and confirm
+// seconds have passed since the deployer's last word ("h" on the wake
+// FIFO, passed on by a wordLoop), it decides itself to switch back to prev
+// on the host, so a configuration that cuts off SSH, or a deployer that
+// vanished, is still rolled back, and a verdict that takes its time is
+// not. The decision is one symlink made once (ln -s fails when it
+// exists), so the deployer and the watchdog can never both win. The FIFO
+// wakes it at once for a word, the activation's end ("a") and a decision
+// ("d"); a tick each second for its clock, read from /proc/uptime (no
+// process started to read the time).
 func watchdogScript(run, prev string, activationSeconds, confirmSeconds int) string {
 	d := stateDir + "/" + run
 	return fmt.Sprintf(`d=%[1]s
-`+guardScript+` || exit 1; : > "$d/guarded"
-n=0; while [ ! -f "$d/activated" ] && [ $n -lt %[3]d ]; do sleep 1; n=$((n+1)); done
-n=0; while [ ! -L "$d/decision" ] && [ $n -lt %[4]d ]; do sleep 1; n=$((n+1)); done
+`+guardScript+` || exit 1
+rm -f "$d/wake"; mkfifo -m 600 "$d/wake" && exec 7<>"$d/wake" || exit 1
+: > "$d/guarded"
+( while sleep 1; do echo t || exit 0; done ) 7>&- 8>&- </dev/null >"$d/wake" 2>/dev/null &
+fleet_tick=$!
+trap 'kill $fleet_tick 2>/dev/null' EXIT
+fleet_now() { read -r fleet_up fleet_x </proc/uptime; fleet_up=${fleet_up%%.*}${fleet_up#*.}; }
+fleet_now; fleet_start=$fleet_up fleet_word=$fleet_up
+until [ -L "$d/decision" ]; do
+fleet_now
+if [ -f "$d/activated" ] || [ $((fleet_up - fleet_start)) -ge %[3]d00 ]; then [ $((fleet_up - fleet_word)) -lt %[4]d00 ] || break; fi
+read -r fleet_w <&7 || break
+[ "$fleet_w" != h ] || { fleet_now; fleet_word=$fleet_up; }
+done
 ln -s %[6]s "$d/decision" 2>/dev/null
 [ "$(readlink "$d/decision")" = %[7]s ] && { echo confirmed > "$d/watchdog"; exit 0; }
 echo rolling-back > "$d/watchdog"
 nix-env -p %[5]s --set %[2]s && %[2]s/bin/switch-to-configuration test; echo "$?" > "$d/rolledback"`,
-		q(d), q(prev), activationSeconds, confirmSeconds, ProfilePath, decisionRollback, decisionConfirm)
+		shell.Quote(d), shell.Quote(prev), activationSeconds, confirmSeconds, ProfilePath, decisionRollback, decisionConfirm)
 }
 
 // The two decisions on an activation.
@@ -135,21 +193,31 @@ const (
 )
 
 // decideScript decides run's fate on the host, unless it is decided
-// already, and prints the decision that stands.
+// already, wakes run's watchdog, and prints the decision that stands,
+// which it keeps in $fleet_d for what follows.
 func decideScript(run, decision string) string {
-	link := q(stateDir + "/" + run + "/decision")
-	return "if ln -s " + decision + " " + link + " 2>/dev/null; then echo " + decision + "; else readlink " + link + "; fi"
+	dir := shell.Quote(stateDir + "/" + run)
+	return "if ln -s " + decision + " " + dir + "/decision 2>/dev/null; then fleet_d=" + decision + "; else fleet_d=$(readlink " + dir + "/decision); fi; " +
+		"[ ! -p " + dir + "/wake ] || printf 'd\\n' 1<>" + dir + "/wake; echo \"$fleet_d\""
+}
+
+// releasedScript waits up to seconds for what holds GuardFile (the
+// activation and the watchdog of this deploy) to let go of it, and prints
+// "released" when it has: a node is done once its host has let go of
+// everything its deploy took.
+func releasedScript(seconds int) string {
+	return fmt.Sprintf("{ exec 8>>%s && flock -w %d 8 && echo released; exec 8>&-; }", GuardFile, seconds)
 }
 
 // profileScript points the system profile at system (a new generation).
 func profileScript(system string) string {
-	return "nix-env -p " + ProfilePath + " --set " + q(system) + " || { echo " + q(profileFailed) + " >&2; exit 1; }; "
+	return "nix-env -p " + ProfilePath + " --set " + shell.Quote(system) + " || { echo " + shell.Quote(profileFailed) + " >&2; exit 1; }; "
 }
 
 // markScript records on the host that system was deployed with a passing
 // verdict (see succeededFile).
 func markScript(system string) string {
-	return "{ { [ -d " + q(stateDir) + " ] || mkdir -p " + q(stateDir) + "; } && printf '%s\\n' " + q(system) + " > " + succeededFile + "; }"
+	return "{ { [ -d " + shell.Quote(stateDir) + " ] || mkdir -p " + shell.Quote(stateDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + succeededFile + "; }"
 }
 
 // activationScript runs switch-to-configuration action of system and
@@ -159,7 +227,7 @@ func markScript(system string) string {
 // are printed once it has finished.
 func activationScript(run, system, action string) string {
 	d := stateDir + "/" + run
-	return fmt.Sprintf(`d=%[1]s; `+guardScript+` || exit 1; %[2]s/bin/switch-to-configuration %[3]s >"$d/output" 2>&1; rc=$?; echo "$rc" > "$d/activated"; tail -n 5 "$d/output" >&2; exit "$rc"`, q(d), q(system), action)
+	return fmt.Sprintf(`d=%[1]s; `+guardScript+` || exit 1; %[2]s/bin/switch-to-configuration %[3]s >"$d/output" 2>&1; rc=$?; echo "$rc" > "$d/activated"; [ ! -p "$d/wake" ] || printf 'a\n' 1<>"$d/wake"; tail -n 5 "$d/output" >&2; exit "$rc"`, shell.Quote(d), shell.Quote(system), action)
 }
 
 // Markers a remote script prints on standard error to say which of its

@@ -44,8 +44,14 @@ const sessionEnd = "fleet-session-read"
 // named), and keeps the login for Preview. The session's control socket
 // and files are in the process's session directory (sessionDir), so that
 // they outlive the deployer that opened it; Close removes them. ctx
-// bounds the login and the read only.
+// bounds the login and the read only, and so does a deadline of their
+// own: ConnectTimeout for the login and remote_exec_timeout for the read,
+// so that a host that takes logins and then hangs holds no probe slot.
 func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error) {
+	bound := connectTimeoutSeconds*time.Second + d.Transport.remoteExecTimeout()
+	ctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("the host did not answer within %s (ConnectTimeout %ds, then remote_exec_timeout %s)",
+		bound, connectTimeoutSeconds, d.Transport.remoteExecTimeout()))
+	defer cancel()
 	dir, err := sessionDir()
 	if err != nil {
 		return nil, err
@@ -58,13 +64,16 @@ func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error
 	}
 	// A socket of its own: two sessions to one host and user (two
 	// deployments of one host) must not share a master.
-	c.control = filepath.Join(dir, fmt.Sprintf("s%d", sessionCount.Add(1)))
+	if c.control, err = pathOption("ControlPath", filepath.Join(dir, fmt.Sprintf("s%d", sessionCount.Add(1))), ""); err != nil {
+		c.Close()
+		return nil, err
+	}
 	sess := &Session{conn: c}
 	fail := func(err error) (*Session, error) {
 		sess.Close()
 		return nil, err
 	}
-	args := c.recording(c.args("ControlMaster=yes", "ControlPath="+c.control, "ControlPersist=no"))
+	args := c.recording(c.args("ControlMaster=yes", c.control, "ControlPersist=no"))
 	script := remote(readCurrentScript + "\necho " + sessionEnd + "\n" + waitForEOF)
 	// Not ctx: the session lives on after the read; Close ends it.
 	sess.cmd = t.command(context.Background(), t.ssh(), append(args, "--", script)...)

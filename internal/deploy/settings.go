@@ -10,9 +10,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
 
 // DefaultUser is the built-in user when the provider sets none.
@@ -108,6 +109,9 @@ func CheckKeyFile(ctx context.Context, path, agentSocket string) error {
 	}
 	expanded, err := sshdial.ExpandHome(path)
 	if err != nil {
+		return err
+	}
+	if _, err := pathOption("IdentityFile", expanded, ""); err != nil {
 		return err
 	}
 	pem, err := os.ReadFile(expanded)

@@ -2,11 +2,14 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 // The steps of a node's deploy. Each says what it does, and what the host
@@ -120,6 +123,9 @@ var copyStep = &step{
 var profileStep = &step{
 	name: StepProfile, does: "pointing the system profile at the new system", cond: CondActivated, phase: PhaseActivating,
 	run: func(ctx context.Context, nr *nodeRun) error {
+		if err := nr.holdsLock(); err != nil {
+			return err
+		}
 		if out, err := nr.d.output(nr.c.Command(ctx, remote(profileScript(nr.n.System)))); err != nil {
 			exit, msg := exitOf(err, out)
 			return fail(exit, "ProfileFailed", "nix-env --set failed: "+msg, "")
@@ -138,7 +144,10 @@ var profileStep = &step{
 var dryActivateStep = &step{
 	name: StepDryActivate, does: "running switch-to-configuration dry-activate", cond: CondActivated, phase: PhaseActivating,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		out, err := nr.d.output(nr.c.Command(ctx, remote(q(nr.n.System)+"/bin/switch-to-configuration dry-activate")))
+		if err := nr.holdsLock(); err != nil {
+			return err
+		}
+		out, err := nr.d.output(nr.c.Command(ctx, remote(shell.Quote(nr.n.System)+"/bin/switch-to-configuration dry-activate")))
 		if err != nil {
 			exit, msg := exitOf(err, out)
 			return fail(exit, "DryActivationFailed", "dry-activate failed: "+msg, "")
@@ -153,8 +162,77 @@ var dryActivateStep = &step{
 
 var activateStep = &step{
 	name: StepActivate, does: "activating the new system with switch-to-configuration test", cond: CondActivated, phase: PhaseActivating,
-	run:    func(ctx context.Context, nr *nodeRun) error { return nr.activate(ctx) },
+	run: func(ctx context.Context, nr *nodeRun) error {
+		if err := nr.holdsLock(); err != nil {
+			return err
+		}
+		nr.run = runID()
+		nr.watch = !nr.d.Options.Keep && nr.r.PreviousSystem != "" && nr.r.PreviousSystem != nr.n.System
+		if nr.watch {
+			nr.lock.speakFor(nr.run)
+		}
+		return nr.listening(ctx, StepActivate, nr.activate)
+	},
 	leaves: (*nodeRun).leavesActivation,
+}
+
+// holdsLock fails the node, before anything changes on the host, when the
+// host's deploy lock was lost: its session ended (the connection dropped,
+// or the host ended the lease of a deployer it had not heard from).
+func (nr *nodeRun) holdsLock() error {
+	if nr.lock != nil && nr.lock.lost() {
+		return fail(1, "DeployLockLost", "the host's deploy lock was lost before the system was changed (its session ended: the connection dropped, or the host heard nothing from this deployer for remote_exec_timeout and ended the lease): nothing was changed on the host",
+			"the next apply retries this node")
+	}
+	return nil
+}
+
+// listening runs the work of a step between the activation and the
+// decision on it, while the host must keep acknowledging the deployer's
+// words. Once it has not for longer than confirm_timeout (and a second,
+// the watchdog's tick), no confirmation could reach it in time: whatever
+// its activation does, the host switches itself back once it has ended.
+// The step then ends with that outcome, instead of waiting for
+// connections to time out.
+func (nr *nodeRun) listening(ctx context.Context, step StepName, work func(context.Context) error) error {
+	if !nr.watch {
+		return work(ctx)
+	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	limit := nr.d.confirmTimeout() + time.Second
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if nr.lock.quiet() > limit {
+					cancel(errHostSilent)
+					return
+				}
+			}
+		}
+	}()
+	err := work(lctx)
+	close(stop)
+	<-done
+	if err != nil {
+		nr.lock.hush()
+	}
+	if ctx.Err() == nil && errors.Is(context.Cause(lctx), errHostSilent) {
+		nr.silent, nr.sshWorks = true, false
+		f := fail(1, "HostStoppedAnswering", fmt.Sprintf("the host stopped answering during the %s step: nothing came back from it for longer than confirm_timeout (%s), so no confirmation can reach it in time; "+
+			"its watchdog switches it back to %s once the activation has ended, and nothing more is waited for", step, nr.d.confirmTimeout(), orNone(nr.r.PreviousSystem)),
+			"the host froze, went down or was cut off from this machine during the deploy: check it; the next refresh reads which system it runs")
+		f.rollback = true
+		return f
+	}
+	return err
 }
 
 // activate runs switch-to-configuration test, after the system profile
@@ -163,16 +241,14 @@ var activateStep = &step{
 // activation back, all in one round trip.
 func (nr *nodeRun) activate(ctx context.Context) error {
 	d, prev := nr.d, nr.r.PreviousSystem
-	nr.run = runID()
-	nr.watch = !d.Options.Keep && prev != "" && prev != nr.n.System
-	prepare := "mkdir -p " + q(stateDir+"/"+nr.run)
+	prepare := "mkdir -p " + shell.Quote(stateDir+"/"+nr.run)
 	if nr.watch {
 		prepare = d.startWatchdog(nr.run, nr.systemd,
 			watchdogScript(nr.run, prev, int(d.activationTimeout()/time.Second)+5, int(d.confirmTimeout()/time.Second)))
 	}
 	// A subshell: the watchdog's start exits it on failure, and the
 	// marker then names the step.
-	prepare = "(\n" + prepare + "\n) || { echo " + q(prepareFailed) + " >&2; exit 1; }; "
+	prepare = "(\n" + prepare + "\n) || { echo " + shell.Quote(prepareFailed) + " >&2; exit 1; }; "
 	if d.Options.Goal != GoalTest {
 		prepare = profileScript(nr.n.System) + prepare
 	}
@@ -219,7 +295,7 @@ func (nr *nodeRun) leavesActivation(during bool) string {
 	case !during || nr.activation == notActivated:
 		return "nothing was activated; the host runs " + prev
 	case nr.watch:
-		return fmt.Sprintf("the activation of %s goes on on the host (%s); unconfirmed, it is switched back to %s by the host's watchdog within confirm_timeout (%s) of its end",
+		return fmt.Sprintf("the activation of %s goes on on the host (%s); unconfirmed, it is switched back to %s by the host's watchdog once it has ended and confirm_timeout (%s) has passed since this deployer's last word",
 			sys, nr.hostNow(), prev, nr.d.confirmTimeout())
 	case nr.d.Options.Keep:
 		return fmt.Sprintf("the activation of %s goes on on the host (%s) and stays (on_failure = keep)", sys, nr.hostNow())
@@ -248,7 +324,15 @@ func (nr *nodeRun) hostNow() string {
 var verdictStep = &step{
 	name: StepVerdict, does: "judging the new system: a new SSH login, the current system, systemd settled, the verdict's checks", cond: CondVerdict, phase: PhaseVerifying,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		obs := nr.d.observe(ctx, nr.c, nr.n, nr.exit, nr.systemd)
+		return nr.listening(ctx, StepVerdict, func(ctx context.Context) error { return nr.verdict(ctx) })
+	},
+	leaves: func(nr *nodeRun, _ bool) string { return nr.unconfirmed() },
+}
+
+// verdict observes the activated host and judges what it saw.
+func (nr *nodeRun) verdict(ctx context.Context) error {
+	{
+		obs := nr.d.observe(ctx, nr.c, nr.exit, nr.systemd)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -270,15 +354,14 @@ var verdictStep = &step{
 		}
 		nr.pass(CondVerdict, v.Reason, v.Message)
 		return nil
-	},
-	leaves: func(nr *nodeRun, _ bool) string { return nr.unconfirmed() },
+	}
 }
 
 // unconfirmed says what becomes of an activation the deploy did not
 // confirm.
 func (nr *nodeRun) unconfirmed() string {
 	if nr.watch {
-		return fmt.Sprintf("%s is active and unconfirmed: the host's watchdog switches it back to %s within confirm_timeout (%s)",
+		return fmt.Sprintf("%s is active and unconfirmed: the host's watchdog switches it back to %s once confirm_timeout (%s) has passed since this deployer's last word",
 			nr.n.System, orNone(nr.r.PreviousSystem), nr.d.confirmTimeout())
 	}
 	return nr.n.System + " is active and stays so (no watchdog switches it back)"
@@ -286,14 +369,16 @@ func (nr *nodeRun) unconfirmed() string {
 
 var confirmStep = &step{
 	name: StepConfirm, does: "confirming the verdict to the host's watchdog", cond: CondVerdict, phase: PhaseVerifying,
-	run:    func(ctx context.Context, nr *nodeRun) error { return nr.confirm(ctx) },
+	run:    func(ctx context.Context, nr *nodeRun) error { return nr.listening(ctx, StepConfirm, nr.confirm) },
 	leaves: (*nodeRun).leavesConfirm,
 }
 
-// confirm tells the host's watchdog the verdict passed. Only an answer
-// from the host that its decision is to keep the new system counts: a
-// confirmation that was not acknowledged leaves the node failed, as the
-// watchdog then switches it back.
+// confirm tells the host's watchdog the verdict passed, and waits for it
+// (and the activation) to let go of the host (releasedScript), so that a
+// deploy of the host right after this one finds nothing of this one's
+// running. Only an answer from the host that its decision is to keep the
+// new system counts: a confirmation that was not acknowledged leaves the
+// node failed, as the watchdog then switches it back.
 func (nr *nodeRun) confirm(ctx context.Context) error {
 	mark := ""
 	if nr.d.Options.Goal == GoalTest {
@@ -309,11 +394,16 @@ func (nr *nodeRun) confirm(ctx context.Context) error {
 		}
 		return nr.confirmed()
 	}
-	out, err := nr.d.output(nr.c.Command(ctx, remote(decideScript(nr.run, decisionConfirm)+"; "+mark+"true")))
+	out, err := nr.d.output(nr.c.Command(ctx, remote(decideScript(nr.run, decisionConfirm)+
+		"; [ \"$fleet_d\" != "+decisionConfirm+" ] || { "+mark+releasedScript(watchdogLetGo)+"; }")))
+	nr.lock.hush()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	decision := strings.TrimSpace(firstLine(out))
+	if decision == decisionConfirm && !strings.Contains(out, "released") {
+		nr.d.note(nr.n.Name, StepConfirm, "the host took the confirmation, but its watchdog had not ended %s later", watchdogLetGo*time.Second)
+	}
 	if err != nil && decision == "" {
 		// The answer was lost: the host says what it decided.
 		decision, _ = nr.d.decision(ctx, nr.c, nr.run)
@@ -332,7 +422,7 @@ func (nr *nodeRun) confirm(ctx context.Context) error {
 		return f
 	}
 	_, msg := exitOf(err, out)
-	return fail(1, "ConfirmFailed", fmt.Sprintf("the confirmation was not acknowledged by the host (%s): unless it arrived, the host's watchdog switches %s back to %s within confirm_timeout (%s)",
+	return fail(1, "ConfirmFailed", fmt.Sprintf("the confirmation was not acknowledged by the host (%s): unless it arrived, the host's watchdog switches %s back to %s once confirm_timeout (%s) has passed since this deployer's last word",
 		orNone(msg), nr.n.System, orNone(nr.r.PreviousSystem), nr.d.confirmTimeout()), "the next refresh reads which system the host runs")
 }
 
@@ -359,7 +449,7 @@ func (nr *nodeRun) leavesConfirm(during bool) string {
 	case asked:
 		return "the confirmation did not reach the host: " + nr.unconfirmed()
 	}
-	return fmt.Sprintf("whether the confirmation reached the host is not known: if it did not, the host's watchdog switches %s back to %s within confirm_timeout (%s); the next refresh reads which system it runs",
+	return fmt.Sprintf("whether the confirmation reached the host is not known: if it did not, the host's watchdog switches %s back to %s once confirm_timeout (%s) has passed since this deployer's last word; the next refresh reads which system it runs",
 		nr.n.System, orNone(nr.r.PreviousSystem), nr.d.confirmTimeout())
 }
 
@@ -379,7 +469,9 @@ var finaliseStep = &step{
 // (FR-010); then the host's record of a passed deploy.
 func (nr *nodeRun) finalise(ctx context.Context) error {
 	d := nr.d
-	boot := "timeout " + strconv.FormatFloat(d.bootBound().Seconds(), 'f', -1, 64) + " " + q(nr.n.System) + "/bin/switch-to-configuration boot; rc=$?; [ $rc -ne 0 ] || " + markScript(nr.n.System) + "; exit $rc"
+	// A shared hold of the guard: a deployment that took the lock after
+	// this node lost it (a dropped session) waits for the boot entry too.
+	boot := guardScript + " || exit 1; timeout " + strconv.FormatFloat(d.bootBound().Seconds(), 'f', -1, 64) + " " + shell.Quote(nr.n.System) + "/bin/switch-to-configuration boot; rc=$?; [ $rc -ne 0 ] || " + markScript(nr.n.System) + "; exit $rc"
 	for attempt := 1; ; attempt++ {
 		out, err := d.output(nr.c.Command(ctx, remote(boot)))
 		if ctx.Err() != nil {
@@ -421,14 +513,24 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 var rollbackStep = &step{
 	name: StepRollback, does: "switching the host back to its previous system", cond: CondVerdict,
 	run: func(ctx context.Context, nr *nodeRun) error {
+		nr.lock.hush()
+		if nr.silent {
+			// What the host does was said: it switches itself back.
+			nr.r.Phase, nr.r.RolledBack = PhaseRolledBack, true
+			return nil
+		}
 		nr.d.rollback(ctx, nr.c, nr.run, &nr.r, nr.sshWorks)
 		return ctx.Err()
 	},
 	leaves: func(nr *nodeRun, _ bool) string {
-		return fmt.Sprintf("the host's watchdog switches it back to %s: it was asked to, or it gets no confirmation within confirm_timeout (%s)",
+		return fmt.Sprintf("the host's watchdog switches it back to %s: it was asked to, or confirm_timeout (%s) passes after this deployer's last word",
 			orNone(nr.r.PreviousSystem), nr.d.confirmTimeout())
 	},
 }
+
+// watchdogLetGo bounds, in seconds, the wait for a confirmed watchdog to
+// end: it ends at once, woken by the decision.
+const watchdogLetGo = 10
 
 // copyHeadStart bounds how long the next node of a rollout waits for
 // this node's copy before it starts.

@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 
 	"golang.org/x/crypto/ssh"
 
@@ -74,7 +77,8 @@ type Conn struct {
 	pinned   string   // the temporary known_hosts of a pinned node
 	offered  string   // the file KnownHostsCommand writes the offered key to
 	identify string   // the KnownHostsCommand option that writes it
-	control  string
+	control  string   // the ControlPath option
+	identity string   // the IdentityFile option of a given key
 	// keyOptsElsewhere says ssh_opts or the config file set host-key
 	// options, which win over the deployment's: see SeenKey.
 	keyOptsElsewhere bool
@@ -96,24 +100,39 @@ func (t *Transport) ssh() string {
 }
 
 func (t *Transport) aliveCount() int {
-	timeout := t.RemoteExecTimeout
-	if timeout <= 0 {
-		timeout = DefaultRemoteExecTimeout
-	}
-	return max(1, int(timeout/keepaliveInterval))
+	return max(1, int(t.remoteExecTimeout()/keepaliveInterval))
+}
+
+func (t *Transport) remoteExecTimeout() time.Duration {
+	return orDefault(t.RemoteExecTimeout, DefaultRemoteExecTimeout)
 }
 
 // Open prepares node s's transport: a pinned node gets a temporary
 // known_hosts holding only its key (removed by Close). It reads which
 // host-key options the config file sets (configSets), and gives none of
-// those.
+// those. Nothing of this machine's is forwarded to the host, and a given
+// key is the only identity offered.
 func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 	for _, o := range s.SSHOpts {
 		if err := CheckSSHOpt(o); err != nil {
 			return nil, err
 		}
+		if err := CheckForwarding(o); err != nil {
+			return nil, fmt.Errorf("node %s: %w", s.Name, err)
+		}
 	}
-	c := &Conn{t: t, s: s, control: filepath.Join(t.ControlDir, "%C")}
+	control, err := pathOption("ControlPath", t.ControlDir+"/", "%C")
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", s.Name, err)
+	}
+	c := &Conn{t: t, s: s, control: control}
+	head := append([]string{"BatchMode=yes", "User=" + s.User}, noForwarding...)
+	if s.PrivateKeyFile != "" {
+		if c.identity, err = pathOption("IdentityFile", s.PrivateKeyFile, ""); err != nil {
+			return nil, fmt.Errorf("node %s: private_key_file: %w", s.Name, err)
+		}
+		head = append(head, "IdentitiesOnly=yes")
+	}
 	fromConfig, maybe, redirected, err := t.configSets(ctx, s)
 	if err != nil {
 		return nil, err
@@ -130,13 +149,21 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 		if cerr := f.Close(); werr == nil {
 			werr = cerr
 		}
+		var file string
+		if werr == nil {
+			file, werr = pathOption("UserKnownHostsFile", c.pinned, "")
+		}
 		if werr != nil {
 			c.Close()
 			return nil, fmt.Errorf("node %s: temporary known_hosts: %w", s.Name, werr)
 		}
-		hostKey = []string{"StrictHostKeyChecking=yes", "GlobalKnownHostsFile=/dev/null", "UserKnownHostsFile=" + c.pinned}
+		hostKey = []string{"StrictHostKeyChecking=yes", "GlobalKnownHostsFile=/dev/null", file}
 	} else {
-		hostKey = []string{"StrictHostKeyChecking=accept-new", "UserKnownHostsFile=" + t.KnownHostsFile}
+		file, err := pathOption("UserKnownHostsFile", t.KnownHostsFile, "")
+		if err != nil {
+			return nil, fmt.Errorf("node %s: known_hosts_file: %w", s.Name, err)
+		}
+		hostKey = []string{"StrictHostKeyChecking=accept-new", file}
 	}
 	fromOpts := map[string]bool{}
 	for _, o := range s.SSHOpts {
@@ -157,17 +184,10 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 		}
 		_ = f.Close()
 		c.offered = f.Name()
-		// ssh splits the command into words (quotes group them) and
-		// expands %-tokens and ${VARIABLES} in each; a file name that
-		// would be taken apart records nothing.
-		if strings.ContainsAny(c.offered, "%$'\"\\") {
-			_ = os.Remove(c.offered)
-			c.offered = ""
-		} else {
-			c.identify = "KnownHostsCommand=/bin/sh -c '[ \"$1\" = HOSTNAME ] && [ -n \"$3\" ] && echo \"$2 $3\" > \"$4\"; exit 0' fleet-offered-key %I %t %K '" + c.offered + "'"
-		}
+		// The control directory's path is plain (controlBase), so the
+		// file's name needs no quoting inside the command.
+		c.identify = "KnownHostsCommand=/bin/sh -c '[ \"$1\" = HOSTNAME ] && [ -n \"$3\" ] && echo \"$2 $3\" > \"$4\"; exit 0' fleet-offered-key %I %t %K '" + c.offered + "'"
 	}
-	head := []string{"BatchMode=yes", "User=" + s.User}
 	tail := []string{fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds),
 		fmt.Sprintf("ServerAliveInterval=%d", int(keepaliveInterval/time.Second)),
 		fmt.Sprintf("ServerAliveCountMax=%d", t.aliveCount())}
@@ -185,7 +205,12 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 			// The jump host gets accept-new with the deployment's file;
 			// the node's own key is still checked end to end by the outer
 			// ssh, which a ProxyJump would hand the pinned file to.
-			direct = append(direct, "ProxyCommand="+t.jumpCommand(value, s.PrivateKeyFile))
+			jump, err := t.jumpCommand(value, s.PrivateKeyFile)
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("node %s: %w", s.Name, err)
+			}
+			direct = append(direct, "ProxyCommand="+jump)
 			continue
 		}
 		direct = append(direct, o)
@@ -195,39 +220,56 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 	return c, nil
 }
 
-// jumpCommand is the ProxyCommand for a jump host: BatchMode, accept-new
-// with the deployment's known_hosts file, the config file, the node's key.
-func (t *Transport) jumpCommand(jump, keyFile string) string {
-	args := []string{t.ssh()}
+// jumpArgs are the arguments of an ssh through the jump host(s) of a
+// ProxyJump to forward to (-W) to dest ("host:port"): BatchMode, accept-new
+// with the deployment's known_hosts file, the config file, the node's key,
+// nothing forwarded.
+func (t *Transport) jumpArgs(jump, keyFile, dest string) ([]string, error) {
+	var args []string
 	if t.ConfigFile != "" {
-		args = append(args, "-F", shellWord(t.ConfigFile))
+		args = append(args, "-F", t.ConfigFile)
 	}
 	if keyFile != "" {
-		args = append(args, "-i", shellWord(keyFile))
+		id, err := pathOption("IdentityFile", keyFile, "")
+		if err != nil {
+			return nil, fmt.Errorf("private_key_file: %w", err)
+		}
+		args = append(args, "-o", id, "-o", "IdentitiesOnly=yes")
 	}
-	args = append(args, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
-		"-o", "UserKnownHostsFile="+shellWord(t.KnownHostsFile),
-		"-o", fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds))
+	kh, err := pathOption("UserKnownHostsFile", t.KnownHostsFile, "")
+	if err != nil {
+		return nil, fmt.Errorf("known_hosts_file: %w", err)
+	}
+	args = append(args, "-o", "BatchMode=yes", "-o", "ForwardAgent=no", "-o", "StrictHostKeyChecking=accept-new",
+		"-o", kh, "-o", fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds))
 	// ProxyJump takes [user@]host[:port] hops, comma-separated; a
 	// destination takes a port only as an ssh:// URI.
 	hops := strings.Split(jump, ",")
 	if len(hops) > 1 {
-		args = append(args, "-J", shellWord(strings.Join(hops[:len(hops)-1], ",")))
+		args = append(args, "-J", strings.Join(hops[:len(hops)-1], ","))
 	}
-	last := strings.TrimPrefix(hops[len(hops)-1], "ssh://")
-	return strings.Join(append(args, "-W", "%h:%p", shellWord("ssh://"+last)), " ")
+	return append(args, "-W", dest, "ssh://"+strings.TrimPrefix(hops[len(hops)-1], "ssh://")), nil
 }
 
-// shellWord quotes s for the shell ssh runs a ProxyCommand with, when it
-// needs it.
-func shellWord(s string) string {
-	plain := func(r rune) bool {
-		return strings.ContainsRune("/.-_@:~", r) || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+// jumpCommand is the ProxyCommand for a jump host (jumpArgs). Each argument
+// is quoted for the shell ssh runs it with, after the encoding the inner
+// ssh reads its options in; every % is then doubled, since the outer ssh
+// expands the command's %-tokens, but those of the destination (%h:%p).
+func (t *Transport) jumpCommand(jump, keyFile string) (string, error) {
+	const dest = "fleet-destination"
+	args, err := t.jumpArgs(jump, keyFile, dest)
+	if err != nil {
+		return "", err
 	}
-	if s != "" && strings.IndexFunc(s, func(r rune) bool { return !plain(r) }) < 0 {
-		return s
+	words := []string{shell.Quote(t.ssh())}
+	for _, a := range args {
+		if a == dest {
+			words = append(words, "%h:%p")
+			continue
+		}
+		words = append(words, strings.ReplaceAll(shell.Quote(a), "%", "%%"))
 	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return strings.Join(words, " "), nil
 }
 
 // configSets reads which host-key options the config file gives the node
@@ -275,7 +317,7 @@ func (t *Transport) effective(ctx context.Context, config, host string) (map[str
 // connection (or a connection of its own while there is none), before the
 // remote command: -F, the options in order, the key, the destination.
 func (c *Conn) Args() []string {
-	return c.args("ControlMaster=no", "ControlPath="+c.control)
+	return c.args("ControlMaster=no", c.control)
 }
 
 // MasterArgs start the node's master connection in the background (-f -N):
@@ -284,7 +326,7 @@ func (c *Conn) Args() []string {
 // the provider is killed before Close (a second Ctrl-C), it ends
 // masterPersist after its last session instead of running on, logged in.
 func (c *Conn) MasterArgs() []string {
-	args := c.recording(c.args("ControlMaster=yes", "ControlPath="+c.control, fmt.Sprintf("ControlPersist=%d", int(masterPersist/time.Second))))
+	args := c.recording(c.args("ControlMaster=yes", c.control, fmt.Sprintf("ControlPersist=%d", int(masterPersist/time.Second))))
 	return append(args[:len(args)-1:len(args)-1], "-f", "-N", c.s.Host)
 }
 
@@ -306,28 +348,29 @@ func (c *Conn) args(control ...string) []string {
 	for _, o := range c.opts {
 		args = append(args, "-o", o)
 	}
-	if c.s.PrivateKeyFile != "" {
-		args = append(args, "-i", c.s.PrivateKeyFile)
+	if c.identity != "" {
+		args = append(args, "-o", c.identity)
 	}
 	return append(args, c.s.Host)
 }
 
 // NixSSHOpts is NIX_SSHOPTS for nix-copy-closure, which rides the node's
 // master connection. Nix splits it on whitespace without quoting, so an
-// ssh_opts item holding a space is left out of it (the master already
-// carries what it set); a ProxyJump stays as given.
+// ssh_opts item, a key file or a config file whose text holds a space is
+// left out of it (the master already carries what it set; the control
+// directory's path never holds one); a ProxyJump stays as given.
 func (c *Conn) NixSSHOpts() string {
 	words := []string{}
-	if c.t.ConfigFile != "" {
+	if c.t.ConfigFile != "" && !strings.ContainsAny(c.t.ConfigFile, " \t") {
 		words = append(words, "-F", c.t.ConfigFile)
 	}
-	for _, o := range append([]string{"ControlMaster=no", "ControlPath=" + c.control}, c.copyOpts...) {
+	for _, o := range append([]string{"ControlMaster=no", c.control}, c.copyOpts...) {
 		if !strings.ContainsAny(o, " \t") {
 			words = append(words, "-o", o)
 		}
 	}
-	if c.s.PrivateKeyFile != "" {
-		words = append(words, "-i", c.s.PrivateKeyFile)
+	if c.identity != "" && !strings.ContainsAny(c.identity, " \t") {
+		words = append(words, "-o", c.identity)
 	}
 	return strings.Join(words, " ")
 }
@@ -350,7 +393,7 @@ func (c *Conn) asRoot(remote string) string {
 	if !c.s.UseSudo {
 		return remote
 	}
-	return SudoPrefix + " sh -c " + q(remote)
+	return SudoPrefix + " sh -c " + shell.Quote(remote)
 }
 
 // SudoPrefix starts every command of a use_sudo node: root gets the login
@@ -535,4 +578,137 @@ func parseEffective(raw []byte) (map[string]string, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// tcpCheckTimeout bounds a tcp check: the connection, through the jump
+// host when there is one.
+const tcpCheckTimeout = 2 * connectTimeoutSeconds * time.Second
+
+// tcpRoute is how a tcp check reaches a port of the node: the way its SSH
+// connections do, at the HostName ssh resolves it to (ssh -G), directly or
+// through its ProxyJump (from ssh_opts or the config file), so that a host
+// behind a bastion is checked from there. A config file's own ProxyCommand
+// is run as ssh runs it.
+func (c *Conn) tcpRoute(ctx context.Context) (func(context.Context, int) error, error) {
+	cfg, err := c.t.effectiveArgs(ctx, c.FreshArgs())
+	if err != nil {
+		return nil, fmt.Errorf("ssh -G: %w", err)
+	}
+	host := cfg["hostname"]
+	jump := cfg["proxyjump"]
+	for _, o := range c.s.SSHOpts {
+		if key, value, _ := strings.Cut(o, "="); strings.EqualFold(key, "ProxyJump") {
+			jump = value // ours became a ProxyCommand; ssh takes the first
+			break
+		}
+	}
+	if jump != "" && jump != "none" {
+		return func(ctx context.Context, port int) error {
+			args, err := c.t.jumpArgs(jump, c.s.PrivateKeyFile, net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				return err
+			}
+			return c.t.forwardOpens(ctx, append([]string{"-vv"}, args...), "through "+jump)
+		}, nil
+	}
+	if proxy := cfg["proxycommand"]; proxy != "" && proxy != "none" {
+		return func(ctx context.Context, port int) error {
+			return c.t.proxyOpens(ctx, proxy, host, port, cfg["user"])
+		}, nil
+	}
+	return func(ctx context.Context, port int) error {
+		dctx, cancel := context.WithTimeout(ctx, tcpCheckTimeout)
+		defer cancel()
+		conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}, nil
+}
+
+// forwardOpens runs an ssh -W (args, with -vv) and reports whether the jump
+// host opened the connection: ssh says "open confirm" when it did, and
+// "open failed: <why>" when it could not, then exits.
+func (t *Transport) forwardOpens(ctx context.Context, args []string, via string) error {
+	ctx, cancel := context.WithTimeout(ctx, tcpCheckTimeout)
+	defer cancel()
+	cmd := t.command(ctx, t.ssh(), args...)
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = r.Close() }()
+	cmd.Stderr = w
+	err = cmd.Start()
+	_ = w.Close()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = cmd.Cancel()
+		_ = cmd.Wait()
+	}()
+	stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now()) })
+	defer stop()
+	var last []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.Contains(line, "open confirm"):
+			return nil
+		case strings.Contains(line, "open failed: "):
+			_, why, _ := strings.Cut(line, "open failed: ")
+			return fmt.Errorf("%s: %s", via, why)
+		case !strings.HasPrefix(line, "debug"):
+			last = append(last, line)
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: no answer within %s", via, tcpCheckTimeout)
+	}
+	return fmt.Errorf("%s: %s", via, orNone(lastLines(strings.Join(last, "\n"), 3)))
+}
+
+// proxyOpens runs a config file's ProxyCommand to host:port, as ssh would
+// (its %-tokens expanded, through the shell): a proxy that cannot connect
+// ends (nc, ssh -W and their kind exit at once, failing); one still running
+// after a second, or that ended well having passed on what the port sent,
+// is connected.
+func (t *Transport) proxyOpens(ctx context.Context, proxy, host string, port int, user string) error {
+	ctx, cancel := context.WithTimeout(ctx, tcpCheckTimeout)
+	defer cancel()
+	expanded := strings.NewReplacer("%%", "%", "%h", host, "%p", strconv.Itoa(port), "%r", user, "%n", host).Replace(proxy)
+	cmd := t.command(ctx, "/bin/sh", "-c", "exec "+expanded)
+	var out lockedBuffer
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	ended := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+		if waitErr == nil && out.String() != "" {
+			return nil
+		}
+		return fmt.Errorf("the ssh_config ProxyCommand ended (%v): %s", waitErr, orNone(lastLines(out.String(), 3)))
+	case <-time.After(time.Second):
+		_ = cmd.Cancel()
+		<-ended
+		return nil
+	case <-ctx.Done():
+		<-ended
+		return ctx.Err()
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"strings"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
 )
@@ -40,14 +41,31 @@ func NewControlDir() (string, error) {
 }
 
 // controlBase is the temporary directory a control directory named
-// pattern and up to 10 digits goes in (see NewControlDir).
+// pattern and up to 10 digits goes in (see NewControlDir): TMPDIR when its
+// path is short enough for a socket name and plain (see plainPath), else
+// /tmp.
 func controlBase(pattern string) (string, error) {
 	for _, base := range []string{os.TempDir(), "/tmp"} {
-		if len(base)+1+len(pattern)+10+socketRoom <= maxSocketPath {
+		if len(base)+1+len(pattern)+10+socketRoom <= maxSocketPath && plainPath(base) {
 			return base, checkTempDir(base)
 		}
 	}
-	return "", fmt.Errorf("no temporary directory has a path short enough for ssh's control sockets (at most %d bytes)", maxSocketPath-socketRoom)
+	return "", fmt.Errorf("no temporary directory has a path short enough for ssh's control sockets (at most %d bytes) and free of spaces, quotes, %%, $ and backslashes: set TMPDIR to one", maxSocketPath-socketRoom)
+}
+
+// plainPath reports whether path holds only characters that neither ssh
+// (which splits option values on whitespace and expands %-tokens and
+// ${NAME}), nor Nix (which splits NIX_SSHOPTS on whitespace and knows no
+// quoting), nor a shell take apart: the control directory's files are
+// named in all three.
+func plainPath(path string) bool {
+	for _, r := range path {
+		plain := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+,:@~=", r)
+		if !plain {
+			return false
+		}
+	}
+	return path != ""
 }
 
 // StateDirName is the provider's directory in the user's state directory.
@@ -120,6 +138,9 @@ func sshKnownHostsFile() (string, error) {
 func CheckKnownHostsFile(path string) error {
 	expanded, err := sshdial.ExpandHome(path)
 	if err != nil {
+		return err
+	}
+	if _, err := pathOption("UserKnownHostsFile", expanded, ""); err != nil {
 		return err
 	}
 	dir := filepath.Dir(expanded)

@@ -43,6 +43,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
+
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
@@ -205,9 +207,9 @@ func NewTarget(tb TB, opts ...Option) *Target {
 	setup := []string{
 		"mount -t tmpfs -o mode=0755 nixtest-nix /nix",
 		"mount -t tmpfs -o mode=0755 nixtest-run /run",
-		"mount -t tmpfs -o mode=0700 nixtest-home " + shellQuote(u.HomeDir),
+		"mount -t tmpfs -o mode=0700 nixtest-home " + shell.Quote(u.HomeDir),
 		"mkdir -p /run/sshd", // sshd's privilege separation directory
-		"ln -s " + shellQuote(t.StateDir) + " " + stateLink,
+		"ln -s " + shell.Quote(t.StateDir) + " " + stateLink,
 	}
 	if cfg.systemd {
 		setup = append(setup, "mkdir -p /run/systemd/system")
@@ -659,10 +661,6 @@ func lines(text string) []string {
 	return out
 }
 
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // HoldDeployLock takes the target's deploy lock as another deployment of
 // the host would (flock on deploy.LockFile, holder named in
 // deploy.HolderFile) and holds it until the returned release is called or
@@ -670,7 +668,7 @@ func shellQuote(s string) string {
 func (t *Target) HoldDeployLock(tb TB, holder string) (release func()) {
 	tb.Helper()
 	script := fmt.Sprintf("exec 9>>%s && flock 9 && printf '%%s\\n' %s > %s && echo held && exec sleep 3600",
-		deploy.LockFile, shellQuote(holder), deploy.HolderFile)
+		deploy.LockFile, shell.Quote(holder), deploy.HolderFile)
 	cmd := t.command("/bin/sh", "-c", script)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -28,6 +28,10 @@ func (sshOptValidator) ValidateString(_ context.Context, req validator.StringReq
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid ssh_opts item", req.Path.String()+": "+err.Error())
 		return
 	}
+	if err := deploy.CheckForwarding(opt); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Forwarding refused", req.Path.String()+": "+err.Error())
+		return
+	}
 	key, value, _ := strings.Cut(opt, "=")
 	value = strings.ToLower(strings.TrimSpace(value))
 	if strings.EqualFold(key, "StrictHostKeyChecking") && (value == "no" || value == "off") ||

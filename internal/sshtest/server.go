@@ -90,8 +90,10 @@ type Server struct {
 	listener  net.Listener
 	accepted  atomic.Int64
 	// dials counts Bastion's outgoing connections, so a test can prove a
-	// refused destination was never dialled.
-	dials atomic.Int64
+	// refused destination was never dialled; dialed names them.
+	dials    atomic.Int64
+	dialedMu sync.Mutex
+	dialed   []string
 	// channels and requests count the channels clients asked to open (of
 	// any type, served or not) and their global requests, so a test can
 	// prove a client opened nothing on a connection.
@@ -172,6 +174,14 @@ func (s *Server) serverConfig() *ssh.ServerConfig {
 // Accepted returns how many TCP connections the server has accepted.
 func (s *Server) Accepted() int {
 	return int(s.accepted.Load())
+}
+
+// Dialed lists the host:port destinations a Bastion connected to, in
+// order.
+func (s *Server) Dialed() []string {
+	s.dialedMu.Lock()
+	defer s.dialedMu.Unlock()
+	return append([]string(nil), s.dialed...)
 }
 
 // Channels returns how many channels ("session", "direct-tcpip", any
@@ -397,6 +407,9 @@ func (s *Server) serveTunnel(nc ssh.NewChannel, connDone <-chan struct{}) {
 	}
 
 	s.dials.Add(1)
+	s.dialedMu.Lock()
+	s.dialed = append(s.dialed, net.JoinHostPort(host, strconv.Itoa(int(req.Port))))
+	s.dialedMu.Unlock()
 	up, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(int(req.Port))), 5*time.Second)
 	if err != nil {
 		_ = nc.Reject(ssh.ConnectionFailed, err.Error())
