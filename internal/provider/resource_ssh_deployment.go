@@ -80,11 +80,13 @@ var (
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),
 		"private_key_file": optionalString(keyFileDescription),
-		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`."),
+		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`. An item that asks for forwarding (`ForwardAgent=yes`, `LocalForward`, `RemoteForward`, `DynamicForward`, `ForwardX11`, `Tunnel`) is refused: nothing of this machine's is forwarded to a host."),
 		"use_sudo":         schema.BoolAttribute{Optional: true, MarkdownDescription: useSudoDescription},
 	}}, hints: sshOptHints}
 	verdictInput = nestedInput{name: "verdict", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
-		"confirm_timeout": optionalString("How long the host waits for the deployer's confirmation before rolling itself back, as a Go duration of at least 1s. Default `30s`.",
+		"confirm_timeout": optionalString("How long the host's watchdog waits, once the activation has ended, without a word from the deployer before switching the host back, as a Go duration of at least 1s. Default `30s`. "+
+			"The deployer speaks to the host at least once a second while it judges (however long `settle_timeout` and the checks take), so a verdict that passes is never undone for being slow; "+
+			"a host that stops answering for this long during the activation or verdict is recorded `RolledBack` at once, since it switches itself back.",
 			durationValidator{least: time.Second}),
 		"settle_timeout": optionalString("How long `systemctl is-system-running --wait` may take, as a Go duration of at least 1s. Default `90s`.",
 			durationValidator{least: time.Second}),
@@ -95,7 +97,7 @@ var (
 			"expect_status": schema.Int64Attribute{Optional: true, MarkdownDescription: "Expected status. Default 200.",
 				Validators: []validator.Int64{int64validator.Between(100, 599)}},
 		}}},
-		"tcp": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Ports on the node's host, connected to from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+		"tcp": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Ports on the node's host, connected to the way SSH reaches it: at the `HostName` the `ssh_config_file` gives it, through its `ProxyJump` (from `ssh_opts` or the file) when it has one, else from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 			"port": schema.Int64Attribute{Required: true, MarkdownDescription: "Port.", Validators: []validator.Int64{int64validator.Between(1, 65535)}},
 		}}},
 		"command": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Commands run on the node; each must exit 0.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
@@ -153,7 +155,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"hold": schema.ListAttribute{Optional: true, ElementType: types.StringType,
 				MarkdownDescription: "Nodes to skip, with the reason shown in the plan: for example `fleet_node_health_policy.x.error_nodes`."},
 			"remote_exec_timeout": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(60),
-				MarkdownDescription: "Seconds a remote command may stay silent before the keepalive ends it. Default 60.", Validators: []validator.Int64{int64validator.Between(5, 3600)}},
+				MarkdownDescription: "Seconds a remote command may stay silent before the keepalive ends it, and a read of a host at refresh may take after the login. A host that hears nothing for this long from the deployer holding its deploy lock (a deployer that vanished) ends that lock. Default 60.", Validators: []validator.Int64{int64validator.Between(5, 3600)}},
 			"boot_lock_attempts": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(60),
 				MarkdownDescription: "Attempts, 5 s apart, while the switch lock is held (exit 11). Default 60.", Validators: []validator.Int64{int64validator.Between(1, 1000)}},
 			"parallelism": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(1),
