@@ -139,6 +139,12 @@ func readUntil(ctx context.Context, f *os.File, end string) ([]string, error) {
 		lines = append(lines, sc.Text())
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// ctx's deadline, or its end: the file's deadline may come a
+			// moment before ctx is done.
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
 		return nil, err
 	}
 	return nil, errors.New("ended before the host was read")

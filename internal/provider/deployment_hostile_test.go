@@ -1,0 +1,139 @@
+package provider_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// Trust at the edges (issue 22) through both CLIs: the provider block's
+// key is never forwarded to a host whatever the ssh_config_file says, an
+// ssh_opts item asking for forwarding is refused at plan, files whose
+// paths hold spaces and % are used where they are (TMPDIR included), and
+// the loop after the apply is quiet.
+func TestDeploymentForwardsNothingAndTakesPathsAsTheyAre(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			base := t.TempDir()
+			tmp, dir := filepath.Join(base, "tmp dir"), filepath.Join(base, "files 100% $x")
+			for _, d := range []string{tmp, dir} {
+				if err := os.Mkdir(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Setenv("TMPDIR", tmp)
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			knownHosts, sshConfig := filepath.Join(dir, "known hosts"), filepath.Join(dir, "ssh config")
+			if err := os.WriteFile(sshConfig, []byte("Host *\n  ForwardAgent yes\n  ForwardX11 yes\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			config := func(opts string) string {
+				return fmt.Sprintf(`
+provider "fleet" {
+  private_key = %q
+}
+
+resource "fleet_ssh_deployment" "prod" {
+  known_hosts_file = %q
+  ssh_config_file  = %q
+  nodes = [{
+    name     = "web1"
+    host     = %q
+    system   = %q
+    user     = %q
+    ssh_opts = [%s]
+  }]
+  verdict = {
+    confirm_timeout = "3s"
+    settle_timeout  = "2s"
+    command         = [{ run = "{ echo \"SSH_AUTH_SOCK=$${SSH_AUTH_SOCK:-}\"; ssh-add -l; } > /run/nixtest/agent-seen 2>&1; true" }]
+  }
+}
+`, tg.SSHD.ClientKey.PEM(), knownHosts, sshConfig, tg.Host, sys, tg.User, opts)
+			}
+			port := fmt.Sprintf(`"Port=%d"`, tg.Port)
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(config(port + `, "ForwardAgent=yes"`))
+			s.Run("init", "-input=false")
+			out, errOut, code := s.ExitCode("plan", "-input=false", "-no-color")
+			if code == 0 || !strings.Contains(out+errOut, "Forwarding refused") || !strings.Contains(out+errOut, `"ForwardAgent=yes"`) {
+				t.Errorf("a plan with ForwardAgent=yes in ssh_opts (exit %d):\n%s%s", code, out, errOut)
+			}
+			s.WriteConfig(config(port))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tg.CurrentSystem() != sys {
+				t.Fatalf("the host runs %s, want %s", tg.CurrentSystem(), sys)
+			}
+			seen, err := os.ReadFile(filepath.Join(tg.StateDir, "agent-seen"))
+			if err != nil {
+				t.Fatalf("the verdict command did not run: %v", err)
+			}
+			if got := string(seen); !strings.HasPrefix(got, "SSH_AUTH_SOCK=\n") || strings.Contains(got, "fleet provider key") {
+				t.Errorf("the host found an agent: %q", got)
+			}
+			kh, err := os.ReadFile(knownHosts)
+			if err != nil || !strings.Contains(string(kh), strings.Fields(tg.HostKey)[1]) {
+				t.Errorf("the host's key is not in %q: %q, %v", knownHosts, kh, err)
+			}
+			entries, _ := os.ReadDir(tmp)
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), "fssh") {
+					t.Errorf("the deployment made its control directory %s in a TMPDIR ssh would split", e.Name())
+				}
+			}
+			s.WantNoChanges()
+			// Terraform before 1.15 exits 2 on every refresh-only plan of
+			// resources holding numbers (see TestDriftJobOnAnUnchangedFleet).
+			want := 0
+			if cli.Name == "terraform" && cli.Before(t, 1, 15) {
+				want = 2
+			}
+			if out, errOut, code := s.ExitCode("plan", "-refresh-only", "-detailed-exitcode", "-input=false", "-no-color"); code != want || !strings.Contains(out, "No changes") {
+				t.Errorf("plan -refresh-only -detailed-exitcode exited %d, want %d, and no changes:\n%s%s", code, want, out, errOut)
+			}
+		})
+	}
+}
+
+// A refresh has a deadline of its own: a host that takes the login and
+// then hangs (its readlink never returns) is warned about as not read
+// after about ConnectTimeout and remote_exec_timeout, and the plan goes
+// on, through both CLIs.
+func TestDeploymentRefreshOfAHungHostEnds(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})}, "  remote_exec_timeout = 5\n"))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			hang := filepath.Join(tg.StateDir, "bin", "readlink")
+			if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			out, errOut, code := s.ExitCode("plan", "-refresh-only", "-input=false", "-no-color")
+			took := time.Since(start)
+			if code != 0 || !strings.Contains(out+errOut, "Node n1 not read") || !strings.Contains(out+errOut, "did not answer within") {
+				t.Errorf("a refresh of a hung host (exit %d, %s):\n%s%s", code, took, out, errOut)
+			}
+			if took > 60*time.Second {
+				t.Errorf("the refresh of a hung host took %s, want about 15 s (ConnectTimeout 10 s, remote_exec_timeout 5 s)", took)
+			}
+			if err := os.Remove(hang); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
