@@ -160,8 +160,9 @@ const readCurrentScript = `readlink -f /run/current-system || echo
 // not. The decision is one symlink made once (ln -s fails when it
 // exists), so the deployer and the watchdog can never both win. The FIFO
 // wakes it at once for a word, the activation's end ("a") and a decision
-// ("d"); a tick each second for its clock, read from /proc/uptime (no
-// process started to read the time).
+// ("d"); a tick each second for its clock, read from /proc/uptime in
+// hundredths (no process started to read the time). It holds no "${":
+// systemd substitutes that from the unit's environment before it runs.
 func watchdogScript(run, prev string, activationSeconds, confirmSeconds int) string {
 	d := stateDir + "/" + run
 	return fmt.Sprintf(`d=%[1]s
@@ -171,7 +172,7 @@ rm -f "$d/wake"; mkfifo -m 600 "$d/wake" && exec 7<>"$d/wake" || exit 1
 ( while sleep 1; do echo t || exit 0; done ) 7>&- 8>&- </dev/null >"$d/wake" 2>/dev/null &
 fleet_tick=$!
 trap 'kill $fleet_tick 2>/dev/null' EXIT
-fleet_now() { read -r fleet_up fleet_x </proc/uptime; fleet_up=${fleet_up%%.*}${fleet_up#*.}; }
+fleet_now() { IFS='. ' read -r fleet_s fleet_c fleet_x </proc/uptime; fleet_up=$((fleet_s * 100 + 1$fleet_c - 100)); }
 fleet_now; fleet_start=$fleet_up fleet_word=$fleet_up
 until [ -L "$d/decision" ]; do
 fleet_now

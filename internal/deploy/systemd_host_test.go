@@ -228,3 +228,65 @@ func TestSystemdHostSessionDroppedMidActivation(t *testing.T) {
 		})
 	}
 }
+
+// Issue 22 on a real systemd host: a verdict that takes longer than
+// confirm_timeout passes and stays (the watchdog in its transient unit
+// waits while the deployer speaks), and the watchdog's unit is gone when
+// the node is done.
+func TestSystemdHostSlowVerdictPasses(t *testing.T) {
+	tg, old := bootedSystemdHost(t, "")
+	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 20 * time.Second, Command: []string{"sleep 5"}}})
+	r := d.Deploy(context.Background(), []deploy.Target{systemdTargetOf(tg, "web1", sys)}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if out, _ := tg.Systemctl(t, "list-units", "--plain", "--no-legend", "fleet-watchdog-*"); strings.TrimSpace(out) != "" {
+		t.Errorf("the watchdog's unit still runs after the node was done: %q", out)
+	}
+	time.Sleep(3 * time.Second)
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("host: current %s, boot %s; want %s (not %s)", tg.CurrentSystem(), tg.BootEntry(), sys, old)
+	}
+}
+
+// Issue 22 on a real systemd host: a host that stops answering during its
+// activation (every connection to it stalls) is given up on about
+// confirm_timeout later, not after activation_timeout, and its watchdog
+// switches it back by itself once the activation ends.
+func TestSystemdHostThatStopsAnsweringSwitchesItselfBack(t *testing.T) {
+	tg, old := bootedSystemdHost(t, "")
+	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed, Delay: 4 * time.Second})
+	opts := deploy.Options{ActivationTimeout: time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 20 * time.Second}}
+	d := deployer(t, opts)
+	log := d.Options.Log
+	frozen := make(chan time.Time, 1)
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
+			time.AfterFunc(time.Second, func() {
+				tg.Gate.Stall(true)
+				frozen <- time.Now()
+			})
+		}
+	}
+	t.Cleanup(func() { tg.Gate.Stall(false) })
+	r := d.Deploy(context.Background(), []deploy.Target{systemdTargetOf(tg, "web1", sys)}, nil)[0]
+	var took time.Duration
+	select {
+	case at := <-frozen:
+		took = time.Since(at)
+	default:
+		t.Fatalf("the host was never frozen: %+v", r)
+	}
+	wantPhase(t, r, deploy.PhaseRolledBack, "stopped answering", "switches it back to "+old)
+	if took > opts.ActivationTimeout/4 {
+		t.Errorf("the deploy ended %s after the host froze, want about confirm_timeout (%s)", took, opts.Verdict.ConfirmTimeout)
+	}
+	tg.Gate.Stall(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for tg.CurrentSystem() != old && time.Now().Before(deadline) {
+		time.Sleep(300 * time.Millisecond)
+	}
+	if tg.CurrentSystem() != old || tg.BootEntry() != old {
+		t.Errorf("the host did not switch itself back: current %s, boot %s, want %s", tg.CurrentSystem(), tg.BootEntry(), old)
+	}
+}

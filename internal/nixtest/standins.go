@@ -69,6 +69,13 @@ if [ $# -eq 0 ]; then
 	echo "Command line to execute required." >&2
 	exit 1
 fi
+# systemd substitutes ${NAME} in a unit's command line from its environment
+# before it runs it (a $ needs $$): a command holding one would not run as
+# written.
+case "$*" in *'${'*)
+	echo "systemd-run (nixtest stand-in): the command line holds \${...}, which systemd would substitute from the unit's environment" >&2
+	exit 1 ;;
+esac
 set -f; ifs=$IFS; IFS=$nl
 for p in $props; do
 	case "$p" in
