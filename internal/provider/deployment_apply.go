@@ -212,7 +212,7 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 	dcv, dd := conditionsValue(conds)
 	diags.Append(dd...)
 	m.Conditions = dcv
-	m.Phase = types.StringValue(conditions.Phase(conds, deploy.DeploymentPhases, "Partial"))
+	m.Phase = deploymentPhase(conds)
 	if len(summary) > 0 {
 		tflog.Info(ctx, "deployment summary\n"+strings.Join(summary, "\n"))
 	}

@@ -134,3 +134,86 @@ func actionOf(m *deploymentModel, name string) string {
 	v, _ := m.Actions.Elements()[name].(types.String)
 	return v.ValueString()
 }
+
+// The deployment's phase ladder, as the apply and the plan derive it from
+// the Ready condition the nodes' records sum up to: Succeeded when every
+// node is, Failed when one failed, was rolled back or was not started
+// (held nodes or not), else Partial (a node held).
+func TestDeploymentPhaseLadder(t *testing.T) {
+	const sys = "/nix/store/new-system"
+	const held = deploy.Phase("held") // not deployed: listed in hold
+	for _, c := range []struct {
+		name   string
+		nodes  []deploy.Phase
+		phase  string
+		status string
+		reason string
+	}{
+		{"every node succeeded", []deploy.Phase{deploy.PhaseSucceeded, deploy.PhaseSucceeded}, "Succeeded", "True", "AllNodesSucceeded"},
+		{"one failed", []deploy.Phase{deploy.PhaseSucceeded, deploy.PhaseFailed}, "Failed", "False", "NodesFailed"},
+		{"one rolled back", []deploy.Phase{deploy.PhaseRolledBack, deploy.PhaseSucceeded}, "Failed", "False", "NodesFailed"},
+		{"one not started", []deploy.Phase{deploy.PhaseSucceeded, deploy.PhasePending}, "Failed", "False", "NodesFailed"},
+		{"one held", []deploy.Phase{deploy.PhaseSucceeded, held}, "Partial", "Unknown", "NodesHeld"},
+		{"one held, one failed", []deploy.Phase{held, deploy.PhaseFailed}, "Failed", "False", "NodesFailed"},
+		{"one held, one not started", []deploy.Phase{deploy.PhasePending, held}, "Failed", "False", "NodesFailed"},
+		{"every node held", []deploy.Phase{held, held}, "Partial", "Unknown", "NodesHeld"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := applyPlan{priors: map[string]priorNode{}, planned: map[string]string{}, hold: map[string]bool{}, goal: deploy.GoalSwitch}
+			var results []deploy.Result
+			for i, p := range c.nodes {
+				name := fmt.Sprintf("n%d", i+1)
+				a.nodes = append(a.nodes, testNode(name, sys))
+				if p == held {
+					a.planned[name], a.hold[name] = actionSkip, true
+					continue
+				}
+				a.planned[name] = actionSwitch
+				res := deploy.Result{Name: name, Phase: p, Message: string(p)}
+				if p == deploy.PhaseFailed || p == deploy.PhaseRolledBack {
+					res.ExitCode = 1
+				}
+				results = append(results, res)
+			}
+			m := plannedModel(a.planned)
+			var diags diag.Diagnostics
+			a.record(context.Background(), m, nil, results, applyTime, &diags)
+			var ready []conditionModel
+			if d := m.Conditions.ElementsAs(context.Background(), &ready, false); d.HasError() || len(ready) != 1 {
+				t.Fatalf("the deployment's conditions: %v %v", m.Conditions, d)
+			}
+			if m.Phase.ValueString() != c.phase || ready[0].Status.ValueString() != c.status || ready[0].Reason.ValueString() != c.reason {
+				t.Errorf("node phases %v: the apply records phase %s, Ready %s (%s); want %s, %s (%s)",
+					c.nodes, m.Phase, ready[0].Status, ready[0].Reason, c.phase, c.status, c.reason)
+			}
+		})
+	}
+}
+
+// The plan of a successful apply derives its phase by the same ladder:
+// Succeeded when it switches every node, Partial when it holds one.
+func TestDeploymentPhaseLadderInThePlan(t *testing.T) {
+	for _, c := range []struct {
+		actions []string
+		phase   string
+	}{
+		{[]string{actionSwitch, actionSwitch}, "Succeeded"},
+		{[]string{actionSwitch, actionSkip}, "Partial"},
+		{[]string{actionSkip, actionSkip}, "Partial"},
+	} {
+		var nodes []deployNodeModel
+		actions := map[string]attr.Value{}
+		for i, a := range c.actions {
+			name := fmt.Sprintf("n%d", i+1)
+			nodes = append(nodes, testNode(name, "/nix/store/new-system"))
+			actions[name] = types.StringValue(a)
+		}
+		plan := plannedModel(nil)
+		plan.Goal = types.StringValue(string(deploy.GoalSwitch))
+		var diags diag.Diagnostics
+		(&deploymentResource{}).planRecords(context.Background(), plan, nil, nodes, map[string]priorNode{}, actions, map[string]bool{}, true, &diags)
+		if diags.HasError() || plan.Phase.ValueString() != c.phase {
+			t.Errorf("actions %v: the plan's phase %s, want %s (%v)", c.actions, plan.Phase, c.phase, diags)
+		}
+	}
+}
