@@ -32,8 +32,8 @@ func TestDeploymentApplyThatCannotStartRecordsWhatHappened(t *testing.T) {
 			// The provider's own TMPDIR (the built provider runs in the
 			// session's environment; the test process keeps its own).
 			// Short enough for ssh's control sockets (a longer one is passed
-			// over for /tmp, unchecked).
-			tmp, err := os.MkdirTemp("", "fleet-tmp")
+			// over for /tmp, unchecked), which t.TempDir's are not.
+			tmp, err := os.MkdirTemp("", "fleet-tmp") //nolint:usetesting
 			if err != nil {
 				t.Fatal(err)
 			}
