@@ -71,110 +71,122 @@ func (r *deploymentResource) applyContext(ctx context.Context, op string, timeou
 // follows the plan: a node planned switch is deployed (and found already
 // done at apply, if its host runs its system after a passing verdict),
 // any other keeps its record. Failures are error diagnostics after all
-// nodes ran; so is an interrupt, which leaves later nodes untouched. The
-// state is saved whatever happened.
+// nodes ran; so is an interrupt, which leaves later nodes untouched.
+//
+// Every way out goes through record, which writes what happened over
+// everything the plan predicted: Terraform keeps the state an apply
+// returns, errors or not, and a prediction of success left there would
+// keep the next plan from switching what did not switch.
 func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.Duration, m, prior *deploymentModel, diags *diag.Diagnostics) {
 	ctx, stop := r.applyContext(ctx, op, timeout)
 	defer stop()
-	nodes := r.nodes(ctx, m, diags)
-	priors := priorNodes(ctx, prior, diags)
-	planned := map[string]string{}
-	diags.Append(m.Actions.ElementsAs(ctx, &planned, false)...)
-	hold, _ := stringSet(ctx, m.Hold, diags)
-	d, cleanup, err := r.deployer(ctx, m)
-	if err != nil {
-		diags.AddError("Deployment not started", err.Error())
-		return
-	}
-	defer cleanup()
+	a := r.applyPlanOf(ctx, m, prior, diags)
+	results := r.deploy(ctx, m, r.targets(ctx, m, a, diags))
+	a.record(ctx, m, prior, results, time.Now().UTC(), diags)
+}
+
+// applyPlan is what an apply follows: the configured nodes, what state
+// said of them, and the actions and hold the plan decided.
+type applyPlan struct {
+	nodes   []deployNodeModel
+	priors  map[string]priorNode
+	planned map[string]string
+	hold    map[string]bool
+	goal    deploy.Goal
+}
+
+func (r *deploymentResource) applyPlanOf(ctx context.Context, m, prior *deploymentModel, diags *diag.Diagnostics) applyPlan {
+	a := applyPlan{nodes: r.nodes(ctx, m, diags), priors: priorNodes(ctx, prior, diags), planned: map[string]string{}, goal: deploy.Goal(m.Goal.ValueString())}
+	diags.Append(m.Actions.ElementsAs(ctx, &a.planned, false)...)
+	a.hold, _ = stringSet(ctx, m.Hold, diags)
+	return a
+}
+
+// switches says whether the apply deploys node n: the plan switches it,
+// decided as the plan decided it (from the configuration and state,
+// never from a live look). "switch" is also the last outcome a node with
+// nothing to do keeps.
+func (a applyPlan) switches(n deployNodeModel) bool {
+	name := n.Name.ValueString()
+	p, known := a.priors[name]
+	return !a.hold[name] && a.planned[name] == actionSwitch && needsSwitch(p, known, n.System.ValueString(), a.goal)
+}
+
+// targets are the nodes the apply deploys, in node order.
+func (r *deploymentResource) targets(ctx context.Context, m *deploymentModel, a applyPlan, diags *diag.Diagnostics) []deploy.Target {
 	defaults := r.defaults(ctx, m, diags)
 	var targets []deploy.Target
-	for _, n := range nodes {
-		name := n.Name.ValueString()
-		// A node the plan switches, decided as the plan decided it (from
-		// the configuration and state, never from a live look): "switch"
-		// is also the last outcome a node with nothing to do keeps.
-		p, known := priors[name]
-		if !hold[name] && planned[name] == actionSwitch && needsSwitch(p, known, n.System.ValueString(), deploy.Goal(m.Goal.ValueString())) {
-			targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, p, diags)})
+	for _, n := range a.nodes {
+		if a.switches(n) {
+			targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, a.priors[n.Name.ValueString()], diags)})
 		}
 	}
+	return targets
+}
+
+// deploy runs the rollout of targets. A deployer that cannot start here
+// (a temporary directory others control, a key that cannot be served)
+// starts none of them: each is not started, for that reason, like the
+// nodes an interrupt or the failure budget keeps from starting.
+func (r *deploymentResource) deploy(ctx context.Context, m *deploymentModel, targets []deploy.Target) []deploy.Result {
+	if len(targets) == 0 {
+		return nil
+	}
+	d, cleanup, err := r.deployer(ctx, m)
+	if err != nil {
+		return notStarted(targets, "the deployment could not start: "+strings.TrimRight(err.Error(), "."))
+	}
+	defer cleanup()
+	return d.Deploy(ctx, targets, nil)
+}
+
+// notStarted are the results of targets none of which started, for why:
+// what the engine returns for a node it does not start.
+func notStarted(targets []deploy.Target, why string) []deploy.Result {
+	out := make([]deploy.Result, len(targets))
+	for i, t := range targets {
+		out[i] = deploy.Result{Name: t.Name, Host: t.Host, Phase: deploy.PhasePending, Message: "not started: " + why}
+	}
+	return out
+}
+
+// record writes into m what the apply did: every node's record, in node
+// order, from its result when the apply deployed it (or tried to), else
+// from what state said and the hold; the actions, the summaries, the
+// deployment's conditions and phase. Nothing the plan predicted is left.
+func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, results []deploy.Result, now time.Time, diags *diag.Diagnostics) {
 	byName := map[string]deploy.Result{}
-	for _, res := range d.Deploy(ctx, targets, nil) {
+	for _, res := range results {
 		byName[res.Name] = res
 	}
-	now := time.Now().UTC()
 	generation := m.Generation.ValueInt64()
 	actions := map[string]attr.Value{}
-	var statuses []deployStatusModel
+	statuses := make([]deployStatusModel, 0, len(a.nodes))
 	var notStarted []string
 	var summary []string
-	for _, n := range nodes {
+	for _, n := range a.nodes {
 		name := n.Name.ValueString()
-		p, known := priors[name]
 		res, ran := byName[name]
-		action := planned[name]
+		rec, action, err := a.nodeRecord(n, res, ran, generation, now)
 		switch {
-		case !ran && known && (hold[name] && p.action == actionSkip || !hold[name] && (p.action == actionSwitch || p.action == actionNone)):
-			// Nothing to do, and nothing new to record (still held, or its
-			// last outcome stands): the record is written back untouched,
-			// as the plan showed it.
-			actions[name] = types.StringValue(p.action)
-			statuses = append(statuses, p.record)
-			continue
-		case hold[name]:
-			res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in this deployment's hold",
-				CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
-			action = actionSkip
-		case !ran:
-			// Planned none after a failure: the host runs the configured
-			// system, which passed its verdict there.
-			res = deploy.Result{Name: name, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified,
-				Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
-		case res.Phase == deploy.PhasePending:
-			action = actionPending
+		case err != nil:
+			diags.AddAttributeError(path.Root("nodes"), "Node "+name+" not recorded",
+				fmt.Sprintf("node %s: what this apply did cannot be written (%s); its last record stands, and the next plan switches it again.", name, err))
+			rec, action = a.standing(n, generation, now)
+		case ran && res.Phase == deploy.PhasePending:
 			notStarted = append(notStarted, name)
-		case res.Failed():
-			action = actionFailed
+		case ran && res.Failed():
 			diags.AddAttributeError(path.Root("nodes"), deploy.FailedLine(name, res.ExitCode, res.Message), orStr(res.Hint, "See status for this node."))
 		}
-		if ran && res.CurrentSystem == "" {
-			// Failed before the host was read: what was known stands.
-			res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem = p.current, p.previous, p.verified
-		}
 		actions[name] = types.StringValue(action)
-		conds, err := deploy.NodeConditions(p.conds, res, generation, now)
-		if err != nil {
-			diags.AddError("Node record not written", err.Error())
-			return
-		}
-		cv, d := conditionsValue(conds)
-		diags.Append(d...)
-		host := orStr(n.Host.ValueString(), name)
-		seen := res.HostKeySeen
-		if seen == "" && p.host == host {
-			seen = p.hostKeySeen // not reached this time: the recorded key stands
-		}
-		exit := types.Int64Value(int64(res.ExitCode))
-		if res.Phase == deploy.PhasePending {
-			exit = types.Int64Null() // never started: no step failed or passed
-		}
-		statuses = append(statuses, deployStatusModel{
-			Name: types.StringValue(name), Host: types.StringValue(host), Action: types.StringValue(action),
-			Phase: types.StringValue(string(deploy.NodePhase(conds))), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
-			PreviousSystem: types.StringValue(res.PreviousSystem), VerifiedSystem: types.StringValue(res.VerifiedSystem),
-			HostKeySeen: types.StringValue(seen), ExitCode: exit,
-			Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
-			StartedAt: types.StringValue(timeString(res.Started)), FinishedAt: types.StringValue(timeString(res.Finished)),
-			Conditions: cv,
-		})
+		statuses = append(statuses, rec)
 		if ran {
 			summary = append(summary, fmt.Sprintf("%-20s %-10s %s", name, res.Phase, res.Message))
 		}
 	}
 	if len(notStarted) > 0 {
 		diags.AddAttributeError(path.Root("nodes"), "Deployment stopped: "+strings.Join(notStarted, ", ")+" not started",
-			fmt.Sprintf("%s before these nodes started; they were not touched, and the next plan switches them.", pendingCause(byName, notStarted)))
+			pendingCause(byName, notStarted)+". They were not touched, and the next plan switches them.")
 	}
 	m.Actions = types.MapValueMust(types.StringType, actions)
 	m.Status = statusList(ctx, statuses, diags)
@@ -185,27 +197,124 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 		names, phases = append(names, rec.Name.ValueString()), append(phases, deploy.Phase(rec.Phase.ValueString()))
 	}
 	var priorConds []conditions.Condition
+	m.ObservedGeneration = types.Int64Null()
 	if prior != nil {
 		priorConds, _ = conditionsFrom(ctx, prior.Conditions)
+		m.ObservedGeneration = prior.ObservedGeneration
 	}
 	conds, err := deploy.DeploymentConditions(priorConds, names, phases, generation, now)
 	if err != nil {
-		diags.AddError("Deployment conditions not written", err.Error())
-		return
+		diags.AddError("Deployment conditions not written", err.Error()+"; the deployment's last conditions stand.")
+		conds = priorConds
+	} else {
+		m.ObservedGeneration = m.Generation
 	}
 	dcv, dd := conditionsValue(conds)
 	diags.Append(dd...)
-	m.Conditions, m.ObservedGeneration = dcv, m.Generation
-	m.Phase = types.StringValue(conditions.Phase(conds, deploy.DeploymentPhases, "Partial"))
+	m.Conditions = dcv
+	m.Phase = deploymentPhase(conds)
 	if len(summary) > 0 {
 		tflog.Info(ctx, "deployment summary\n"+strings.Join(summary, "\n"))
 	}
 }
 
-// pendingCause is why the nodes not started were not: the engine's words
-// on the first of them.
+// nodeRecord is node n's record and action after the apply: res is its
+// result when the apply deployed it (ran). An error says the record cannot
+// be built.
+func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, generation int64, now time.Time) (deployStatusModel, string, error) {
+	name := n.Name.ValueString()
+	p, known := a.priors[name]
+	action := a.planned[name]
+	switch {
+	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone)):
+		// Nothing to do, and nothing new to record (still held, or its
+		// last outcome stands): the record is written back untouched,
+		// as the plan showed it.
+		return p.record, p.action, nil
+	case a.hold[name]:
+		res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in this deployment's hold",
+			CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
+		action = actionSkip
+	case !ran:
+		// Planned none after a failure: the host runs the configured
+		// system, which passed its verdict there.
+		res = deploy.Result{Name: name, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified,
+			Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
+	case res.Phase == deploy.PhasePending:
+		action = actionPending
+	case res.Failed():
+		action = actionFailed
+	}
+	if ran && res.CurrentSystem == "" {
+		// Failed before the host was read: what was known stands.
+		res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem = p.current, p.previous, p.verified
+	}
+	rec, err := a.resultRecord(n, res, action, generation, now)
+	return rec, action, err
+}
+
+// resultRecord is node n's record of res, with action.
+func (a applyPlan) resultRecord(n deployNodeModel, res deploy.Result, action string, generation int64, now time.Time) (deployStatusModel, error) {
+	name := n.Name.ValueString()
+	p := a.priors[name]
+	conds, err := deploy.NodeConditions(p.conds, res, generation, now)
+	if err != nil {
+		return deployStatusModel{}, err
+	}
+	cv, d := conditionsValue(conds)
+	if d.HasError() {
+		return deployStatusModel{}, fmt.Errorf("its conditions: %v", d)
+	}
+	host := orStr(n.Host.ValueString(), name)
+	seen := res.HostKeySeen
+	if seen == "" && p.host == host {
+		seen = p.hostKeySeen // not reached this time: the recorded key stands
+	}
+	exit := types.Int64Value(int64(res.ExitCode))
+	if res.Phase == deploy.PhasePending {
+		exit = types.Int64Null() // never started: no step failed or passed
+	}
+	return deployStatusModel{
+		Name: types.StringValue(name), Host: types.StringValue(host), Action: types.StringValue(action),
+		Phase: types.StringValue(string(deploy.NodePhase(conds))), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
+		PreviousSystem: types.StringValue(res.PreviousSystem), VerifiedSystem: types.StringValue(res.VerifiedSystem),
+		HostKeySeen: types.StringValue(seen), ExitCode: exit,
+		Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
+		StartedAt: types.StringValue(timeString(res.Started)), FinishedAt: types.StringValue(timeString(res.Finished)),
+		Conditions: cv,
+	}, nil
+}
+
+// standing is the record and action of node n when what the apply did to
+// it cannot be written: the ones state holds, else, for a node state has
+// no record of, pending, which the next plan switches (and whose apply
+// finds it done, if it was). Its message holds no error text, which may be
+// what made the record unwritable.
+func (a applyPlan) standing(n deployNodeModel, generation int64, now time.Time) (deployStatusModel, string) {
+	name := n.Name.ValueString()
+	if p, known := a.priors[name]; known {
+		return p.record, p.action
+	}
+	res := deploy.Result{Name: name, Phase: deploy.PhasePending, Message: "not recorded: what the apply did to this node cannot be written (see the apply's errors)"}
+	if rec, err := a.resultRecord(n, res, actionPending, generation, now); err == nil {
+		return rec, actionPending
+	}
+	// Not even that (a name conditions refuse): no conditions, which read
+	// Pending.
+	cv, _ := conditionsValue(nil)
+	return deployStatusModel{
+		Name: n.Name, Host: types.StringValue(orStr(n.Host.ValueString(), name)), Action: types.StringValue(actionPending),
+		Phase: types.StringValue(string(deploy.NodePhase(nil))), System: n.System, CurrentSystem: types.StringValue(""),
+		PreviousSystem: types.StringValue(""), VerifiedSystem: types.StringValue(""), HostKeySeen: types.StringValue(""),
+		ExitCode: types.Int64Null(), Message: types.StringValue(res.Message), Hint: types.StringValue(""),
+		StartedAt: types.StringValue(""), FinishedAt: types.StringValue(""), Conditions: cv,
+	}, actionPending
+}
+
+// pendingCause is why the nodes not started were not, in the words their
+// results give the first of them.
 func pendingCause(results map[string]deploy.Result, names []string) string {
 	msg := strings.TrimPrefix(results[names[0]].Message, "not started: ")
-	msg, _, _ = strings.Cut(msg, " before this node started")
+	msg = strings.TrimRight(strings.Replace(msg, "before this node started", "before these nodes started", 1), ".")
 	return strings.ToUpper(msg[:1]) + msg[1:]
 }

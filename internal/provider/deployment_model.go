@@ -456,6 +456,12 @@ func completeStatus(ctx context.Context, m *deploymentModel, diags *diag.Diagnos
 	m.Conditions = cv
 }
 
+// deploymentPhase is the deployment's phase, derived from its conditions
+// (deploy.DeploymentPhases): the plan and the apply derive it alike.
+func deploymentPhase(conds []conditions.Condition) types.String {
+	return types.StringValue(conditions.Phase(conds, deploy.DeploymentPhases, "Partial"))
+}
+
 // deploySummaries are the node lists of a deployment's records.
 func deploySummaries(records []deployStatusModel) (succeeded, failed, skipped types.List) {
 	var s, f, k []string

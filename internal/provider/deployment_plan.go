@@ -448,7 +448,7 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 		diags.Append(d...)
 		plan.Conditions = cv
 	}
-	plan.Phase = types.StringValue(conditions.Phase(conds, deploy.DeploymentPhases, "Partial"))
+	plan.Phase = deploymentPhase(conds)
 }
 
 // successRecord is the record a successful apply writes of a node it

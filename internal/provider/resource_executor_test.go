@@ -195,6 +195,65 @@ func TestAccExecutorLifecycle(t *testing.T) {
 	})
 }
 
+// An executor re-pointed while disabled, then enabled again: its record
+// describes the old target (the generation it observed is older than the
+// connection's), so the update resets it before it probes the new one. The
+// new target cannot be reached: once, a transient failure, which leaves a
+// record's state as it was. Kept, the old record would go on saying
+// reachable, with the old target's last success and conditions; reset, it
+// says unknown, with no success, as a first failure of any new target does.
+func TestAccExecutorEnabledAfterARepointWhileDisabledForgetsTheOldTarget(t *testing.T) {
+	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
+		sshd := sshtest.StartSSHD(t)
+		gate := sshtest.NewGate(t, sshd.Addr)  // the old target's path: open
+		other := sshtest.NewGate(t, sshd.Addr) // the new target's: broken
+		other.SetMode(sshtest.GateReset)
+		keyFile := sshd.ClientKey.WriteFile(t, t.TempDir())
+		knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+		fake := clock.NewFake(start)
+		addr := "fleet_executor.web"
+		conn := func(port int, enabled bool) string {
+			return providerBlock(knownHosts) + executor("web", map[string]string{
+				"host": q("127.0.0.1"), "port": fmt.Sprint(port), "user": q(sshd.User),
+				"private_key_file":     q(keyFile),
+				"host_key_fingerprint": q(sshd.HostKeys[0].Fingerprint()),
+				"enabled":              fmt.Sprint(enabled),
+			})
+		}
+		t0, t1, t2 := start, start.Add(interval+time.Second), start.Add(2*(interval+time.Second))
+		return resource.TestCase{
+			ProtoV6ProviderFactories: factories(provider.WithClock(fake)),
+			Steps: []resource.TestStep{
+				{
+					Config: conn(gate.Port, true),
+					ConfigStateChecks: append(generations(addr, 1, 1),
+						record(addr, "reachable", "", 0, t0, t0),
+						conditionStatuses(addr, "True", "True", "True")),
+				},
+				{
+					// Disabled and re-pointed: nothing is probed, and the
+					// record, untouched, still describes generation 1.
+					PreConfig: func() { fake.Set(t1) },
+					Config:    conn(other.Port, false),
+					ConfigStateChecks: append(generations(addr, 2, 1),
+						record(addr, "reachable", "", 0, t0, t0),
+						conditionStatuses(addr, "True", "True", "True")),
+				},
+				{
+					// Enabled again: reset, then the new target's probe.
+					PreConfig: func() { fake.Set(t2) },
+					Config:    conn(other.Port, true),
+					ConfigStateChecks: append(generations(addr, 2, 2),
+						record(addr, "unknown", "network", 1, t2, time.Time{}),
+						conditionStatuses(addr, "Unknown", "Unknown", "Unknown"),
+						statecheck.ExpectKnownValue(addr, tfjsonpath.New("conditions").AtSliceIndex(2).AtMapKey("last_transition_time"), knownvalue.StringExact(ts(t2))),
+						statecheck.ExpectKnownValue(addr, tfjsonpath.New("conditions").AtSliceIndex(2).AtMapKey("observed_generation"), knownvalue.Int64Exact(2))),
+				},
+			},
+		}
+	})
+}
+
 // An inline private_key is write-only: it is used at create, never stored,
 // and a refresh, which cannot read it back, proves transport and host key
 // and says it did not re-check authentication. It claims nothing more: the

@@ -175,12 +175,12 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
 			"timeouts":           timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
-				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `failed`: the next plan retries it, `pending`: not started, stopped by an interrupt or the failure budget, the next plan switches it, `drift`: the host was changed outside, `skip`)."},
+				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `failed`: the next plan retries it, `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`)."},
 			"status": schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"name": computedStr("Node name."), "host": computedStr("Host."), "action": computedStr("Action of the last apply."),
 					"phase": computedStr("Derived from the node's `Ready` condition: `Succeeded`, `Failed` (an interrupted node too: exit 130, its message names the step it stopped in and what the host does now), " +
-						"`RolledBack`, `Skipped`, or `Pending` (not started: an interrupt, or the failure budget)."),
+						"`RolledBack`, `Skipped`, or `Pending` (not started: an interrupt, the failure budget, or a deployment that could not start on this machine; no exit code, and the message says why)."),
 					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
 					"previous_system": computedStr("The system before the last deploy."),
 					"verified_system": computedStr("The last system a deploy finished on the host with a passing verdict, as the host itself records it (read with `current_system`). " +
