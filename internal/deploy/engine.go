@@ -225,7 +225,7 @@ func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Res
 		return d.Options.MaxFailures != nil && failures > *d.Options.MaxFailures
 	}
 	notStarted := func(i int, why string) {
-		out[i] = Result{Name: nodes[i].Name, Host: nodes[i].Host, Phase: PhasePending, Message: "not started: " + why}
+		out[i] = NotStarted(nodes[i], why)
 		if onResult != nil {
 			onResult(out[i])
 		}
@@ -274,6 +274,13 @@ func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Res
 	}
 	wg.Wait()
 	return out
+}
+
+// NotStarted is the result of a node the deploy never started, for why:
+// an interrupt or the failure budget stopped the rollout before it, or the
+// deployment could not start at all. It is Pending; nothing was done.
+func NotStarted(n Target, why string) Result {
+	return Result{Name: n.Name, Host: n.Host, Phase: PhasePending, Message: "not started: " + why}
 }
 
 // ExitInterrupted is a node's exit code when an interrupt or an expired

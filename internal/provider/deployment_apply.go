@@ -134,20 +134,14 @@ func (r *deploymentResource) deploy(ctx context.Context, m *deploymentModel, tar
 	}
 	d, cleanup, err := r.deployer(ctx, m)
 	if err != nil {
-		return notStarted(targets, "the deployment could not start: "+strings.TrimRight(err.Error(), "."))
+		out := make([]deploy.Result, len(targets))
+		for i, t := range targets {
+			out[i] = deploy.NotStarted(t, "the deployment could not start: "+strings.TrimRight(err.Error(), "."))
+		}
+		return out
 	}
 	defer cleanup()
 	return d.Deploy(ctx, targets, nil)
-}
-
-// notStarted are the results of targets none of which started, for why:
-// what the engine returns for a node it does not start.
-func notStarted(targets []deploy.Target, why string) []deploy.Result {
-	out := make([]deploy.Result, len(targets))
-	for i, t := range targets {
-		out[i] = deploy.Result{Name: t.Name, Host: t.Host, Phase: deploy.PhasePending, Message: "not started: " + why}
-	}
-	return out
 }
 
 // record writes into m what the apply did: every node's record, in node
@@ -162,7 +156,7 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 	generation := m.Generation.ValueInt64()
 	actions := map[string]attr.Value{}
 	statuses := make([]deployStatusModel, 0, len(a.nodes))
-	var notStarted []string
+	var pending []string
 	var summary []string
 	for _, n := range a.nodes {
 		name := n.Name.ValueString()
@@ -174,7 +168,7 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 				fmt.Sprintf("node %s: what this apply did cannot be written (%s); its last record stands, and the next plan switches it again.", name, err))
 			rec, action = a.standing(n, generation, now)
 		case ran && res.Phase == deploy.PhasePending:
-			notStarted = append(notStarted, name)
+			pending = append(pending, name)
 		case ran && res.Failed():
 			diags.AddAttributeError(path.Root("nodes"), deploy.FailedLine(name, res.ExitCode, res.Message), orStr(res.Hint, "See status for this node."))
 		}
@@ -184,9 +178,9 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 			summary = append(summary, fmt.Sprintf("%-20s %-10s %s", name, res.Phase, res.Message))
 		}
 	}
-	if len(notStarted) > 0 {
-		diags.AddAttributeError(path.Root("nodes"), "Deployment stopped: "+strings.Join(notStarted, ", ")+" not started",
-			pendingCause(byName, notStarted)+". They were not touched, and the next plan switches them.")
+	if len(pending) > 0 {
+		diags.AddAttributeError(path.Root("nodes"), "Deployment stopped: "+strings.Join(pending, ", ")+" not started",
+			pendingCause(byName, pending)+". They were not touched, and the next plan switches them.")
 	}
 	m.Actions = types.MapValueMust(types.StringType, actions)
 	m.Status = statusList(ctx, statuses, diags)
