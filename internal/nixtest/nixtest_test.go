@@ -628,9 +628,14 @@ func TestSystemdRun(t *testing.T) {
 	}
 
 	// A unit's environment is its own, not the caller's.
-	out, code = d.ssh("", `CALLER=yes systemd-run --pipe --quiet -E FOO='bar baz' sh -c 'echo "$FOO/${CALLER-unset}/$PATH"'`)
-	if want := "bar baz/unset/" + SessionPath + "\n"; code != 0 || out != want {
+	out, code = d.ssh("", `CALLER=yes systemd-run --pipe --quiet -E FOO='bar baz' sh -c 'echo "$FOO/$CALLER/$PATH"'`)
+	if want := "bar baz//" + SessionPath + "\n"; code != 0 || out != want {
 		t.Errorf("environment: exit %d, %q; want %q", code, out, want)
+	}
+	// systemd substitutes ${NAME} in a unit's command line before it runs
+	// it: a command holding one is refused, not run otherwise than written.
+	if out, code = d.ssh("", `systemd-run --pipe --quiet sh -c 'echo "${HOME}"'`); code == 0 || !strings.Contains(out, "would substitute") {
+		t.Errorf("a command line holding ${...}: exit %d, %q; want a refusal", code, out)
 	}
 
 	// Detached: the unit outlives the ssh client that started it.
