@@ -92,21 +92,21 @@ func UnitStoreName(unit string) string {
 	return "unit-" + strings.NewReplacer("@", "-", ":", "-").Replace(unit)
 }
 
-// systemExpr is the Nix expression System builds, a function of the file
-// holding its systemJSON. It uses builtins.derivation alone (no nixpkgs):
-// every builder is /bin/sh with absolute paths to the host's tools, and
-// every text reaches its file through an attribute, an environment
-// variable of the builder, which writes it with printf '%s'. The parts
-// depend on nothing but what they hold, so the same part of two systems is
-// the same store path; the toplevel's name holds a nonce. The toplevel's
-// symlinks hold the parts' store paths, so Nix's scan of its output finds
-// them as its references.
-const systemExpr = `{ specFile }:
+// systemFunction is a Nix function from a system spec (a systemJSON) to
+// its toplevel derivation: System builds it, and the configurations of a
+// Repository are made of it. It uses builtins.derivation alone (no
+// nixpkgs): every builder is /bin/sh with absolute paths to the host's
+// tools, and every text reaches its file through an attribute, an
+// environment variable of the builder, which writes it with printf '%s'.
+// The parts depend on nothing but what they hold, so the same part of two
+// systems is the same store path. The toplevel's symlinks hold the parts'
+// store paths, so Nix's scan of its output finds them as its references.
+// Its arguments: spec, system (the platform), and in the toplevel's
+// builder, before anything, prelude (a shell command: a delay, a failure).
+const systemFunction = `{ spec, system, prelude ? "" }:
 let
-  spec = builtins.fromJSON (builtins.readFile specFile);
   build = name: script: attrs: derivation ({
-    inherit name;
-    system = builtins.currentSystem;
+    inherit name system;
     builder = "/bin/sh";
     args = [ "-ec" script ];
   } // attrs);
@@ -132,6 +132,7 @@ let
     ++ [ "${kernel}/bzImage kernel" "${kernel} kernel-modules" "${initrd}/initrd initrd" ]
     ++ map (t: "${t.target} sw/bin/${t.name}") spec.tools;
 in build spec.name ''
+  eval "$prelude"
   /bin/mkdir -p "$out/bin" "$out/sw/bin" "$out/sw/share" "$out/etc/systemd/system"
   printf '%s' "$switch" > "$out/bin/switch-to-configuration"
   /bin/chmod 755 "$out/bin/switch-to-configuration"
@@ -145,8 +146,13 @@ in build spec.name ''
 '' {
   switch = spec.switch;
   links = builtins.concatStringsSep " " links;
+  inherit prelude;
 }
 `
+
+// systemExpr is the Nix expression System builds: systemFunction (in the
+// file systemFile) of the spec in specFile.
+const systemExpr = `{ specFile, systemFile }: import systemFile { spec = builtins.fromJSON (builtins.readFile specFile); system = builtins.currentSystem; }`
 
 // systemJSON is what systemExpr reads. No name or target in it holds a
 // space, which separates them in the toplevel's list of links.
@@ -211,38 +217,21 @@ func System(tb TB, spec SystemSpec) string {
 		tb.Fatalf("nixtest: random name: %v", err)
 	}
 	// Empty lists, not null, for a spec without units or packages.
-	in := systemJSON{
-		Name:     "nixos-system-nixtest-" + spec.Behaviour.Kind.slug() + "-" + hex.EncodeToString(nonce),
-		Switch:   spec.Behaviour.script(),
-		Units:    []unitJSON{},
-		Packages: []packageJSON{},
-		Kernel:   spec.kernel(),
-		Initrd:   spec.initrd(),
-	}
-	for _, u := range sortedKeys(spec.Units) {
-		in.Units = append(in.Units, unitJSON{Name: u, StoreName: UnitStoreName(u), Text: spec.Units[u]})
-	}
-	for _, p := range sortedKeys(spec.Packages) {
-		in.Packages = append(in.Packages, packageJSON{Name: p, Size: spec.Packages[p]})
-	}
-	// sw/bin as Closure makes it.
-	for _, tool := range systemTools {
-		target := stateLink + "/bin/" + tool
-		if !slices.Contains(standIns, tool) {
-			target = "/usr/bin/" + tool
-		}
-		in.Tools = append(in.Tools, toolJSON{Name: tool, Target: target})
-	}
+	in := systemJSONOf("nixos-system-nixtest-"+spec.Behaviour.Kind.slug()+"-"+hex.EncodeToString(nonce), spec)
 	text, err := json.Marshal(in)
 	if err != nil {
 		tb.Fatalf("nixtest: System: %v", err)
 	}
-	specFile := filepath.Join(tb.TempDir(), "system.json")
+	dir := tb.TempDir()
+	specFile, systemFile := filepath.Join(dir, "system.json"), filepath.Join(dir, "system.nix")
 	if err := os.WriteFile(specFile, text, 0o644); err != nil {
 		tb.Fatalf("nixtest: %v", err)
 	}
+	if err := os.WriteFile(systemFile, []byte(systemFunction), 0o644); err != nil {
+		tb.Fatalf("nixtest: %v", err)
+	}
 
-	cmd := exec.Command("nix-build", "--no-out-link", "--argstr", "specFile", specFile, "-E", systemExpr)
+	cmd := exec.Command("nix-build", "--no-out-link", "--argstr", "specFile", specFile, "--argstr", "systemFile", systemFile, "-E", systemExpr)
 	cmd.Env = DeployerEnv()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -1,0 +1,257 @@
+package nixos_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counted is a Nix that counts the processes it starts, by subcommand.
+type counted struct {
+	nixos.Nix
+	mu   sync.Mutex
+	runs []string
+}
+
+func newNix() *counted {
+	c := &counted{}
+	// The user's Nix builds several derivations at once.
+	c.Env = []string{"NIX_CONFIG=" + nixtest.NixConfig + "max-jobs = 8\n"}
+	c.Ran = func(args []string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.runs = append(c.runs, strings.Join(args, " "))
+	}
+	return c
+}
+
+// evaluations counts the nix processes that evaluate (eval, build).
+func (c *counted) evaluations() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.runs {
+		if strings.HasPrefix(r, "nix ") && (strings.Contains(r, " eval ") || strings.Contains(r, " build ")) {
+			n++
+		}
+	}
+	return n
+}
+
+func repo(t *testing.T, configs map[string]nixtest.Configuration) *nixtest.Repository {
+	t.Helper()
+	r := &nixtest.Repository{Dir: t.TempDir(), Configurations: configs}
+	r.Write(t)
+	return r
+}
+
+func fleetOf(n int) map[string]nixtest.Configuration {
+	out := map[string]nixtest.Configuration{}
+	for i := range n {
+		out["web"+string(rune('a'+i))] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
+	}
+	return out
+}
+
+// N configurations are evaluated by one Nix process (and, with no names
+// given, one more that lists them), from a flake and from a file alike,
+// in the order asked for; each system's derivation is known and nothing
+// is built.
+func TestEvaluateIsOneProcessForTheFleet(t *testing.T) {
+	r := repo(t, fleetOf(8))
+	for _, src := range []nixos.Source{{Flake: "path:" + r.Dir}, {File: filepath.Join(r.Dir, "hosts.nix"), Attribute: "nixosConfigurations"}} {
+		t.Run(src.String(), func(t *testing.T) {
+			n := newNix()
+			systems, err := n.Evaluate(context.Background(), src, []string{"webh", "weba", "webc"}, nixos.EvaluateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := n.evaluations(); got != 1 {
+				t.Errorf("%d Nix processes evaluated 3 configurations, want 1: %q", got, n.runs)
+			}
+			for i, name := range []string{"webh", "weba", "webc"} {
+				s := systems[i]
+				if s.Name != name || !strings.HasSuffix(s.Path, "-nixos-system-"+name) || !strings.HasSuffix(s.Derivation, "-nixos-system-"+name+".drv") || s.Built {
+					t.Errorf("systems[%d] = %+v, want %s's system, not built", i, s, name)
+				}
+				if _, err := os.Stat(s.Derivation); err != nil {
+					t.Errorf("the derivation of %s is not in the store: %v", name, err)
+				}
+			}
+			all, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+			if err != nil || len(all) != 8 || all[0].Name != "weba" || all[7].Name != "webh" {
+				t.Fatalf("all configurations: %+v, %v", all, err)
+			}
+			if got := n.evaluations(); got != 3 {
+				t.Errorf("%d Nix processes for the second evaluation of all 8, want 2 (list, evaluate)", got-1)
+			}
+		})
+	}
+}
+
+// A configuration that does not evaluate is named with the head of Nix's
+// error; the others are not blamed. With KeepGoing the others evaluate and
+// the failing one carries its error.
+func TestEvaluateNamesTheConfigurationThatFails(t *testing.T) {
+	configs := fleetOf(6)
+	configs["webc"] = nixtest.Configuration{EvalError: "webc's module is broken on purpose"}
+	configs["webe"] = nixtest.Configuration{EvalExpression: `1 + "a"`}
+	r := repo(t, configs)
+	n := newNix()
+	src := nixos.Source{Flake: "path:" + r.Dir}
+	_, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+	var errs nixos.Errors
+	if !errors.As(err, &errs) || len(errs) != 2 || errs[0].Name != "webc" || errs[1].Name != "webe" {
+		t.Fatalf("Evaluate = %v, want webc and webe named", err)
+	}
+	if !strings.HasPrefix(errs[0].Message, "error: webc's module is broken on purpose") {
+		t.Errorf("webc's error %q is not Nix's error line", errs[0].Message)
+	}
+	// Nix gives no position for a throw, but does for this one.
+	if m := errs[1].Message; !strings.HasPrefix(m, "error: cannot add a string to an integer") || !strings.Contains(m, "configurations.nix:") {
+		t.Errorf("webe's error %q does not hold Nix's error line and position", m)
+	}
+	systems, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{KeepGoing: true})
+	if err != nil || len(systems) != 6 {
+		t.Fatalf("KeepGoing: %+v, %v", systems, err)
+	}
+	for _, s := range systems {
+		bad := s.Name == "webc" || s.Name == "webe"
+		if bad != (s.Error != "") || bad == (s.Path != "") {
+			t.Errorf("KeepGoing: %+v", s)
+		}
+	}
+}
+
+// A configuration asked for that the source lacks is named with those it
+// has.
+func TestEvaluateNamesTheMissingConfiguration(t *testing.T) {
+	r := repo(t, fleetOf(2))
+	for _, src := range []nixos.Source{{Flake: "path:" + r.Dir}, {File: filepath.Join(r.Dir, "hosts.nix"), Attribute: "nixosConfigurations"}} {
+		_, err := newNix().Evaluate(context.Background(), src, []string{"weba", "db1"}, nixos.EvaluateOptions{})
+		if err == nil || !strings.Contains(err.Error(), `no configuration "db1"`) || !strings.Contains(err.Error(), `"weba", "webb"`) {
+			t.Errorf("%s: %v, want db1 named with weba and webb", src, err)
+		}
+	}
+}
+
+// A Nix too old for flakes is a plain error naming the version.
+func TestCheckRefusesAnOldNix(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "nix"), []byte("#!/bin/sh\necho 'nix (Nix) 2.3.16'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := nixos.Nix{Dir: dir}.Check(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "Nix 2.3.16 is too old") || !strings.Contains(err.Error(), "2.4") {
+		t.Errorf("Check = %v", err)
+	}
+}
+
+// Building several systems is one nix-store --realise: each is waited for
+// on its own, the first built is ready before the slow one is, and a
+// failing one fails only itself, with Nix's words.
+func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
+	configs := fleetOf(3)
+	configs["slow"] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: 4 * time.Second}
+	configs["broken"] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildFails: true}
+	r := repo(t, configs)
+	n := newNix()
+	systems, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := map[string]string{}
+	byName := map[string]nixos.System{}
+	for _, s := range systems {
+		outs[s.Derivation] = s.Path
+		byName[s.Name] = s
+	}
+	start := time.Now()
+	b, err := n.StartBuild(context.Background(), outs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	if err := b.Wait(context.Background(), byName["weba"].Derivation); err != nil {
+		t.Fatalf("weba: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("weba was ready after %s: it waited for the slow system", took)
+	}
+	err = b.Wait(context.Background(), byName["broken"].Derivation)
+	var be *nixos.BuildError
+	if !errors.As(err, &be) || !strings.Contains(be.Message, "fails to build, on purpose") && !strings.Contains(be.Message, "failed") {
+		t.Errorf("broken: %v", err)
+	}
+	for _, name := range []string{"webb", "webc", "slow"} {
+		if err := b.Wait(context.Background(), byName[name].Derivation); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, err := os.Stat(byName[name].Path); err != nil {
+			t.Errorf("%s is not in the store: %v", name, err)
+		}
+	}
+	n.mu.Lock()
+	runs := strings.Join(n.runs, "\n")
+	n.mu.Unlock()
+	if strings.Count(runs, "nix-store --realise") != 1 {
+		t.Errorf("not one nix-store --realise:\n%s", runs)
+	}
+}
+
+// A build stopped ends its builders: nothing of it runs on.
+func TestBuildStoppedLeavesNoBuilder(t *testing.T) {
+	configs := map[string]nixtest.Configuration{"long": {System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: 67 * time.Second}}
+	r := repo(t, configs)
+	n := newNix()
+	systems, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.StartBuild(context.Background(), map[string]string{systems[0].Derivation: systems[0].Path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !sleeping() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !sleeping() {
+		t.Fatal("the builder never started")
+	}
+	start := time.Now()
+	b.Stop()
+	if took := time.Since(start); took > 8*time.Second {
+		t.Errorf("Stop took %s", took)
+	}
+	if err := b.Wait(context.Background(), systems[0].Derivation); err == nil {
+		t.Errorf("a stopped build says it built")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if sleeping() {
+		t.Errorf("the builder runs on after the build was stopped")
+	}
+}
+
+// sleeping reports whether the long builder's sleep runs.
+func sleeping() bool {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		if b, err := os.ReadFile(f); err == nil && string(b) == "/bin/sleep\x0067\x00" {
+			return true
+		}
+	}
+	return false
+}
