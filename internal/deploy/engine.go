@@ -3,8 +3,11 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
 )
 
 // Goal is what a deployment does with a node's new system.
@@ -95,6 +98,9 @@ type Options struct {
 	Nix string
 	// Env is added to the environment of local commands (NIX_CONFIG).
 	Env []string
+	// Builder is the Nix that builds the systems this machine's store
+	// lacks; Env is its environment too.
+	Builder nixos.Nix
 	// Log receives every node's start and end and every step's start and
 	// end (tflog in the provider; tests also act on them).
 	Log func(Event)
@@ -140,6 +146,27 @@ const (
 type Target struct {
 	Settings
 	System string
+	// Derivation is the system's derivation: a system this machine's
+	// store lacks is built from it first, where BuildOn says.
+	Derivation string
+}
+
+// builds reports whether the deploy builds the target's system on this
+// machine: its store lacks the system, and the derivation is known.
+func (t Target) buildsHere() bool {
+	return t.Derivation != "" && t.BuildOn != BuildTarget && !inStore(t.System)
+}
+
+// buildsThere reports whether the deploy builds the target's system on
+// its host.
+func (t Target) buildsThere() bool {
+	return t.Derivation != "" && t.BuildOn == BuildTarget && !inStore(t.System)
+}
+
+// inStore reports whether this machine's store has path.
+func inStore(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Result is a node's record after its deploy.
@@ -213,6 +240,8 @@ func (d *Deployer) note(node string, step StepName, format string, args ...any) 
 // then all waiting on their activations.
 func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Result)) []Result {
 	out := make([]Result, len(nodes))
+	builds := d.startBuilds(ctx, nodes)
+	defer builds.stop()
 	slots := make(chan struct{}, max(1, d.Options.Parallelism))
 	var (
 		mu       sync.Mutex
@@ -254,7 +283,7 @@ func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Res
 			defer wg.Done()
 			defer func() { <-slots }()
 			defer next()
-			r := d.node(ctx, n, next)
+			r := d.node(ctx, n, builds, next)
 			d.emit(Event{Kind: EventNodeEnded, Node: n.Name, Step: r.Step, Message: fmt.Sprintf("%s %s: %s", n.Name, r.Phase, r.Message),
 				Outcome: string(r.Phase), Took: r.Finished.Sub(r.Started)})
 			if r.Failed() {

@@ -213,12 +213,17 @@ func (d *Deployer) startCopy(ctx context.Context, c *Conn, n Target) *copyJob {
 	j := &copyJob{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(j.done)
-		name, args := d.nixCopyClosure(), []string{"--to", "--gzip", "--use-substitutes", n.Host, n.System}
+		// A system built on the host needs its derivation's closure there.
+		path, derivation := n.System, []string{}
+		if n.buildsThere() {
+			path, derivation = n.Derivation, []string{"--derivation"}
+		}
+		name, args := d.nixCopyClosure(), []string{"--to", "--gzip", "--use-substitutes", n.Host, path}
 		if n.UseSudo {
 			// The login user may not write the host's store: root does,
 			// through sudo -n, as the store program nix copy runs there.
-			name, args = d.nix(), []string{"--extra-experimental-features", "nix-command", "copy", "--no-check-sigs", "--substitute-on-destination",
-				"--to", "ssh://" + n.Host + "?compress=true&remote-program=" + percentEncode(SudoPrefix+" nix-store"), n.System}
+			name, args = d.nix(), append(append([]string{"--extra-experimental-features", "nix-command", "copy", "--no-check-sigs", "--substitute-on-destination"}, derivation...),
+				"--to", "ssh://"+n.Host+"?compress=true&remote-program="+percentEncode(SudoPrefix+" nix-store"), path)
 		}
 		cmd := command(cctx, name, args...)
 		cmd.Env = append(append(append(os.Environ(), d.Transport.Env...), d.Options.Env...), "NIX_SSHOPTS="+c.NixSSHOpts())

@@ -16,6 +16,7 @@ const (
 	StepConnect     StepName = "connect"
 	StepLock        StepName = "lock"
 	StepRead        StepName = "read"
+	StepBuild       StepName = "build"
 	StepCopy        StepName = "copy"
 	StepProfile     StepName = "profile"
 	StepActivate    StepName = "activate"
@@ -76,9 +77,10 @@ type nodeRun struct {
 	// the copy. It may be called more than once.
 	begun func()
 
-	c    *Conn
-	lock *lockSession
-	copy *copyJob
+	c      *Conn
+	lock   *lockSession
+	copy   *copyJob
+	builds *localBuilds // the rollout's builds on this machine
 
 	container, systemd bool
 	run                string // the activation's name on the host
@@ -102,8 +104,8 @@ const (
 // node runs n's sequence, one step after the other; begun is called once
 // the next node may start (see nodeRun.begun), at the latest when the
 // sequence ends.
-func (d *Deployer) node(ctx context.Context, n Target, begun func()) Result {
-	nr := &nodeRun{d: d, n: n, begun: begun, exit: -1, sshWorks: true,
+func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begun func()) Result {
+	nr := &nodeRun{d: d, n: n, begun: begun, builds: builds, exit: -1, sshWorks: true,
 		r: Result{Name: n.Name, Host: n.Host, Phase: PhasePending, Started: time.Now().UTC(), Outcomes: map[Condition]Outcome{}}}
 	for _, s := range nr.sequence() {
 		if !nr.step(ctx, s) {
@@ -116,9 +118,18 @@ func (d *Deployer) node(ctx context.Context, n Target, begun func()) Result {
 	return nr.r
 }
 
-// sequence is the node's steps for the deployment's goal.
+// sequence is the node's steps for the deployment's goal. A system built
+// on this machine is built first, before anything takes the host (a long
+// build holds no deploy lock, and a failed one leaves nothing on the
+// host); one built on the host is built once its derivation is copied.
 func (nr *nodeRun) sequence() []*step {
 	head := []*step{connectStep, lockStep, readStep, copyStep}
+	switch {
+	case nr.builds.builds(nr.n):
+		head = append([]*step{buildStep}, head...)
+	case nr.n.buildsThere():
+		head = append(head, remoteBuildStep)
+	}
 	switch nr.d.Options.Goal {
 	case GoalBoot:
 		return append(head, profileStep, finaliseStep)

@@ -29,7 +29,24 @@ type Layer struct {
 	SSHOpts        []string
 	// UseSudo runs what needs root through sudo -n as the login user.
 	UseSudo *bool
+	// BuildOn is where a system this machine's store lacks is built.
+	BuildOn *BuildOn
 }
+
+// BuildOn is where a system this machine's store lacks is built, from
+// its derivation.
+type BuildOn string
+
+// Where systems are built.
+const (
+	// BuildLocal builds on this machine (and Nix's remote builders, as
+	// its configuration names them).
+	BuildLocal BuildOn = "local"
+	// BuildTarget copies the derivation's closure to the host and builds
+	// there: for a host of another platform, or a system cheaper to build
+	// than to copy.
+	BuildTarget BuildOn = "target"
+)
 
 // Node is a node's own entry: its layer, its host (nil: the node's name)
 // and its host key, which exists on a node only.
@@ -61,6 +78,9 @@ type Settings struct {
 	// runs through sudo -n (never a prompt), and the closure is copied
 	// into the host's store by root through sudo.
 	UseSudo bool
+	// BuildOn is where the system is built when this machine's store
+	// lacks it; "" is BuildLocal.
+	BuildOn BuildOn
 	// SeenHostKey is the key the node showed on first use, as the
 	// caller recorded it: without HostKey, the node is held to it, so a
 	// runner with a new known_hosts file still refuses a changed key.
@@ -86,6 +106,9 @@ func Resolve(builtin Builtin, defaults *Layer, node Node) Settings {
 		}
 		if l.UseSudo != nil {
 			s.UseSudo = *l.UseSudo
+		}
+		if l.BuildOn != nil {
+			s.BuildOn = *l.BuildOn
 		}
 	}
 	if node.Host != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,8 +17,8 @@ import (
 var connectStep = &step{
 	name: StepConnect, does: "logging in over SSH", cond: CondReachable,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if _, err := os.Stat(nr.n.System); err != nil {
-			return fail(1, "SystemMissing", fmt.Sprintf("system %s does not exist on this machine: build it first", nr.n.System), "")
+		if !inStore(nr.n.System) && !nr.n.buildsThere() {
+			return fail(1, "SystemMissing", fmt.Sprintf("system %s does not exist on this machine: build it first, or give the node its derivation", nr.n.System), "")
 		}
 		c, err := nr.d.Transport.Open(ctx, nr.n.Settings)
 		if err != nil {
@@ -111,6 +110,10 @@ var copyStep = &step{
 		nr.begun()
 		if err != nil {
 			return err
+		}
+		if nr.n.buildsThere() {
+			nr.pass(CondCopied, "DerivationCopied", "the derivation's closure is in the host's store")
+			return nil
 		}
 		nr.pass(CondCopied, "Copied", "the closure is in the host's store")
 		return nil

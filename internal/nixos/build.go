@@ -24,6 +24,7 @@ type Build struct {
 	ended  map[string]chan struct{}
 	errs   map[string]error
 	notes  map[string][]string // Nix's error messages, by the derivation they name
+	logs   map[string]*lastWords // the last lines of each derivation's build log
 	cancel context.CancelFunc
 	done   chan struct{}
 	n      Nix
@@ -36,7 +37,7 @@ type Build struct {
 // store path) that this machine's store lacks.
 func (n Nix) StartBuild(ctx context.Context, outs map[string]string) (*Build, error) {
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	b := &Build{outs: outs, ended: map[string]chan struct{}{}, errs: map[string]error{}, notes: map[string][]string{},
+	b := &Build{outs: outs, ended: map[string]chan struct{}{}, errs: map[string]error{}, notes: map[string][]string{}, logs: map[string]*lastWords{},
 		cancel: cancel, done: make(chan struct{}), n: n, kick: make(chan struct{}, 1)}
 	drvs := make([]string, 0, len(outs))
 	for drv := range outs {
@@ -151,12 +152,17 @@ type nixLog struct {
 }
 
 // actBuild is the activity type of a derivation's build, and the result
-// type of the builds' progress.
-const actBuild = 105
+// type of the builds' progress; resBuildLogLine is a line its builder
+// printed.
+const (
+	actBuild        = 105
+	resBuildLogLine = 101
+)
 
 // follow reads Nix's log: the builds' progress, which makes watch look,
 // and the errors, kept by the derivation they name.
 func (b *Build) follow(r io.Reader) {
+	builds := map[uint64]*lastWords{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -170,6 +176,18 @@ func (b *Build) follow(r io.Reader) {
 			continue
 		}
 		switch {
+		case l.Action == "start" && l.Type == actBuild && len(l.Fields) > 0:
+			if drv, ok := l.Fields[0].(string); ok {
+				log := &lastWords{}
+				builds[l.ID] = log
+				b.mu.Lock()
+				b.logs[drv] = log
+				b.mu.Unlock()
+			}
+		case l.Action == "result" && l.Type == resBuildLogLine && len(l.Fields) > 0:
+			if line, ok := l.Fields[0].(string); ok && builds[l.ID] != nil {
+				builds[l.ID].add(stripColour(line))
+			}
 		case l.Action == "result" && l.Type == actBuild, l.Action == "stop":
 			select {
 			case b.kick <- struct{}{}:
@@ -213,9 +231,12 @@ func (b *Build) finish(err error) {
 			continue
 		}
 		b.mu.Lock()
-		notes := b.notes[drv]
+		notes, log := b.notes[drv], b.logs[drv]
 		b.mu.Unlock()
 		msg := strings.Join(notes, "; ")
+		if log != nil && log.String() != "" {
+			msg += "; the last lines of its log: " + log.String()
+		}
 		if msg == "" {
 			msg = orDefault(b.stderr.String(), fmt.Sprintf("nix-store --realise ended (%v) without building it", err))
 		}

@@ -1,0 +1,154 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
+)
+
+// localBuilds are a rollout's builds on this machine: one nixos.Build of
+// every system its nodes need that this machine's store lacks, started
+// with the rollout, so that Nix's own parallelism, its remote builders and
+// the dependencies the systems share serve the whole rollout; each node
+// waits for its own system only.
+type localBuilds struct {
+	build *nixos.Build
+	err   error           // why the build could not start
+	drvs  map[string]bool // the derivations it builds
+	// missing are derivations this machine's store lacks too: the plan
+	// was made on another machine.
+	missing map[string]bool
+}
+
+// startBuilds starts building what nodes need here.
+func (d *Deployer) startBuilds(ctx context.Context, nodes []Target) *localBuilds {
+	bs := &localBuilds{drvs: map[string]bool{}, missing: map[string]bool{}}
+	outs := map[string]string{}
+	for _, n := range nodes {
+		if !n.buildsHere() {
+			continue
+		}
+		if !inStore(n.Derivation) {
+			bs.missing[n.Derivation] = true
+			continue
+		}
+		outs[n.Derivation] = n.System
+		bs.drvs[n.Derivation] = true
+	}
+	if len(outs) == 0 {
+		return bs
+	}
+	d.emit(Event{Kind: EventNote, Message: fmt.Sprintf("building %d systems with one nix-store --realise", len(outs))})
+	bs.build, bs.err = d.builder().StartBuild(ctx, outs)
+	return bs
+}
+
+// builder is the Nix the deployer builds with, in the deployment's
+// environment.
+func (d *Deployer) builder() nixos.Nix {
+	n := d.Options.Builder
+	n.Env = append(append([]string{}, d.Options.Env...), n.Env...)
+	return n
+}
+
+// builds reports whether the rollout builds n's system here.
+func (bs *localBuilds) builds(n Target) bool {
+	return bs != nil && (bs.drvs[n.Derivation] || bs.missing[n.Derivation])
+}
+
+// wait waits for n's system to be built.
+func (bs *localBuilds) wait(ctx context.Context, n Target) error {
+	switch {
+	case bs.missing[n.Derivation]:
+		return fail(1, "DerivationMissing", fmt.Sprintf("neither the system %s nor its derivation %s is in this machine's store: the plan was made on another machine, whose evaluation wrote the derivation there", n.System, n.Derivation),
+			"plan again on this machine (the same checkout evaluates to the same derivations), or carry them from the machine that planned: nix copy --derivation --to file:///tmp/drvs "+n.Derivation+" there, then nix copy --derivation --from file:///tmp/drvs "+n.Derivation+" here")
+	case bs.err != nil:
+		return fail(1, "BuildFailed", "the build could not start: "+bs.err.Error(), "")
+	}
+	err := bs.build.Wait(ctx, n.Derivation)
+	var be *nixos.BuildError
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.As(err, &be):
+		return fail(1, "BuildFailed", "the system did not build: "+be.Message, "the build's log: nix log "+n.Derivation)
+	}
+	return fail(1, "BuildFailed", "the system did not build: "+err.Error(), "")
+}
+
+// stop ends what still builds.
+func (bs *localBuilds) stop() {
+	if bs != nil && bs.build != nil {
+		bs.build.Stop()
+	}
+}
+
+var buildStep = &step{
+	name: StepBuild, does: "building the system on this machine with Nix", cond: CondCopied,
+	run: func(ctx context.Context, nr *nodeRun) error {
+		// A build takes nothing of a host: the next node need not wait
+		// for it to start.
+		nr.begun()
+		if err := nr.builds.wait(ctx, nr.n); err != nil {
+			return err
+		}
+		nr.d.note(nr.n.Name, StepBuild, "built %s", nr.n.System)
+		return nil
+	},
+	leaves: func(*nodeRun, bool) string {
+		return "nothing was done on the host; its system was being built on this machine, and the build was stopped"
+	},
+}
+
+var remoteBuildStep = &step{
+	name: StepBuild, does: "building the system on the host with nix-store --realise", cond: CondCopied, phase: PhaseCopying,
+	run: func(ctx context.Context, nr *nodeRun) error {
+		if err := nr.holdsLock(); err != nil {
+			return err
+		}
+		// The session's standard input stays open while the build runs:
+		// when the deploy stops (the session ends), the host stops
+		// building.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.Close() }()
+		cmd := nr.c.Command(ctx, remote(remoteBuildScript(nr.n.Derivation)))
+		cmd.Stdin = r
+		out, err := nr.d.output(cmd)
+		_ = r.Close()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			exit, msg := exitOf(err, out)
+			return fail(exit, "BuildFailed", "nix-store --realise on the host failed: "+msg, "build_on = \"target\" builds with the host's Nix: its log is nix log "+nr.n.Derivation+" there")
+		}
+		if !strings.Contains(out, nr.n.System) {
+			return fail(1, "BuildFailed", fmt.Sprintf("the host built %s, not the planned system %s", orNone(strings.TrimSpace(out)), nr.n.System), "")
+		}
+		nr.pass(CondCopied, "BuiltOnHost", "the system was built on the host from its derivation")
+		return nil
+	},
+	leaves: func(nr *nodeRun, _ bool) string {
+		return "nothing was changed on the running system (the build on the host stops with the deploy's session, and only adds paths to its store); the host runs " + orNone(nr.r.PreviousSystem)
+	},
+}
+
+// remoteBuildScript realises drv on the host, and stops the build when the
+// session's standard input closes (the deployer stopped or went away).
+func remoteBuildScript(drv string) string {
+	return "nix-store --realise " + shell.Quote(drv) + ` </dev/null & fleet_b=$!
+( while read -r _; do :; done; kill -INT $fleet_b 2>/dev/null ) & fleet_w=$!
+wait $fleet_b; fleet_rc=$?
+kill $fleet_w 2>/dev/null
+exit $fleet_rc`
+}

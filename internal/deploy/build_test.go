@@ -1,0 +1,225 @@
+package deploy_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// From configurations (issue 23): systems this machine's store lacks are
+// built from their derivations, on this machine in one invocation for the
+// rollout, or on the host.
+
+// evaluated writes a repository of configs and evaluates it: name ->
+// system.
+func evaluated(t *testing.T, configs map[string]nixtest.Configuration) map[string]nixos.System {
+	t.Helper()
+	r := &nixtest.Repository{Dir: t.TempDir(), Configurations: configs}
+	r.Write(t)
+	systems, err := nixos.Nix{Env: []string{"NIX_CONFIG=" + nixtest.NixConfig}}.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]nixos.System{}
+	for _, s := range systems {
+		if s.Built {
+			t.Fatalf("%s is built already", s.Name)
+		}
+		out[s.Name] = s
+	}
+	return out
+}
+
+func good() nixtest.Configuration {
+	return nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}, Units: map[string]string{"web.service": "[Service]\n"}}}
+}
+
+// builderRuns counts the processes a deployer's Builder starts.
+type builderRuns struct {
+	mu   sync.Mutex
+	runs []string
+}
+
+func (b *builderRuns) hook(d *deploy.Deployer) {
+	d.Options.Builder.Ran = func(args []string) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.runs = append(b.runs, strings.Join(args, " "))
+	}
+}
+
+func (b *builderRuns) count(prefix string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, r := range b.runs {
+		if strings.HasPrefix(r, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// Three nodes whose systems are not built: one nix-store --realise builds
+// them for the rollout; the one that fails to build fails only itself,
+// naming Nix's words, before anything is done on its host; the others
+// deploy.
+func TestDeployBuildsWhatThisMachineLacks(t *testing.T) {
+	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good(), "web2": {System: good().System, BuildFails: true}, "web3": good()})
+	var nodes []deploy.Target
+	var tgs []*nixtest.Target
+	for _, name := range []string{"web1", "web2", "web3"} {
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+		n := targetOf(tg, name, systems[name].Path)
+		n.Derivation = systems[name].Derivation
+		nodes, tgs = append(nodes, n), append(tgs, tg)
+	}
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	var runs builderRuns
+	runs.hook(d)
+	res := d.Deploy(context.Background(), nodes, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	wantPhase(t, res[1], deploy.PhaseFailed, "did not build", "fails to build, on purpose", "nix log "+systems["web2"].Derivation)
+	wantPhase(t, res[2], deploy.PhaseSucceeded)
+	if res[1].Step != deploy.StepBuild || res[1].Outcomes[deploy.CondCopied].Reason != "BuildFailed" {
+		t.Errorf("web2 failed in %q with %+v, want the build step", res[1].Step, res[1].Outcomes[deploy.CondCopied])
+	}
+	if n := tgs[1].AcceptedConnections(); n != 0 {
+		t.Errorf("web2, whose system did not build, was logged in to %d times", n)
+	}
+	for i, name := range []string{"web1", "web3"} {
+		if got := tgs[i*2].CurrentSystem(); got != systems[name].Path {
+			t.Errorf("%s runs %s, want %s", name, got, systems[name].Path)
+		}
+	}
+	if n := runs.count("nix-store --realise"); n != 1 {
+		t.Errorf("%d nix-store --realise for the rollout, want 1: %q", n, runs.runs)
+	}
+}
+
+// build_on = "target": the derivation's closure is copied to the host and
+// the system built there; this machine's store never has it.
+func TestDeployBuildsOnTheTarget(t *testing.T) {
+	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good()})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n := targetOf(tg, "web1", systems["web1"].Path)
+	n.Derivation, n.BuildOn = systems["web1"].Derivation, deploy.BuildTarget
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	var runs builderRuns
+	runs.hook(d)
+	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if r.Outcomes[deploy.CondCopied].Reason != "BuiltOnHost" {
+		t.Errorf("ClosureCopied %+v, want BuiltOnHost", r.Outcomes[deploy.CondCopied])
+	}
+	if tg.CurrentSystem() != n.System || !tg.HasPath(t, n.Derivation) {
+		t.Errorf("the host runs %s (want %s); its store has the derivation: %v", tg.CurrentSystem(), n.System, tg.HasPath(t, n.Derivation))
+	}
+	if _, err := os.Stat(n.System); err == nil {
+		t.Errorf("the system %s was built on this machine too", n.System)
+	}
+	if n := runs.count("nix-store --realise"); n != 0 {
+		t.Errorf("%d builds on this machine", n)
+	}
+}
+
+// An interrupt during a build stops it at once: exit 130 in the build
+// step, nothing done on the host (no login), no builder left running.
+func TestDeployInterruptedDuringABuild(t *testing.T) {
+	systems := evaluated(t, map[string]nixtest.Configuration{"slow": {System: good().System, BuildDelay: 71 * time.Second}})
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	n := targetOf(tg, "slow", systems["slow"].Path)
+	n.Derivation = systems["slow"].Derivation
+	d := deployer(t, deploy.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for !builderSleeps("71") && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond)
+		cancel()
+	}()
+	start := time.Now()
+	r := d.Deploy(ctx, []deploy.Target{n}, nil)[0]
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the interrupted build took %s", took)
+	}
+	wantPhase(t, r, deploy.PhaseFailed, "interrupted during the build step", "nothing was done on the host")
+	if r.ExitCode != deploy.ExitInterrupted || r.Step != deploy.StepBuild {
+		t.Errorf("exit %d in %q, want 130 in the build step", r.ExitCode, r.Step)
+	}
+	if tg.AcceptedConnections() != 0 || tg.CurrentSystem() != old {
+		t.Errorf("the host was touched: %d logins, runs %s", tg.AcceptedConnections(), tg.CurrentSystem())
+	}
+	if builderSleeps("71") {
+		t.Errorf("the builder runs on after the deploy ended")
+	}
+}
+
+// With parallelism, a node whose system is ready does not wait for the
+// build of the node before it.
+func TestDeployDoesNotWaitForAnotherNodesBuild(t *testing.T) {
+	systems := evaluated(t, map[string]nixtest.Configuration{"slow": {System: good().System, BuildDelay: 8 * time.Second}, "quick": good()})
+	var nodes []deploy.Target
+	for _, name := range []string{"slow", "quick"} {
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+		n := targetOf(tg, name, systems[name].Path)
+		n.Derivation = systems[name].Derivation
+		nodes = append(nodes, n)
+	}
+	d := deployer(t, deploy.Options{Parallelism: 2, Builder: nixos.Nix{Env: []string{"NIX_CONFIG=" + nixtest.NixConfig + "max-jobs = 4\n"}},
+		Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	ended := map[string]time.Time{}
+	var mu sync.Mutex
+	res := d.Deploy(context.Background(), nodes, func(r deploy.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		ended[r.Name] = time.Now()
+	})
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	wantPhase(t, res[1], deploy.PhaseSucceeded)
+	if !ended["quick"].Before(ended["slow"].Add(-3 * time.Second)) {
+		t.Errorf("quick ended %s, slow %s: quick waited for slow's build", ended["quick"].Format("15:04:05.000"), ended["slow"].Format("15:04:05.000"))
+	}
+}
+
+// A saved plan applied on a machine whose store has neither the system
+// nor its derivation fails that node saying what is missing and how to
+// carry it, before anything is done on the host.
+func TestDeployDerivationNotInThisStore(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n := targetOf(tg, "web1", "/nix/store/00000000000000000000000000000000-nixos-system-web1")
+	n.Derivation = "/nix/store/00000000000000000000000000000000-nixos-system-web1.drv"
+	r := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed, "nor its derivation", "in this machine's store", "plan again on this machine", "nix copy --derivation")
+	if tg.AcceptedConnections() != 0 {
+		t.Errorf("the host was logged in to")
+	}
+}
+
+// builderSleeps reports whether a builder's sleep of that many seconds
+// runs.
+func builderSleeps(seconds string) bool {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		if b, err := os.ReadFile(f); err == nil && string(b) == "/bin/sleep\x00"+seconds+"\x00" {
+			return true
+		}
+	}
+	return false
+}
