@@ -23,7 +23,7 @@ type Build struct {
 	mu     sync.Mutex
 	ended  map[string]chan struct{}
 	errs   map[string]error
-	notes  map[string][]string // Nix's error messages, by the derivation they name
+	notes  map[string][]string   // Nix's error messages, by the derivation they name
 	logs   map[string]*lastWords // the last lines of each derivation's build log
 	cancel context.CancelFunc
 	done   chan struct{}
