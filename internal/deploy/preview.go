@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
 	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
@@ -54,6 +55,13 @@ type Preview struct {
 	Inhibited bool
 	// Notes say what could not be learnt, and why.
 	Notes []string
+	// Unbuilt says this machine's store lacks the system: the apply builds
+	// it (on the host with BuildOnHost), and Pending is what Nix's dry run
+	// says that takes; what the copy sends and the switch changes is known
+	// once it is built.
+	Unbuilt     bool
+	BuildOnHost bool
+	Pending     nixos.Pending
 }
 
 // PackageChange is one package whose versions differ between the
@@ -78,6 +86,10 @@ type PreviewOptions struct {
 	// switch-to-configuration dry-activate under the host's deploy lock,
 	// for the units as the new system itself would change them.
 	DryActivate bool
+	// Derivation is the system's derivation, for a system this machine's
+	// store lacks; BuildOn says where the apply builds it.
+	Derivation string
+	BuildOn    BuildOn
 }
 
 // Preview says what switching the session's node to system will do. It
@@ -87,6 +99,14 @@ type PreviewOptions struct {
 func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, opts PreviewOptions) (Preview, error) {
 	c := sess.conn
 	p := Preview{Node: c.s.Name, System: system, Current: sess.Current.System, Verified: sess.Current.Succeeded == system}
+	if opts.Derivation != "" && !inStore(system) {
+		// Not built: what the build takes, from Nix's dry run; the
+		// rest is known once it is built.
+		p.Unbuilt, p.BuildOnHost = true, opts.BuildOn == BuildTarget
+		pending, err := d.builder().WillBuild(ctx, opts.Derivation)
+		p.Pending = pending
+		return p, err
+	}
 	closure, sizes, err := d.localClosure(ctx, system)
 	if err != nil {
 		return p, err
@@ -526,6 +546,18 @@ func (p Preview) Text() string {
 	case p.Current != "":
 		fmt.Fprintf(&b, "  from %s\n", p.Current)
 	}
+	if p.Unbuilt {
+		where := "on this machine"
+		if p.BuildOnHost {
+			where = "on the host, once the derivations are copied there"
+		}
+		fmt.Fprintf(&b, "  build %s %s%s\n", derivations(len(p.Pending.Build)), where, storeNames(p.Pending.Build, ".drv"))
+		if len(p.Pending.Fetch) > 0 {
+			fmt.Fprintf(&b, "  fetch %s from a configured substituter%s\n", paths(len(p.Pending.Fetch)), storeNames(p.Pending.Fetch, ""))
+		}
+		b.WriteString("  what the copy sends and the switch changes is known once the system is built (build = true on fleet_nixos_systems builds it at plan)")
+		return b.String()
+	}
 	if p.CopyPaths == 0 {
 		fmt.Fprintf(&b, "  copy nothing: the whole closure (%s, %s) is already on the host\n", paths(p.ClosurePaths), Bytes(p.ClosureBytes))
 	} else {
@@ -547,6 +579,36 @@ func (p Preview) Text() string {
 		b.WriteString("  note: " + n + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+func derivations(n int) string {
+	if n == 1 {
+		return "1 derivation"
+	}
+	return strconv.Itoa(n) + " derivations"
+}
+
+// storeNames is ": " and the names of store paths (without their hash,
+// and suffix), at most maxListed of them; empty for none.
+func storeNames(list []string, suffix string) string {
+	if len(list) == 0 {
+		return ""
+	}
+	var names []string
+	for _, p := range list {
+		name := strings.TrimSuffix(filepath.Base(p), suffix)
+		if _, rest, ok := strings.Cut(name, "-"); ok {
+			name = rest
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	more := ""
+	if len(names) > maxListed {
+		more = fmt.Sprintf(" and %d more", len(names)-maxListed)
+		names = names[:maxListed]
+	}
+	return ": " + strings.Join(names, ", ") + more
 }
 
 // maxListed bounds the packages a plan names.

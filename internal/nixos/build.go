@@ -308,3 +308,45 @@ func (l *lastWords) String() string {
 	defer l.mu.Unlock()
 	return strings.Join(l.lines, " / ")
 }
+
+// Pending is what realising derivations would take, as Nix's dry run
+// says: the derivations it would build, and the paths it would fetch from
+// a configured substituter.
+type Pending struct {
+	Build []string
+	Fetch []string
+}
+
+// WillBuild asks Nix what realising drvs would build and fetch
+// (nix-store --realise --dry-run): nothing is built.
+func (n Nix) WillBuild(ctx context.Context, drvs ...string) (Pending, error) {
+	if err := n.Check(ctx); err != nil {
+		return Pending{}, err
+	}
+	_, stderr, err := n.output(ctx, "nix-store", append([]string{"--realise", "--dry-run"}, drvs...)...)
+	if err != nil {
+		return Pending{}, interrupted(ctx, fmt.Errorf("nix-store --realise --dry-run: %s", errorHead(stderr)))
+	}
+	return parsePending(stderr), nil
+}
+
+// parsePending reads a dry run's lists: the store paths under its "will
+// be built" and "will be fetched" lines.
+func parsePending(stderr string) Pending {
+	var p Pending
+	var list *[]string
+	for _, line := range strings.Split(stripColour(stderr), "\n") {
+		t := strings.TrimSpace(line)
+		switch {
+		case strings.Contains(t, "will be built"):
+			list = &p.Build
+		case strings.Contains(t, "will be fetched"):
+			list = &p.Fetch
+		case strings.HasPrefix(t, "/nix/store/") && line != t && list != nil:
+			*list = append(*list, t)
+		default:
+			list = nil
+		}
+	}
+	return p
+}

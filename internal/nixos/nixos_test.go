@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -254,4 +255,30 @@ func sleeping() bool {
 		}
 	}
 	return false
+}
+
+// Nix's dry run says what realising a system would build: its own
+// derivation and its parts not built yet; nothing once it is built.
+func TestWillBuild(t *testing.T) {
+	r := repo(t, fleetOf(1))
+	n := newNix()
+	systems, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := n.WillBuild(context.Background(), systems[0].Derivation)
+	if err != nil || !slices.Contains(p.Build, systems[0].Derivation) || len(p.Fetch) != 0 {
+		t.Fatalf("WillBuild = %+v, %v; want the system's derivation to build", p, err)
+	}
+	b, err := n.StartBuild(context.Background(), map[string]string{systems[0].Derivation: systems[0].Path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Wait(context.Background(), systems[0].Derivation); err != nil {
+		t.Fatal(err)
+	}
+	b.Stop()
+	if p, err := n.WillBuild(context.Background(), systems[0].Derivation); err != nil || len(p.Build)+len(p.Fetch) != 0 {
+		t.Errorf("after the build, WillBuild = %+v, %v; want nothing", p, err)
+	}
 }

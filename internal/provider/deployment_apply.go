@@ -118,7 +118,8 @@ func (r *deploymentResource) targets(ctx context.Context, m *deploymentModel, a 
 	var targets []deploy.Target
 	for _, n := range a.nodes {
 		if a.switches(n) {
-			targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, a.priors[n.Name.ValueString()], diags)})
+			targets = append(targets, deploy.Target{System: n.System.ValueString(), Derivation: n.Derivation.ValueString(),
+				Settings: r.settings(ctx, defaults, n, a.priors[n.Name.ValueString()], diags)})
 		}
 	}
 	return targets

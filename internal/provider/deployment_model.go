@@ -93,6 +93,8 @@ func getDeployment(ctx context.Context, get func(context.Context, any) diag.Diag
 type deployNodeModel struct {
 	Name           types.String `tfsdk:"name"`
 	System         types.String `tfsdk:"system"`
+	Derivation     types.String `tfsdk:"derivation"`
+	BuildOn        types.String `tfsdk:"build_on"`
 	Host           types.String `tfsdk:"host"`
 	HostKey        types.String `tfsdk:"host_key"`
 	User           types.String `tfsdk:"user"`
@@ -103,6 +105,7 @@ type deployNodeModel struct {
 
 type deployDefaultsModel struct {
 	User           types.String `tfsdk:"user"`
+	BuildOn        types.String `tfsdk:"build_on"`
 	PrivateKeyFile types.String `tfsdk:"private_key_file"`
 	SSHOpts        types.List   `tfsdk:"ssh_opts"`
 	UseSudo        types.Bool   `tfsdk:"use_sudo"`
@@ -238,7 +241,7 @@ func (r *deploymentResource) builtin() (b deploy.Builtin, agentKeys bool) {
 func (r *deploymentResource) settings(ctx context.Context, defaults *deploy.Layer, n deployNodeModel, p priorNode, diags *diag.Diagnostics) deploy.Settings {
 	builtin, _ := r.builtin()
 	s := deploy.Resolve(builtin, defaults, deploy.Node{Name: n.Name.ValueString(), Host: ptrOf(n.Host), HostKey: ptrOf(n.HostKey),
-		Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, diags), UseSudo: boolPtrOf(n.UseSudo)}})
+		Layer: deploy.Layer{User: ptrOf(n.User), PrivateKeyFile: ptrOf(n.PrivateKeyFile), SSHOpts: optsOf(ctx, n.SSHOpts, diags), UseSudo: boolPtrOf(n.UseSudo), BuildOn: buildOnOf(n.BuildOn)}})
 	if p.host == s.Host {
 		s.SeenHostKey = p.hostKeySeen
 	}
@@ -288,7 +291,16 @@ func (r *deploymentResource) defaults(ctx context.Context, m *deploymentModel, d
 	}
 	var d deployDefaultsModel
 	diags.Append(m.Defaults.As(ctx, &d, objectAsOptions)...)
-	return &deploy.Layer{User: ptrOf(d.User), PrivateKeyFile: ptrOf(d.PrivateKeyFile), SSHOpts: optsOf(ctx, d.SSHOpts, diags), UseSudo: boolPtrOf(d.UseSudo)}
+	return &deploy.Layer{User: ptrOf(d.User), PrivateKeyFile: ptrOf(d.PrivateKeyFile), SSHOpts: optsOf(ctx, d.SSHOpts, diags), UseSudo: boolPtrOf(d.UseSudo), BuildOn: buildOnOf(d.BuildOn)}
+}
+
+// buildOnOf is v as a BuildOn, nil when null or unknown.
+func buildOnOf(v types.String) *deploy.BuildOn {
+	if p := ptrOf(v); p != nil {
+		b := deploy.BuildOn(*p)
+		return &b
+	}
+	return nil
 }
 
 // deployer builds the engine for m: its transport (a control directory of

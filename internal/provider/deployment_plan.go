@@ -52,11 +52,21 @@ func (r *deploymentResource) checkLocalFiles(ctx context.Context, plan *deployme
 	for i, n := range nodes {
 		if sys := n.System.ValueString(); !n.System.IsUnknown() && !n.System.IsNull() {
 			_, err := os.Stat(sys)
+			drv := n.Derivation.ValueString()
 			switch {
+			case err != nil && n.Derivation.IsUnknown():
+				// Built from a derivation known at apply.
+			case err != nil && drv != "":
+				// Built by the apply: its derivation must be here.
+				if _, err := os.Stat(drv); err != nil {
+					diags.AddAttributeError(path.Root("nodes"), "Derivation missing",
+						fmt.Sprintf("nodes[%d].derivation: node %s: neither the system %s nor its derivation %s is on this machine: evaluate the configuration here (fleet_nixos_systems does), or copy the derivation here with nix copy --derivation",
+							i, n.Name.ValueString(), sys, drv))
+				}
 			case err != nil:
 				diags.AddAttributeError(path.Root("nodes"), "System not built",
-					fmt.Sprintf("nodes[%d].system: node %s: system %s does not exist on this machine: build it first (for example nix build .#nixosConfigurations.%s.config.system.build.toplevel)",
-						i, n.Name.ValueString(), sys, n.Name.ValueString()))
+					fmt.Sprintf("nodes[%d].system: node %s: system %s does not exist on this machine: give the node its derivation (derivation = data.fleet_nixos_systems.<name>.systems[%q].derivation) so that the apply builds it, or build it first (for example nix build .#nixosConfigurations.%s.config.system.build.toplevel)",
+						i, n.Name.ValueString(), sys, n.Name.ValueString(), n.Name.ValueString()))
 			case strings.HasSuffix(sys, "/"):
 				diags.AddAttributeError(path.Root("nodes"), "Not a system closure",
 					fmt.Sprintf("nodes[%d].system: node %s: %s ends with a slash, so the host's /run/current-system would never read the same: remove it", i, n.Name.ValueString(), sys))
@@ -307,7 +317,9 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 			pctx, cancel = context.WithTimeout(ctx, previewTimeout)
 			defer cancel()
 		}
-		pv, err := d.Preview(pctx, sess, p.node.System.ValueString(), opts)
+		nopts := opts
+		nopts.Derivation, nopts.BuildOn = p.node.Derivation.ValueString(), p.settings.BuildOn
+		pv, err := d.Preview(pctx, sess, p.node.System.ValueString(), nopts)
 		p.preview, p.unknown = &pv, err
 	})
 	for _, p := range todo {
@@ -331,7 +343,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 const previewTimeout = 60 * time.Second
 
 func fullyKnownNode(n deployNodeModel) bool {
-	for _, v := range []attr.Value{n.Name, n.System, n.Host, n.HostKey, n.User, n.PrivateKeyFile, n.SSHOpts} {
+	for _, v := range []attr.Value{n.Name, n.System, n.Derivation, n.BuildOn, n.Host, n.HostKey, n.User, n.PrivateKeyFile, n.SSHOpts} {
 		if !fullyKnown(v) {
 			return false
 		}

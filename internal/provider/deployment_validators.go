@@ -114,3 +114,22 @@ func (storePathValidator) ValidateString(_ context.Context, req validator.String
 			fmt.Sprintf("%s: %q is not a path in the Nix store (/nix/store/...-nixos-system-...)", req.Path, req.ConfigValue.ValueString()))
 	}
 }
+
+// derivationValidator accepts a derivation's store path.
+type derivationValidator struct{}
+
+func (derivationValidator) Description(context.Context) string {
+	return "a derivation in the Nix store (/nix/store/...-nixos-system-....drv)"
+}
+func (v derivationValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+func (derivationValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if v := req.ConfigValue.ValueString(); !strings.HasPrefix(v, "/nix/store/") || !strings.HasSuffix(v, ".drv") {
+		resp.Diagnostics.AddAttributeError(req.Path, "Not a derivation",
+			fmt.Sprintf("%s: %q is not a derivation in the Nix store (/nix/store/...-nixos-system-....drv): give the derivation fleet_nixos_systems reads (systems[name].derivation)", req.Path, v))
+	}
+}

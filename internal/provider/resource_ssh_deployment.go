@@ -48,6 +48,12 @@ func optionalString(desc string, validators ...validator.String) schema.StringAt
 const useSudoDescription = "The login user is not root: every command that needs root runs through `sudo -n` (never a prompt), and the closure is copied into the host's store by root through sudo. " +
 	"The user needs passwordless sudo for every command on the host. Default `false`: the login user must be root."
 
+// buildOnAttribute is where a node's system is built when this machine's
+// store lacks it.
+var buildOnAttribute = optionalString("Where a system this machine's store lacks is built from its `derivation`: `local` (default: this machine, and the remote `builders` its Nix configuration names) "+
+	"or `target` (the derivation's closure is copied to the host and built there, with the host's Nix: for a host of another platform, or a system cheaper to build than to copy; it needs root's rights there, or `use_sudo`).",
+	stringvalidator.OneOf(string(deploy.BuildLocal), string(deploy.BuildTarget)))
+
 const keyFileDescription = "Private key file, given to ssh as `-i`. A plan refuses one it cannot read, and an encrypted one unless an ssh-agent (`SSH_AUTH_SOCK`) holds it: ssh never asks for a passphrase."
 
 // sshOptHints say where the connection settings a deployment node has no
@@ -67,8 +73,11 @@ var (
 	deployNodesInput = nestedInput{name: "nodes", decl: schema.ListNestedAttribute{NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 		"name": schema.StringAttribute{Required: true, MarkdownDescription: "Node name, unique; the host when `host` is not set.",
 			Validators: []validator.String{stringvalidator.LengthAtLeast(1)}},
-		"system": schema.StringAttribute{Required: true, MarkdownDescription: "The system closure to switch to (a `/nix/store/...-nixos-system-...` path built on this machine).",
+		"system": schema.StringAttribute{Required: true, MarkdownDescription: "The system closure to switch to (a `/nix/store/...-nixos-system-...` path): `fleet_nixos_systems`' `systems[name].system`, or a path built on this machine.",
 			Validators: []validator.String{storePathValidator{}}},
+		"derivation": optionalString("The system's derivation (`fleet_nixos_systems`' `systems[name].derivation`): a system this machine's store lacks is built from it, as the node's `build` step, where `build_on` says. "+
+			"Without it, the system must be built already.", derivationValidator{}),
+		"build_on": buildOnAttribute,
 		"host": optionalString("Host name or address. Default: `name`.", validators.Host()),
 		"host_key": optionalString("The host's public key line (`ssh-ed25519 AAAA...`, as in its `ssh_host_ed25519_key.pub` or from `ssh-keyscan`; a `SHA256:` fingerprint is refused, as OpenSSH needs the key itself): "+
 			"only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file` and in `status` (`host_key_seen`), and the node is held to it.", hostKeyLineValidator{}),
@@ -80,6 +89,7 @@ var (
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),
 		"private_key_file": optionalString(keyFileDescription),
+		"build_on":         buildOnAttribute,
 		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`, each given as `-o Key=Value`. Pattern: `" + deploy.SSHOptPattern + "`. An item that asks for forwarding (`ForwardAgent=yes`, `LocalForward`, `RemoteForward`, `DynamicForward`, `ForwardX11`, `Tunnel`) is refused: nothing of this machine's is forwarded to a host."),
 		"use_sudo":         schema.BoolAttribute{Optional: true, MarkdownDescription: useSudoDescription},
 	}}, hints: sshOptHints}

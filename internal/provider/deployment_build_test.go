@@ -1,0 +1,93 @@
+package provider_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// From configurations (issue 23) through both CLIs: nodes whose systems
+// are not built yet, given their derivations. The plan says what each
+// switch will build; the apply builds them (on this machine, or on the
+// host with build_on = "target"), a build failure failing only its node;
+// the next plan retries exactly that node.
+func TestDeploymentBuildsSystemsFromTheirDerivations(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			good := nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
+			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: map[string]nixtest.Configuration{
+				"web1": good, "web2": {System: good.System, BuildFails: true}, "web3": good}}
+			r.Write(t)
+			systems, err := nixos.Nix{}.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var nodes strings.Builder
+			var tgs []*nixtest.Target
+			for i, sys := range systems {
+				tg := nixtest.NewTarget(t)
+				tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+				tgs = append(tgs, tg)
+				buildOn := "null"
+				if i == 2 {
+					buildOn = `"target"`
+				}
+				fmt.Fprintf(&nodes, `    {
+      name             = %q
+      host             = %q
+      system           = %q
+      derivation       = %q
+      build_on         = %s
+      host_key         = %q
+      user             = %q
+      private_key_file = %q
+      ssh_opts         = ["Port=%d", "IdentitiesOnly=yes"]
+    },
+`, sys.Name, tg.Host, sys.Path, sys.Derivation, buildOn, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port)
+			}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(fmt.Sprintf(`
+resource "fleet_ssh_deployment" "prod" {
+  nodes = [
+%s  ]
+  verdict = {
+    confirm_timeout = "3s"
+    settle_timeout  = "2s"
+  }
+}
+`, nodes.String()))
+			s.Run("init", "-input=false")
+			out, errOut := s.Run("plan", "-input=false", "-no-color")
+			for _, want := range []string{"build 1 derivation on this machine: nixos-system-web1", "build 1 derivation on the host, once the derivations are copied there: nixos-system-web3", "known once the system is built"} {
+				if !strings.Contains(out+errOut, want) {
+					t.Errorf("the plan does not say %q:\n%s%s", want, out, errOut)
+				}
+			}
+			out, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			if code == 0 || !strings.Contains(errOut, "DEPLOY FAILED for web2 (exit 1): the system did not build") || !strings.Contains(errOut, "fails to build, on purpose") {
+				t.Fatalf("apply (exit %d):\n%s\n%s", code, out, errOut)
+			}
+			for i, want := range []string{systems[0].Path, "", systems[2].Path} {
+				if want != "" && tgs[i].CurrentSystem() != want {
+					t.Errorf("%s runs %s, want %s", systems[i].Name, tgs[i].CurrentSystem(), want)
+				}
+			}
+			if calls, runs := tgs[1].Calls(), tgs[1].SystemdRuns(); len(calls)+len(runs) != 0 {
+				t.Errorf("web2, whose system did not build, was deployed to: %q, %+v", calls, runs)
+			}
+			if got := fmt.Sprint(s.Values("fleet_ssh_deployment.prod")["actions"]); got != "map[web1:switch web2:failed web3:switch]" {
+				t.Errorf("actions after the apply: %s", got)
+			}
+			out, _ = s.Run("plan", "-input=false", "-no-color")
+			if !strings.Contains(out, `"web2" = "failed" -> "switch"`) || strings.Contains(out, `"web1" = "switch" -> "switch"`) {
+				t.Errorf("the next plan does not retry exactly web2:\n%s", out)
+			}
+		})
+	}
+}
