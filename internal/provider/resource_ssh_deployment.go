@@ -78,7 +78,7 @@ var (
 		"derivation": optionalString("The system's derivation (`fleet_nixos_systems`' `systems[name].derivation`): a system this machine's store lacks is built from it, as the node's `build` step, where `build_on` says. "+
 			"Without it, the system must be built already.", derivationValidator{}),
 		"build_on": buildOnAttribute,
-		"host": optionalString("Host name or address. Default: `name`.", validators.Host()),
+		"host":     optionalString("Host name or address. Default: `name`.", validators.Host()),
 		"host_key": optionalString("The host's public key line (`ssh-ed25519 AAAA...`, as in its `ssh_host_ed25519_key.pub` or from `ssh-keyscan`; a `SHA256:` fingerprint is refused, as OpenSSH needs the key itself): "+
 			"only this key is accepted. Without it, the first key seen is remembered in `known_hosts_file` and in `status` (`host_key_seen`), and the node is held to it.", hostKeyLineValidator{}),
 		"user":             optionalString("User to log in as."),
