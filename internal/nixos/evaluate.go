@@ -172,11 +172,11 @@ func (n Nix) Names(ctx context.Context, src Source) ([]string, error) {
 
 // Evaluate evaluates the configurations named (all of the source's when
 // names is empty) to their systems and derivations, in one Nix process:
-// what they share (nixpkgs, the repository's modules) is evaluated once,
-// and for a flake Nix's evaluation cache, keyed by the flake's locked
-// content and the attribute, makes the evaluation of an unchanged flake
-// cost next to nothing. The systems come in the order of names (of Nix's
-// sorted attribute names without them). A configuration that does not
+// what they share (nixpkgs, the repository's modules) is evaluated once.
+// The systems come in the order of names (of Nix's sorted attribute names
+// without them); Built says this machine's store has the system. With a
+// CacheDir, a flake's evaluation is kept and an unchanged flake is not
+// evaluated again. A configuration that does not
 // evaluate is named with the head of Nix's error; one that does not exist
 // is named with those that do.
 func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts EvaluateOptions) ([]System, error) {
@@ -187,21 +187,25 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 		return nil, err
 	}
 	if len(names) == 0 {
-		all, err := n.Names(ctx, src)
-		if err != nil || len(all) == 0 {
-			return nil, err
-		}
-		names = all
+		names = nil
 	}
-	systems, stderr, err := n.dryRun(ctx, src, names)
+	kept, key, err := n.cached(ctx, src, names)
+	if err != nil || kept != nil {
+		return kept, err
+	}
+	systems, stderr, err := n.evaluate(ctx, src, names)
 	if err == nil {
-		return systems, nil
+		return systems, n.keep(key, systems)
 	}
 	if ctx.Err() != nil {
 		return nil, interrupted(ctx, fmt.Errorf("%s: %s", src, errorHead(stderr)))
 	}
-	if missing := n.missing(ctx, src, names, stderr); missing != nil {
-		return nil, missing
+	if names != nil {
+		if missing := n.missing(ctx, src, names, stderr); missing != nil {
+			return nil, missing
+		}
+	} else if names, err = n.Names(ctx, src); err != nil {
+		return nil, err
 	}
 	// One evaluation failed: find which configurations, each with its own
 	// error, evaluating halves again (a few more processes, only when
@@ -231,46 +235,61 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 	return out, nil
 }
 
-// dryRun evaluates names' systems with nix build --dry-run --json: their
-// derivations are instantiated, nothing is built, and Nix says which
-// derivations would be built.
-func (n Nix) dryRun(ctx context.Context, src Source, names []string) ([]System, string, error) {
-	paths := make([]string, len(names))
-	for i, name := range names {
-		paths[i] = src.path(name, toplevel)
+// selection is the Nix function that takes the configurations to the
+// system and derivation of each of names (all of them when names is
+// nil), by name. Reading drvPath instantiates the derivation: its .drv is
+// written to the store, for a later build.
+func selection(names []string) string {
+	const pick = `let t = c.config.system.build.toplevel; in { drv = t.drvPath; out = t.outPath; }`
+	if names == nil {
+		return "cs: builtins.mapAttrs (n: c: " + pick + ") cs"
 	}
-	args := append([]string{"--extra-experimental-features", features, "build", "--dry-run", "--json", "--no-link"}, src.args(paths...)...)
-	stdout, stderr, err := n.output(ctx, "nix", args...)
+	list := make([]string, len(names))
+	for i, n := range names {
+		list[i] = nixString(n)
+	}
+	return "cs: builtins.listToAttrs (map (n: { name = n; value = let c = builtins.getAttr n cs; in " + pick + "; }) [ " + strings.Join(list, " ") + " ])"
+}
+
+// nixString is s as a Nix string literal.
+func nixString(s string) string {
+	b, _ := json.Marshal(s)
+	return strings.ReplaceAll(string(b), "${", `\${`)
+}
+
+// evaluate evaluates names' systems (all of them for nil) in one nix eval,
+// as one would by hand: the configurations' shared imports are evaluated
+// once, nothing is built.
+func (n Nix) evaluate(ctx context.Context, src Source, names []string) ([]System, string, error) {
+	args := append([]string{"--extra-experimental-features", features, "eval", "--json"}, src.args(src.path(""))...)
+	stdout, stderr, err := n.output(ctx, "nix", append(args, "--apply", selection(names))...)
 	if err != nil {
 		return nil, stderr, err
 	}
-	var results []struct {
-		DrvPath string            `json:"drvPath"`
-		Outputs map[string]string `json:"outputs"`
+	var results map[string]struct {
+		Drv string `json:"drv"`
+		Out string `json:"out"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &results); err != nil || len(results) != len(names) {
-		return nil, stderr, fmt.Errorf("nix build --dry-run --json printed %.300q, not one result per configuration", stdout)
+	if err := json.Unmarshal([]byte(stdout), &results); err != nil {
+		return nil, stderr, fmt.Errorf("nix eval printed %.300q, not the configurations' systems", stdout)
 	}
-	pending := pendingPaths(stderr)
+	if names == nil {
+		for name := range results {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+	}
 	systems := make([]System, len(names))
-	for i, r := range results {
-		out := r.Outputs["out"]
-		_, statErr := os.Stat(out)
-		systems[i] = System{Name: names[i], Path: out, Derivation: r.DrvPath, Built: statErr == nil && !pending[r.DrvPath] && !pending[out]}
+	for i, name := range names {
+		r := results[name]
+		systems[i] = System{Name: name, Path: r.Out, Derivation: r.Drv, Built: r.Out != "" && inStore(r.Out)}
 	}
 	return systems, stderr, nil
 }
 
-// pendingPaths are the store paths a dry run lists, as derivations it
-// would build or paths it would fetch.
-func pendingPaths(stderr string) map[string]bool {
-	out := map[string]bool{}
-	for _, line := range strings.Split(stderr, "\n") {
-		if t := strings.TrimSpace(line); strings.HasPrefix(t, "/nix/store/") && line != t {
-			out[t] = true
-		}
-	}
-	return out
+func inStore(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // missing names the requested configurations the source lacks, with
@@ -324,7 +343,7 @@ func (n Nix) blame(ctx context.Context, src Source, names []string, stderr strin
 		if ctx.Err() != nil {
 			return good, bad
 		}
-		systems, errOut, err := n.dryRun(ctx, src, part)
+		systems, errOut, err := n.evaluate(ctx, src, part)
 		if err == nil {
 			good = append(good, systems...)
 			continue

@@ -33,6 +33,9 @@ type Nix struct {
 	// Ran, when not nil, is called with the arguments of every Nix
 	// process started (tests count them).
 	Ran func(args []string)
+	// CacheDir, when set, keeps flakes' evaluations (see cache.go): a
+	// private directory of the user's, made when missing.
+	CacheDir string
 }
 
 // features are the experimental features an invocation of the nix

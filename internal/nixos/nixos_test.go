@@ -66,8 +66,8 @@ func fleetOf(n int) map[string]nixtest.Configuration {
 	return out
 }
 
-// N configurations are evaluated by one Nix process (and, with no names
-// given, one more that lists them), from a flake and from a file alike,
+// N configurations are evaluated by one Nix process, named or all of
+// them, from a flake and from a file alike,
 // in the order asked for; each system's derivation is known and nothing
 // is built.
 func TestEvaluateIsOneProcessForTheFleet(t *testing.T) {
@@ -95,8 +95,8 @@ func TestEvaluateIsOneProcessForTheFleet(t *testing.T) {
 			if err != nil || len(all) != 8 || all[0].Name != "weba" || all[7].Name != "webh" {
 				t.Fatalf("all configurations: %+v, %v", all, err)
 			}
-			if got := n.evaluations(); got != 3 {
-				t.Errorf("%d Nix processes for the second evaluation of all 8, want 2 (list, evaluate)", got-1)
+			if got := n.evaluations(); got != 2 {
+				t.Errorf("%d Nix processes for the second evaluation, of all 8, want 1", got-1)
 			}
 		})
 	}
@@ -280,5 +280,42 @@ func TestWillBuild(t *testing.T) {
 	b.Stop()
 	if p, err := n.WillBuild(context.Background(), systems[0].Derivation); err != nil || len(p.Build)+len(p.Fetch) != 0 {
 		t.Errorf("after the build, WillBuild = %+v, %v; want nothing", p, err)
+	}
+}
+
+// With a cache, an unchanged flake is not evaluated again (no nix eval
+// at all), an edited one is, and a cache directory others can write is
+// refused, naming it.
+func TestEvaluateKeepsAnUnchangedFlake(t *testing.T) {
+	configs := fleetOf(3)
+	r := repo(t, configs)
+	n := newNix()
+	n.CacheDir = filepath.Join(t.TempDir(), "cache")
+	src := nixos.Source{Flake: "path:" + r.Dir}
+	first, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+	if err != nil || !slices.Equal(first, again) {
+		t.Fatalf("the second evaluation: %+v, %v; want %+v", again, err, first)
+	}
+	if got := n.evaluations(); got != 1 {
+		t.Errorf("%d nix eval for two evaluations of an unchanged flake, want 1", got)
+	}
+	configs["webb"] = nixtest.Configuration{System: configs["webb"].System, Revision: 2}
+	r.Write(t)
+	edited, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+	if err != nil || edited[1].Path == first[1].Path || edited[0].Path != first[0].Path {
+		t.Fatalf("after webb was edited: %+v, %v", edited, err)
+	}
+	if got := n.evaluations(); got != 2 {
+		t.Errorf("%d nix eval after the edit, want 2", got)
+	}
+	if err := os.Chmod(n.CacheDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{}); err == nil || !strings.Contains(err.Error(), n.CacheDir) || !strings.Contains(err.Error(), "other users") {
+		t.Errorf("a cache others can write: %v", err)
 	}
 }

@@ -1,0 +1,115 @@
+package nixos
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// A flake's evaluation is kept, so that a plan of an unchanged repository
+// (a drift job, every hour) does not evaluate it again. The key is what
+// Nix itself keys its evaluation cache on: the flake's locked content
+// (its narHash, which covers flake.lock and so the inputs), and the
+// attribute asked for; with the names, the Nix version and NIX_CONFIG,
+// which could change what an evaluation gives. (Nix's own cache serves
+// installables only, one per evaluation, not one evaluation of the whole
+// fleet.) A Nix file's evaluation is not kept: nothing says what it read.
+
+// cacheVersion changes when what the cache holds does.
+const cacheVersion = "fleet-nixos-systems-1"
+
+// cached returns the kept evaluation of src's names, if any and every
+// derivation in it is still in the store; key is what to keep a new one
+// under ("" when the source is not a flake or cannot be keyed).
+func (n Nix) cached(ctx context.Context, src Source, names []string) (systems []System, key string, err error) {
+	if n.CacheDir == "" || src.Flake == "" {
+		return nil, "", nil
+	}
+	if err := CheckCacheDir(n.CacheDir); err != nil {
+		return nil, "", err
+	}
+	stdout, _, err := n.output(ctx, "nix", "--extra-experimental-features", features, "flake", "metadata", "--json", src.ref())
+	if err != nil {
+		return nil, "", nil
+	}
+	var meta struct {
+		Locked struct {
+			NarHash string `json:"narHash"`
+		} `json:"locked"`
+	}
+	if json.Unmarshal([]byte(stdout), &meta) != nil || meta.Locked.NarHash == "" {
+		return nil, "", nil
+	}
+	v, _ := versions.Load(n.bin("nix"))
+	version, _ := v.(versionResult)
+	sum := sha256.Sum256([]byte(strings.Join([]string{cacheVersion, version.version, meta.Locked.NarHash, src.attribute(),
+		strings.Join(names, "\x00"), os.Getenv("NIX_CONFIG"), strings.Join(n.Env, "\x00")}, "\x01")))
+	key = hex.EncodeToString(sum[:])
+	b, err := os.ReadFile(filepath.Join(n.CacheDir, key+".json"))
+	if err != nil || json.Unmarshal(b, &systems) != nil {
+		return nil, key, nil
+	}
+	for i, s := range systems {
+		if !inStore(s.Derivation) {
+			return nil, key, nil // collected since: evaluate again, which writes it
+		}
+		systems[i].Built = inStore(s.Path)
+	}
+	return systems, key, nil
+}
+
+// keep writes an evaluation under key, through a new file renamed in
+// place.
+func (n Nix) keep(key string, systems []System) error {
+	if key == "" {
+		return nil
+	}
+	b, err := json.Marshal(systems)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(n.CacheDir, ".new-*")
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(b)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), filepath.Join(n.CacheDir, key+".json"))
+	}
+	if werr != nil {
+		_ = os.Remove(f.Name())
+	}
+	return werr
+}
+
+// CheckCacheDir makes dir (0700) when missing and refuses it when it is
+// not the user's own or others can write it: what it holds decides which
+// systems hosts are switched to.
+func CheckCacheDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("the evaluation cache %s cannot be made: %w", dir, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("the evaluation cache %s is not a directory (a %s): remove it, and the next run makes it anew (mode 0700)", dir, fi.Mode().Type())
+	case ok && int(st.Uid) != os.Getuid():
+		return fmt.Errorf("the evaluation cache %s belongs to another user (uid %d), who could make it name other systems: remove it, and the next run makes it anew (mode 0700)", dir, st.Uid)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("the evaluation cache %s can be written by other users (mode %04o), who could make it name other systems: chmod go-w %s", dir, fi.Mode().Perm(), dir)
+	}
+	return nil
+}
