@@ -90,4 +90,3 @@ func run(b *testing.B, name string, args ...string) {
 		b.Fatalf("%s %q: %v\n%s", name, args, err, out)
 	}
 }
-
