@@ -212,3 +212,26 @@ awk '
       found = 1
     }
     END { if (!found) { print "bench: no plan preview benchmark results" > "/dev/stderr"; exit 1 } }' "$preview_out" | tee -a "$preview_out"
+
+# From NixOS configurations (issue 23): evaluating 50 configurations that
+# share an expensive import, against one nix eval of all of them by hand
+# and one nix eval each; a flake evaluated again unchanged; and the builds
+# of a rollout against one nix-store --realise of as many systems by hand.
+nixos_out=bench/out/nixos-systems.txt
+{
+  go test -run '^$' -bench BenchmarkEvaluate -benchtime 3x -timeout 20m ./internal/nixos/
+  go test -run '^$' -bench BenchmarkRolloutBuilds -benchtime 3x -timeout 20m ./internal/deploy/
+} 2>&1 | tee "$nixos_out"
+awk '
+    function metrics() { delete m; for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i }
+    /^BenchmarkEvaluate\// && /evaluate_ms/ {
+      metrics(); e = sprintf("Evaluating 50 configurations: %.0f ms, against %.0f ms by hand in one nix eval (ratio %.2f, target at most 1.2) and %.0f ms one nix eval each (ratio %.3f, target at most 0.2); unchanged, kept: %.0f ms (%.2f of evaluating)",
+        m["evaluate_ms"], m["by_hand_ms"], m["ratio_vs_by_hand"], m["one_each_ms"], m["ratio_vs_one_each"], m["cached_ms"], m["cached_vs_evaluate"])
+    }
+    /^BenchmarkRolloutBuilds\// && /rollout_builds_ms/ {
+      metrics(); bl = sprintf("Builds inside a rollout of 8 nodes: %.0f ms, against %.0f ms for one nix-store --realise by hand (ratio %.2f, target at most 1.1)", m["rollout_builds_ms"], m["by_hand_ms"], m["ratio"])
+    }
+    END {
+      if (e == "" || bl == "") { print "bench: no NixOS configurations benchmark results" > "/dev/stderr"; exit 1 }
+      print ""; print e; print bl
+    }' "$nixos_out" | tee -a "$nixos_out"

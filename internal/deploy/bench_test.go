@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
 
@@ -263,6 +265,80 @@ func BenchmarkReadCurrent(b *testing.B) {
 			b.ReportMetric(float64(engine.Milliseconds())/float64(b.N), "engine_ms")
 			b.ReportMetric(float64(openssh.Milliseconds())/float64(b.N), "openssh_ms")
 			b.ReportMetric(engine.Seconds()/openssh.Seconds(), "ratio")
+		})
+	}
+}
+
+// BenchmarkRolloutBuilds deploys n nodes whose systems are not built yet
+// (each a build of about a second, Nix's max-jobs 4), with parallelism 4,
+// and side by side builds n other such systems with one nix-store
+// --realise by hand. It reports how long the rollout took to build every
+// system (from its start to the last build step's end) against the
+// builds by hand (target: at most 1.1).
+func BenchmarkRolloutBuilds(b *testing.B) {
+	for _, n := range []int{8} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			nixConfig := nixtest.NixConfig + "max-jobs = 4\n"
+			b.Setenv("NIX_CONFIG", nixConfig)
+			old := nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := make([]*nixtest.Target, n)
+			for i := range tgs {
+				tgs[i] = nixtest.NewTarget(b)
+			}
+			systems := func() []nixos.System {
+				configs := map[string]nixtest.Configuration{}
+				for i := range n {
+					configs[fmt.Sprintf("n%d", i)] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: time.Second}
+				}
+				r := &nixtest.Repository{Dir: b.TempDir(), Configurations: configs}
+				r.Write(b)
+				s, err := nixos.Nix{}.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return s
+			}
+			var rollout, byHand time.Duration
+			for range b.N {
+				b.StopTimer()
+				nodes := make([]deploy.Target, n)
+				for i, s := range systems() {
+					tgs[i].Boot(b, old)
+					nodes[i] = benchTarget(tgs[i], s.Name, s.Path)
+					nodes[i].Derivation = s.Derivation
+				}
+				d := benchDeployer(b)
+				d.Options.Parallelism = 4
+				var mu sync.Mutex
+				var lastBuild time.Time
+				d.Options.Log = func(e deploy.Event) {
+					if e.Kind == deploy.EventStepEnded && e.Step == deploy.StepBuild {
+						mu.Lock()
+						lastBuild = time.Now()
+						mu.Unlock()
+					}
+				}
+				start := time.Now()
+				for _, r := range d.Deploy(context.Background(), nodes, nil) {
+					if r.Phase != deploy.PhaseSucceeded {
+						b.Fatalf("%s: %s %s", r.Name, r.Phase, r.Message)
+					}
+				}
+				rollout += lastBuild.Sub(start)
+
+				args := []string{"--realise"}
+				for _, s := range systems() {
+					args = append(args, s.Derivation)
+				}
+				start = time.Now()
+				if out, err := exec.Command("nix-store", args...).CombinedOutput(); err != nil {
+					b.Fatalf("nix-store --realise: %v\n%s", err, out)
+				}
+				byHand += time.Since(start)
+			}
+			b.ReportMetric(float64(rollout.Milliseconds())/float64(b.N), "rollout_builds_ms")
+			b.ReportMetric(float64(byHand.Milliseconds())/float64(b.N), "by_hand_ms")
+			b.ReportMetric(rollout.Seconds()/byHand.Seconds(), "ratio")
 		})
 	}
 }
