@@ -80,3 +80,53 @@ func TestMakeInstallRefusesAVersionThatIsNotSemver(t *testing.T) {
 		t.Errorf("make install with a bad VERSION installed %d entries", len(entries))
 	}
 }
+
+// Two clones of the same commit, in directories of different depths,
+// install byte-identical providers, so a committed .terraform.lock.hcl
+// made on one machine holds on another: a colleague's or CI's init against
+// the lock file succeeds, through both CLIs.
+func TestMakeInstallIsReproducible(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var binaries [2][]byte
+	var homes [2]string
+	for i, dir := range []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "another", "deeper", "clone")} {
+		if out, err := exec.Command("git", "clone", "--quiet", "--no-hardlinks", root, dir).CombinedOutput(); err != nil {
+			t.Fatalf("git clone: %v\n%s", err, out)
+		}
+		homes[i] = t.TempDir()
+		plugins := filepath.Join(homes[i], ".terraform.d", "plugins")
+		install := exec.Command("make", "--no-print-directory", "install", "PLUGIN_DIR="+plugins, "VERSION=0.1.0")
+		install.Dir = dir
+		if out, err := install.CombinedOutput(); err != nil {
+			t.Fatalf("make install in %s: %v\n%s", dir, err, out)
+		}
+		binaries[i], err = os.ReadFile(filepath.Join(plugins, "registry.terraform.io", "fleetops", "fleet", "0.1.0", runtime.GOOS+"_"+runtime.GOARCH, "terraform-provider-fleet_v0.1.0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(binaries[0]) != string(binaries[1]) {
+		t.Fatalf("two clones of the same commit installed different binaries (%d and %d bytes)", len(binaries[0]), len(binaries[1]))
+	}
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			s := acctest.NewPlainSession(t, cli)
+			if err := os.CopyFS(s.Dir, os.DirFS("../../examples/install")); err != nil {
+				t.Fatal(err)
+			}
+			s.Setenv("HOME", homes[0])
+			s.Run("init", "-input=false", "-no-color")
+			// A fresh checkout of the repository: the lock file, no .terraform.
+			if err := os.RemoveAll(filepath.Join(s.Dir, ".terraform")); err != nil {
+				t.Fatal(err)
+			}
+			s.Setenv("HOME", homes[1]) // the later value wins
+			if out, errOut, err := s.Try("init", "-input=false", "-no-color", "-lockfile=readonly"); err != nil {
+				t.Errorf("init with the other clone's provider against the lock file: %v\n%s\n%s", err, out, errOut)
+			}
+		})
+	}
+}
