@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 // countingStatDir returns a directory holding a `stat` that appends a line
@@ -22,7 +24,7 @@ func countingStatDir(t *testing.T) (dir, count string) {
   if [ "$a" = -f ]; then echo x >> %s; break; fi
 done
 exec %s "$@"
-`, shellQuote(count), realStat))
+`, shell.Quote(count), realStat))
 	return dir, count
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 func init() {
@@ -36,9 +38,6 @@ func str(settings map[string]any, key string) (string, error) {
 	}
 	return s, nil
 }
-
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // lastLine is the last non-empty line of out.
 func lastLine(out string) string {
@@ -100,7 +99,7 @@ if e=$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ | dd of="$p/%s" conv=fsync status=none 
   t=$(fleet_ms) && echo "$t" > "$ok" && echo "hb $t" && return 0
 fi
 echo "fail heartbeat write failed: $e"
-return 1`, shellQuote(c.Path), env.Key, interval, HeartbeatFile)
+return 1`, shell.Quote(c.Path), env.Key, interval, HeartbeatFile)
 }
 
 // Interpret implements ScriptCheck.
@@ -181,7 +180,7 @@ func (c CommandCheck) Target() string { return c.Command }
 
 // Script implements ScriptCheck.
 func (c CommandCheck) Script(ScriptEnv) string {
-	return "sh -c " + shellQuote(c.Command) + " </dev/null"
+	return "sh -c " + shell.Quote(c.Command) + " </dev/null"
 }
 
 // Interpret implements ScriptCheck.
@@ -230,7 +229,7 @@ func (c UnitCheck) Target() string { return c.Unit }
 
 // Script implements ScriptCheck.
 func (c UnitCheck) Script(ScriptEnv) string {
-	return "systemctl is-active -- " + shellQuote(c.Unit) + " </dev/null"
+	return "systemctl is-active -- " + shell.Quote(c.Unit) + " </dev/null"
 }
 
 // Interpret implements ScriptCheck.
