@@ -150,20 +150,28 @@ func (ns *MountNamespace) Run(tb TB, argv ...string) string {
 	if len(argv) == 0 {
 		tb.Fatalf("sshtest: MountNamespace.Run needs a command")
 	}
+	out, err := ns.output(nil, argv...)
+	if err != nil {
+		tb.Fatalf("sshtest: in mount namespace %d: %s: %v\noutput:\n%s", ns.PID, strings.Join(argv, " "), err, out)
+	}
+	return out
+}
+
+// output runs argv inside the namespace, with extra as its descriptors from
+// 3 on, and returns its combined output; no exit within 30s is an error.
+func (ns *MountNamespace) output(extra []*os.File, argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), mountNSRunTimeout)
 	defer cancel()
 	full := ns.Command(argv...)
 	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
+	cmd.ExtraFiles = extra
 	// A background child holding the output open must not hang Run.
 	cmd.WaitDelay = time.Second
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		err = fmt.Errorf("no exit within %v: %w", mountNSRunTimeout, err)
 	}
-	if err != nil {
-		tb.Fatalf("sshtest: in mount namespace %d: %s: %v\noutput:\n%s", ns.PID, strings.Join(argv, " "), err, out)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // MountTmpfs creates dir on the host (so it exists in both views) and mounts
