@@ -2,10 +2,10 @@ package health
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +71,11 @@ func checkReadOnly(t *testing.T, h storageHost) {
 	e := h.evaluator()
 	id := "path:" + blobs
 
+	// The heartbeat goes to the tmpfs in the namespace, the checks run
+	// there: it touches the tmpfs, not the host's directory under it.
+	untouch(t, blobs)
+	h.ns.Run(t, "touch", "-d", "@"+strconv.FormatInt(longAgo.Unix(), 10), blobs)
+
 	r, _ := evalNode(t, e, p, node)
 	if r.State() != StateHealthy {
 		t.Fatalf("before the fault: %s%s", describeReport(r, p), h.log())
@@ -78,11 +83,15 @@ func checkReadOnly(t *testing.T, h storageHost) {
 	if res := result(t, r, id); res.Tier != TierHeartbeat || res.Detail != "heartbeat written" || res.Heartbeat.IsZero() {
 		t.Errorf("before the fault: %+v, want a heartbeat written", res)
 	}
-	// The heartbeat went to the tmpfs in the namespace: the checks ran there.
-	if _, err := os.Stat(filepath.Join(blobs, HeartbeatFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("host view of %s/%s: %v; want no such file (the check ran outside the namespace)", blobs, HeartbeatFile, err)
+	if touched(t, blobs) {
+		t.Errorf("host view of %s: touched; want it untouched (the check ran outside the namespace)", blobs)
 	}
-	h.ns.Run(t, "test", "-f", filepath.Join(blobs, HeartbeatFile))
+	if mtime := strings.TrimSpace(h.ns.Run(t, "stat", "-c", "%Y", blobs)); mtime == strconv.FormatInt(longAgo.Unix(), 10) {
+		t.Errorf("the namespace's %s: untouched; want the heartbeat written there", blobs)
+	}
+	if list := h.ns.Run(t, "ls", "-A", blobs); list != "" {
+		t.Errorf("the namespace's %s holds %q; want nothing left by the heartbeat", blobs, list)
+	}
 
 	h.ns.RemountReadOnly(t, blobs)
 	r, _ = evalNode(t, e, p, node)
@@ -254,8 +263,10 @@ func checkHungHeartbeat(t *testing.T, h storageHost) {
 	if res := result(t, last, id); res.Detail != "heartbeat written" {
 		t.Errorf("after repair: %+v, want a heartbeat written", res)
 	}
-	if got := hung.Entries(); !slices.Equal(got, []string{HeartbeatFile}) {
-		t.Errorf("after repair: %s holds %q; want the heartbeat file written", blobs, got)
+	// The hung heartbeat, once its write went through, removed its file
+	// too; nothing piles up.
+	if got := hung.Entries(); len(got) != 0 {
+		t.Errorf("after repair: %s holds %q; want no heartbeat file left", blobs, got)
 	}
 }
 
