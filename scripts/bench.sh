@@ -93,7 +93,7 @@ awk '
       for (i = 1; i <= nev; i++) print ev[i]
       print "bound_ratio = eval / (ceil(n/slots) * probe_timeout): must be < 1. round_ms = eval / ceil(n/slots)."
       print ""
-      print "Node health: one node with k hung paths (_heartbeat a FIFO, write_probe_interval = 0) against one probe timeout"
+      print "Node health: one node with k hung paths (each a hung FUSE mount, write_probe_interval = 0) against one probe timeout"
       printf "%-6s %6s %9s %10s %11s %7s %13s %11s %12s\n", "where", "paths", "first_ms", "repeat_ms", "timeout_ms", "ratio", "repeat_ratio", "wait_ratio", "fresh_names"
       for (i = 1; i <= nhp; i++) print hp[i]
       print "Every iteration evaluates a node of a fresh name twice. ratio = first / probe_timeout: about 1 however many"

@@ -3,7 +3,7 @@
 // behind a bastion, all on 127.0.0.1; and three storage nodes sharing one
 // storage layout, each an sshd in a mount namespace of its own: one healthy,
 // one whose uploads mount is read-only, one whose instance storage hangs
-// (a FIFO as its heartbeat file); and two NixOS-like deploy targets with
+// (a hung mount: writes there block, as on a dead hard-NFS mount); and two NixOS-like deploy targets with
 // the systems to switch them to, and as many more as -deploy-hosts asks. It needs root (mount namespaces) and
 // Debian's nix-bin. It
 // writes a Terraform variables file
@@ -195,10 +195,6 @@ func storageNodes(sb *sandbox, client *sshtest.Key) (string, map[string]host) {
 			sb.Fatalf("storage layout: %v", err)
 		}
 	}
-	// In the host's view, instances holds a FIFO as its heartbeat file: a
-	// write blocks, as on a hung hard-NFS mount. Nodes that must not see it
-	// get a tmpfs over instances.
-	sshtest.MakeFIFO(sb, filepath.Join(root, "instances", "_heartbeat"))
 	node := func(prepare func(ns *sshtest.MountNamespace)) host {
 		ns := sshtest.NewMountNamespace(sb)
 		prepare(ns)
@@ -206,13 +202,14 @@ func storageNodes(sb *sandbox, client *sshtest.Key) (string, map[string]host) {
 		return host{Host: d.Host, Port: d.Port, HostKeyFingerprint: d.HostKeys[0].Fingerprint()}
 	}
 	return root, map[string]host{
-		"sf-healthy": node(func(ns *sshtest.MountNamespace) { ns.MountTmpfs(sb, filepath.Join(root, "instances")) }),
+		"sf-healthy": node(func(*sshtest.MountNamespace) {}),
 		"sf-readonly": node(func(ns *sshtest.MountNamespace) {
-			ns.MountTmpfs(sb, filepath.Join(root, "instances"))
 			ns.MountTmpfs(sb, filepath.Join(root, "uploads"))
 			ns.RemountReadOnly(sb, filepath.Join(root, "uploads"))
 		}),
-		"sf-hung": node(func(*sshtest.MountNamespace) {}),
+		// In its namespace only, instances is a hung mount: a write
+		// there blocks, as on a dead hard-NFS mount.
+		"sf-hung": node(func(ns *sshtest.MountNamespace) { ns.MountHung(sb, filepath.Join(root, "instances")) }),
 	}
 }
 

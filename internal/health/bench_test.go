@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -292,8 +291,9 @@ func BenchmarkNodeHealthEval(b *testing.B) {
 }
 
 // BenchmarkNodeHealthHungPaths times an evaluation of one node whose k path
-// checks all hang (their heartbeat file is a FIFO nobody reads, and a
-// heartbeat is written at every evaluation) against one probe timeout.
+// checks all hang (each path is a hung mount, in which a heartbeat blocks in
+// the kernel, and a heartbeat is written at every evaluation) against one
+// probe timeout.
 //
 // A hung probe is left running, marked on the node under the node's name
 // and the check's identity, and an evaluation that finds it outstanding
@@ -322,22 +322,18 @@ func benchHung(b *testing.B, env *benchEnv, where string, k int) {
 		ObjectTypes:        map[string]health.ObjectType{},
 		Roles:              map[string]health.Role{"storage": {Hosts: []string{"volume"}}},
 	}
-	var fifos, checks []string
+	var mounts []*sshtest.HungMount
+	var checks []string
 	for i := range k {
 		dir := filepath.Join(root, fmt.Sprintf("mnt%02d", i))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		fifo := filepath.Join(dir, health.HeartbeatFile)
-		sshtest.MakeFIFO(b, fifo)
-		fifos = append(fifos, fifo)
+		mounts = append(mounts, sshtest.MountHung(b, dir))
 		name := fmt.Sprintf("mnt%02d", i)
 		p.Checks[name] = health.CheckDecl{Spec: health.Spec{Kind: "path", Settings: map[string]any{"path": dir}}}
 		checks = append(checks, name)
 	}
 	p.ObjectTypes["volume"] = health.ObjectType{Checks: checks}
-	// Whatever happens, no probe is left blocked on a FIFO.
-	defer release(b, env, fifos)
+	// Whatever happens, no probe is left blocked in a hung mount.
+	defer release(b, env, mounts)
 
 	ev := env.evaluator(benchSlots)
 	var first, repeat time.Duration
@@ -383,20 +379,12 @@ func evalHung(b *testing.B, ev *health.Evaluator, p *health.Policy, name string,
 	return took
 }
 
-// release lets every probe blocked on the FIFOs go, waits until the last
-// has finished (its marker directory gone), then removes the FIFOs so that
-// MakeFIFO's cleanup has nothing left to do.
-func release(b *testing.B, env *benchEnv, fifos []string) {
-	var wg sync.WaitGroup
-	errs := make([]error, len(fifos))
-	for i, f := range fifos {
-		wg.Go(func() { errs[i] = sshtest.ReleaseFIFO(f) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Error(err)
-		}
+// release lets every probe blocked in the hung mounts go and waits until
+// the last has finished (its marker directory gone), so that the next
+// benchmark's evaluations find no probe of this one outstanding.
+func release(b *testing.B, env *benchEnv, mounts []*sshtest.HungMount) {
+	for _, m := range mounts {
+		m.Release()
 	}
 	deadline := time.Now().Add(releaseWait)
 	for {
@@ -408,16 +396,10 @@ func release(b *testing.B, env *benchEnv, fifos []string) {
 			break
 		}
 		if time.Now().After(deadline) {
-			// The FIFOs stay: their cleanup releases them once more.
-			b.Errorf("%d probes still running %s after their FIFOs were released", len(left), releaseWait)
+			b.Errorf("%d probes still running %s after their mounts were released", len(left), releaseWait)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	for _, f := range fifos {
-		if err := os.Remove(f); err != nil {
-			b.Error(err)
-		}
 	}
 }
 

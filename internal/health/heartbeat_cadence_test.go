@@ -44,8 +44,8 @@ func lines(t *testing.T, path string) int {
 // write probe runs at most every write_probe_interval, the cheap statvfs
 // tier at every evaluation): a first evaluation writes the heartbeat; a
 // second inside the interval runs statvfs again but writes nothing (the
-// heartbeat file, removed in between, stays gone, and the result keeps the
-// first heartbeat's time); one after the interval writes it anew.
+// directory is left untouched, and the result keeps the first heartbeat's
+// time); one after the interval writes it anew. No heartbeat leaves a file.
 func TestPathHeartbeatCadence(t *testing.T) {
 	const interval = 5 * time.Second
 	root := t.TempDir()
@@ -59,23 +59,29 @@ func TestPathHeartbeatCadence(t *testing.T) {
 	forgetMarkers(t, p, node)
 	statDir, calls := countingStatDir(t)
 	e := newEvaluator([]string{"env", "PATH=" + statDir + ":" + os.Getenv("PATH"), "/bin/sh", "-s"})
-	id, hb := "path:"+blobs, filepath.Join(blobs, HeartbeatFile)
+	id := "path:" + blobs
+	empty := func(when string) {
+		t.Helper()
+		if list, err := os.ReadDir(blobs); err != nil || len(list) != 0 {
+			t.Errorf("%s: %s holds %v (%v); want nothing left by a heartbeat", when, blobs, list, err)
+		}
+	}
 
+	untouch(t, blobs)
 	r, _ := evalNode(t, e, p, node)
 	first := result(t, r, id)
 	if r.State() != StateHealthy || first.Tier != TierHeartbeat || first.Heartbeat.IsZero() {
 		t.Fatalf("first evaluation: %s", describeReport(r, p))
 	}
-	if _, err := os.Stat(hb); err != nil {
-		t.Fatalf("first evaluation wrote no heartbeat: %v", err)
+	if !touched(t, blobs) {
+		t.Fatalf("first evaluation wrote no heartbeat: %s untouched", blobs)
 	}
+	empty("first evaluation")
 	if n := lines(t, calls); n != 1 {
 		t.Errorf("first evaluation ran statvfs %d times, want 1", n)
 	}
 
-	if err := os.Remove(hb); err != nil {
-		t.Fatal(err)
-	}
+	untouch(t, blobs)
 	r, _ = evalNode(t, e, p, node)
 	if since := time.Since(first.Heartbeat); since >= interval {
 		t.Fatalf("the second evaluation ended %s after the first heartbeat, not inside the %s interval: the machine is too slow for this test", since, interval)
@@ -84,22 +90,24 @@ func TestPathHeartbeatCadence(t *testing.T) {
 	if r.State() != StateHealthy || second.Tier != TierStatvfs || second.Detail != "statvfs ok" || !second.Heartbeat.Equal(first.Heartbeat) {
 		t.Errorf("second evaluation, inside the interval: %s heartbeat %s; want the statvfs tier only, keeping heartbeat %s", describeReport(r, p), second.Heartbeat, first.Heartbeat)
 	}
-	if _, err := os.Stat(hb); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("second evaluation, inside the interval, wrote the heartbeat (%v): at most one write per write_probe_interval", err)
+	if touched(t, blobs) {
+		t.Errorf("second evaluation, inside the interval, wrote a heartbeat in %s: at most one write per write_probe_interval", blobs)
 	}
 	if n := lines(t, calls); n != 2 {
 		t.Errorf("after the second evaluation statvfs ran %d times, want 2: statvfs runs at every evaluation", n)
 	}
 
 	time.Sleep(time.Until(first.Heartbeat.Add(interval + 100*time.Millisecond)))
+	untouch(t, blobs)
 	r, _ = evalNode(t, e, p, node)
 	third := result(t, r, id)
 	if r.State() != StateHealthy || third.Tier != TierHeartbeat || !third.Heartbeat.After(first.Heartbeat.Add(interval)) {
 		t.Errorf("third evaluation, past the interval: %s heartbeat %s; want a new heartbeat after %s", describeReport(r, p), third.Heartbeat, first.Heartbeat.Add(interval))
 	}
-	if _, err := os.Stat(hb); err != nil {
-		t.Errorf("third evaluation, past the interval, wrote no heartbeat: %v", err)
+	if !touched(t, blobs) {
+		t.Errorf("third evaluation, past the interval, wrote no heartbeat: %s untouched", blobs)
 	}
+	empty("third evaluation")
 	if n := lines(t, calls); n != 3 {
 		t.Errorf("after the third evaluation statvfs ran %d times, want 3", n)
 	}

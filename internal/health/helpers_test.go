@@ -57,6 +57,7 @@ func forgetMarkers(t *testing.T, p *Policy, node string) {
 		for _, pl := range p.Plan(node) {
 			key := markerKey(node, pl.ID)
 			_ = os.Remove(filepath.Join(dir, key+".ok"))
+			_ = os.Remove(filepath.Join(dir, key+".hb"))
 			_ = os.Remove(filepath.Join(dir, key+".pid"))
 			_ = os.RemoveAll(filepath.Join(dir, key+".d"))
 		}
@@ -205,18 +206,42 @@ func procArgs() map[int][]string {
 	return out
 }
 
-// heartbeatWriters lists the processes writing a heartbeat into dir: the
-// path check's `dd of=<dir>/_heartbeat`.
+// heartbeatWriters lists the processes of a heartbeat into dir: any whose
+// arguments name a heartbeat file there (the path check's mktemp, dd and
+// rm), wherever it blocks: a heartbeat hung in its write holds dir's lock
+// in the kernel, and a second one would wait for it in mktemp.
 func heartbeatWriters(dir string) []int {
-	want := "of=" + filepath.Join(dir, HeartbeatFile)
+	want := filepath.Join(dir, HeartbeatPrefix)
 	var pids []int
 	for pid, args := range procArgs() {
-		if slices.Contains(args, want) {
+		if slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, want) }) {
 			pids = append(pids, pid)
 		}
 	}
 	slices.Sort(pids)
 	return pids
+}
+
+// longAgo is the modification time untouch gives a directory.
+var longAgo = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// untouch sets dir's modification time to long ago, so that touched tells
+// whether anything was created or removed in it since: a heartbeat makes
+// and removes a file of its own, and leaves nothing else to see.
+func untouch(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Chtimes(dir, longAgo, longAgo); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func touched(t *testing.T, dir string) bool {
+	t.Helper()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !fi.ModTime().Equal(longAgo)
 }
 
 // killArgv kills, when the test ends, every process whose argv is exactly

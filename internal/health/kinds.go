@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetops/terraform-provider-fleet/internal/shell"
-
 	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 func init() {
@@ -77,8 +77,10 @@ func (c PathCheck) Target() string { return c.Path }
 const ReadOnlySuperblock = "mounted read-only: the file system's superblock is read-only, though this mount's own flag says rw " +
 	"(the kernel remounts a file system read-only after errors, errors=remount-ro)"
 
-// HeartbeatFile is the file a heartbeat writes in a checked path.
-const HeartbeatFile = "_heartbeat"
+// HeartbeatPrefix begins the name of the file a heartbeat writes in a
+// checked path: a new name each time (six random characters follow), made
+// by the write itself and removed after it.
+const HeartbeatPrefix = ".fleet-heartbeat."
 
 // Script implements ScriptCheck. Its output is "tier T", then "hb EPOCH_MS"
 // for a good heartbeat, "ro mount" or "ro super" for a read-only mount or
@@ -86,20 +88,39 @@ const HeartbeatFile = "_heartbeat"
 // in $M (outside the path) and holds the time of the last good heartbeat in
 // milliseconds, shared by every evaluation of this node and path, whoever
 // runs it.
+//
+// The checked path may be writable by other users, who can plant links
+// there, so the heartbeat never writes into a name it did not make: mktemp
+// -u picks a fresh one, and dd creates it exclusively (conv=excl: O_EXCL
+// fails on any name that exists, link or not, and follows none), writes
+// and fsyncs through that one descriptor, and the file is removed. Its
+// name is kept in $M/KEY.hb until then, so that a heartbeat killed in
+// between has its file removed by the next one. dd and rm speak C, whose
+// "failed to open" tells that dd created nothing, so that nothing of
+// someone else's is removed.
 func (c PathCheck) Script(env ScriptEnv) string {
 	interval := env.WriteProbeInterval.Milliseconds()
-	return fmt.Sprintf(`p=%s ok="$M/%s.ok"
+	return fmt.Sprintf(`p=%[1]s ok="$M/%[2]s.ok" hb="$M/%[2]s.hb"
 echo "tier statvfs"
 if ! e=$(stat -f -c %%i -- "$p" 2>&1 >/dev/null); then echo "fail $e"; return 1; fi
 if [ ! -d "$p" ]; then echo "fail not a directory"; return 1; fi
 if w=$(fleet_ro "$p"); then echo "ro $w"; return 1; fi
-if [ -f "$ok" ] && read -r t < "$ok" && [ -n "$t" ] && [ $(( $(fleet_ms) - t )) -lt %d ]; then echo "hb $t"; return 0; fi
+if [ -f "$ok" ] && read -r t < "$ok" && [ -n "$t" ] && [ $(( $(fleet_ms) - t )) -lt %[3]d ]; then echo "hb $t"; return 0; fi
 echo "tier heartbeat"
-if e=$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ | dd of="$p/%s" conv=fsync status=none 2>&1); then
-  t=$(fleet_ms) && echo "$t" > "$ok" && echo "hb $t" && return 0
+if [ -s "$hb" ] && read -r f < "$hb"; then rm -f -- "$f" && : > "$hb"; fi
+if ! f=$(mktemp -u -- "$p/%[4]sXXXXXX" 2>&1); then echo "fail heartbeat write failed: $f"; return 1; fi
+echo "$f" > "$hb"
+if e=$(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ | LC_ALL=C dd of="$f" conv=excl,fsync status=none 2>&1); then
+  if e=$(LC_ALL=C rm -- "$f" 2>&1); then
+    : > "$hb"
+    t=$(fleet_ms) && echo "$t" > "$ok" && echo "hb $t" && return 0
+  fi
+  echo "fail heartbeat file not removed: $e"
+  return 1
 fi
+case $e in *"failed to open"*) : > "$hb" ;; *) rm -f -- "$f" && : > "$hb" ;; esac
 echo "fail heartbeat write failed: $e"
-return 1`, shell.Quote(c.Path), env.Key, interval, HeartbeatFile)
+return 1`, shell.Quote(c.Path), env.Key, interval, HeartbeatPrefix)
 }
 
 // Interpret implements ScriptCheck.
@@ -145,6 +166,8 @@ func plainError(s string) string {
 			return lowerFirst(cause)
 		case strings.HasPrefix(s, "heartbeat write failed: "):
 			return "heartbeat write failed: " + lowerFirst(cause)
+		case strings.HasPrefix(s, "heartbeat file not removed: "):
+			return "heartbeat file not removed: " + lowerFirst(cause)
 		}
 		return lowerFirst(cause)
 	}

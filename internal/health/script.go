@@ -15,8 +15,8 @@ import (
 // user, never on a checked path (a marker on the path that hangs would hang
 // too). The pid of a probe still running is kept there, so that no second
 // probe of the same check starts on that node while it hangs, even from
-// another run or another provider process; and the last good heartbeat of
-// each path.
+// another run or another provider process; the last good heartbeat of
+// each path; and the name of a heartbeat's file not yet removed.
 //
 // Its name is predictable and its parent writable by everyone, so another
 // user of the node may have made it first, as a directory of theirs or a

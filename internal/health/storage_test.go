@@ -2,10 +2,10 @@ package health
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +14,9 @@ import (
 )
 
 // Storage faults are real: a tmpfs remounted read-only in a private mount
-// namespace, a FIFO in place of the heartbeat file (a write that blocks in
-// the kernel, as on a stalled disk), a path that is not there, and an EIO
-// from statvfs injected where the script calls it. Each runs on a local
+// namespace, a hung mount in it (a FUSE file system in which every change
+// blocks in the kernel, as on a dead hard-NFS mount), a path that is not
+// there, and an EIO from statvfs injected where the script calls it. Each runs on a local
 // node whose shell enters the namespace, and on a remote node reached
 // through a real sshd running inside it.
 
@@ -71,6 +71,11 @@ func checkReadOnly(t *testing.T, h storageHost) {
 	e := h.evaluator()
 	id := "path:" + blobs
 
+	// The heartbeat goes to the tmpfs in the namespace, the checks run
+	// there: it touches the tmpfs, not the host's directory under it.
+	untouch(t, blobs)
+	h.ns.Run(t, "touch", "-d", "@"+strconv.FormatInt(longAgo.Unix(), 10), blobs)
+
 	r, _ := evalNode(t, e, p, node)
 	if r.State() != StateHealthy {
 		t.Fatalf("before the fault: %s%s", describeReport(r, p), h.log())
@@ -78,11 +83,15 @@ func checkReadOnly(t *testing.T, h storageHost) {
 	if res := result(t, r, id); res.Tier != TierHeartbeat || res.Detail != "heartbeat written" || res.Heartbeat.IsZero() {
 		t.Errorf("before the fault: %+v, want a heartbeat written", res)
 	}
-	// The heartbeat went to the tmpfs in the namespace: the checks ran there.
-	if _, err := os.Stat(filepath.Join(blobs, HeartbeatFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("host view of %s/%s: %v; want no such file (the check ran outside the namespace)", blobs, HeartbeatFile, err)
+	if touched(t, blobs) {
+		t.Errorf("host view of %s: touched; want it untouched (the check ran outside the namespace)", blobs)
 	}
-	h.ns.Run(t, "test", "-f", filepath.Join(blobs, HeartbeatFile))
+	if mtime := strings.TrimSpace(h.ns.Run(t, "stat", "-c", "%Y", blobs)); mtime == strconv.FormatInt(longAgo.Unix(), 10) {
+		t.Errorf("the namespace's %s: untouched; want the heartbeat written there", blobs)
+	}
+	if list := h.ns.Run(t, "ls", "-A", blobs); list != "" {
+		t.Errorf("the namespace's %s holds %q; want nothing left by the heartbeat", blobs, list)
+	}
 
 	h.ns.RemountReadOnly(t, blobs)
 	r, _ = evalNode(t, e, p, node)
@@ -178,34 +187,19 @@ func mountFlags(t *testing.T, ns *sshtest.MountNamespace, dir string) (mount, su
 func TestLocalPathHungHeartbeat(t *testing.T) { checkHungHeartbeat(t, localHost(t)) }
 func TestSSHDPathHungHeartbeat(t *testing.T)  { checkHungHeartbeat(t, sshdHost(t)) }
 
-// checkHungHeartbeat: a heartbeat write that blocks in the kernel times out
-// at the probe timeout; while it hangs, later evaluations, from the same
-// evaluator or from another (another provider process), report it
-// outstanding and start no second write; once it is released the node is
-// healthy again.
-//
-// The FIFO sits in a plain directory under t.TempDir(), which the namespace
-// shares with the host: MakeFIFO and ReleaseFIFO act in the host's view,
-// which a tmpfs mounted in the namespace would hide.
+// checkHungHeartbeat: a heartbeat write that blocks in the kernel (the
+// checked path is a hung mount in the namespace) times out at the probe
+// timeout; while it hangs, later evaluations, from the same evaluator or
+// from another (another provider process), report it outstanding and start
+// no second write; once the mount works again the node is healthy again.
 func checkHungHeartbeat(t *testing.T, h storageHost) {
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")
-	if err := os.Mkdir(blobs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	node := uniqueNode(t, "fifo")
+	node := uniqueNode(t, "hung")
 	const timeout = 1500 * time.Millisecond
 	p := pathPolicy(root, node, h.node, timeout)
 	forgetMarkers(t, p, node)
-	fifo := filepath.Join(blobs, HeartbeatFile)
-	sshtest.MakeFIFO(t, fifo)
-	// Runs before MakeFIFO's cleanup: once repaired, the heartbeat is a
-	// regular file, which that cleanup would complain is not a FIFO.
-	t.Cleanup(func() {
-		if fi, err := os.Lstat(fifo); err == nil && fi.Mode().IsRegular() {
-			_ = os.Remove(fifo)
-		}
-	})
+	hung := h.ns.MountHung(t, blobs)
 	id := "path:" + blobs
 	e := h.evaluator()
 
@@ -224,8 +218,9 @@ func checkHungHeartbeat(t *testing.T, h storageHost) {
 	wantContains(t, "hung heartbeat reason", r.Reason(p), "node "+node, "blob storage", blobs+" is a broken mount (probe timed out)")
 
 	writers := heartbeatWriters(blobs)
-	if len(writers) != 1 {
-		t.Fatalf("after the first evaluation: %d heartbeat writers %v, want exactly the one left hung", len(writers), writers)
+	if len(writers) != 1 || hung.Blocked() != 1 {
+		t.Fatalf("after the first evaluation: %d heartbeat writers %v, %d operations blocked in the mount; want exactly the one left hung",
+			len(writers), writers, hung.Blocked())
 	}
 
 	for _, again := range []struct {
@@ -253,14 +248,9 @@ func checkHungHeartbeat(t *testing.T, h storageHost) {
 		}
 	}
 
-	if err := sshtest.ReleaseFIFO(fifo); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(fifo); err != nil {
-		t.Fatal(err)
-	}
+	hung.Release()
 	if !eventually(10*time.Second, func() bool { return len(heartbeatWriters(blobs)) == 0 }) {
-		t.Fatalf("heartbeat writers %v still there 10s after ReleaseFIFO", heartbeatWriters(blobs))
+		t.Fatalf("heartbeat writers %v still there 10s after the mount was released", heartbeatWriters(blobs))
 	}
 	var last Report
 	healthy := eventually(10*time.Second, func() bool {
@@ -268,13 +258,15 @@ func checkHungHeartbeat(t *testing.T, h storageHost) {
 		return last.State() == StateHealthy
 	})
 	if !healthy {
-		t.Fatalf("not healthy 10s after the FIFO was released and removed: %s", describeReport(last, p))
+		t.Fatalf("not healthy 10s after the mount was released: %s", describeReport(last, p))
 	}
 	if res := result(t, last, id); res.Detail != "heartbeat written" {
 		t.Errorf("after repair: %+v, want a heartbeat written", res)
 	}
-	if fi, err := os.Stat(fifo); err != nil || !fi.Mode().IsRegular() {
-		t.Errorf("after repair: %s: %v, %v; want the heartbeat written as a regular file", fifo, fi, err)
+	// The hung heartbeat, once its write went through, removed its file
+	// too; nothing piles up.
+	if got := hung.Entries(); len(got) != 0 {
+		t.Errorf("after repair: %s holds %q; want no heartbeat file left", blobs, got)
 	}
 }
 
@@ -286,14 +278,11 @@ func TestEvaluatorConcurrentSameNode(t *testing.T) {
 	h := localHost(t)
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")
-	if err := os.Mkdir(blobs, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	node := uniqueNode(t, "concurrent")
 	const timeout = 2 * time.Second
 	p := pathPolicy(root, node, h.node, timeout)
 	forgetMarkers(t, p, node)
-	sshtest.MakeFIFO(t, filepath.Join(blobs, HeartbeatFile))
+	h.ns.MountHung(t, blobs)
 	e := h.evaluator()
 
 	type done struct {
@@ -462,14 +451,11 @@ func TestSSHDPathInterruptedEvaluation(t *testing.T)  { checkInterruptedEvaluati
 func checkInterruptedEvaluation(t *testing.T, h storageHost) {
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")
-	if err := os.Mkdir(blobs, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	node := uniqueNode(t, "interrupted")
 	const timeout = 60 * time.Second
 	p := pathPolicy(root, node, h.node, timeout)
 	forgetMarkers(t, p, node)
-	sshtest.MakeFIFO(t, filepath.Join(blobs, HeartbeatFile))
+	h.ns.MountHung(t, blobs)
 
 	// Interrupted once the heartbeat hangs, not at a fixed time: an SSH
 	// session can take over a second to start on a loaded machine, and an

@@ -18,7 +18,7 @@ var policyDescriptions = map[string]string{
 	"probe_timeout": "Deadline of every probe, as a Go duration (`\"10s\"`). A probe that does not finish in time is itself the unhealthy signal " +
 		"(\"probe timed out\"): a hard NFS mount hangs instead of failing. Reaching a node over SSH is bounded by it too (and by 10 s at most); " +
 		"then all the node's checks together are bounded by it, however many paths hang. Default `10s`.",
-	"write_probe_interval": "How often, at most, a path check writes and fsyncs its `_heartbeat` file, per path and node, as a Go duration. " +
+	"write_probe_interval": "How often, at most, a path check writes and fsyncs a heartbeat file (a new `.fleet-heartbeat.XXXXXX`, removed once written), per path and node, as a Go duration. " +
 		"Between heartbeats a path is checked with `statvfs` and the read-only flags of its mount and of its file system (the superblock). `0s` writes at every evaluation. Default `300s`.",
 	"checks": "The checks, by name. Each sets exactly one kind: `path`, `command`, `tcp`, `http` or `systemd_unit`. " +
 		"A check's identity is its kind and resolved target, so the same path declared twice is probed once.",

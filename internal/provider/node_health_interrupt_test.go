@@ -55,10 +55,9 @@ resource "fleet_node_health_policy" "p" {
 			config(`local = { roles = ["storage"], local = true }`)
 			s.Run("apply", "-auto-approve", "-input=false")
 			before := s.Values("fleet_node_health_policy.p")["status"]
-			if err := os.Remove(filepath.Join(root, "data", "_heartbeat")); err != nil {
-				t.Fatal(err) // the create's heartbeat
-			}
-			sshtest.MakeFIFO(t, filepath.Join(root, "data", "_heartbeat"))
+			// The checked directory hangs from now on, like a dead
+			// hard-NFS mount: the refresh's heartbeat blocks in the kernel.
+			sshtest.MountHung(t, filepath.Join(root, "data"))
 			stdout, stderr, took = s.Interrupt(time.Second, "apply", "-auto-approve", "-input=false")
 			if took > 6*time.Second {
 				t.Fatalf("the apply interrupted in its refresh took %s, against a 30 s probe timeout:\n%s\n%s", took, stdout, stderr)

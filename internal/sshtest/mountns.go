@@ -2,7 +2,6 @@ package sshtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,8 +33,6 @@ type MountNamespace struct {
 const (
 	mountNSReadyTimeout = 5 * time.Second
 	mountNSRunTimeout   = 30 * time.Second
-	// fifoReleaseHold is how long ReleaseFIFO keeps its read end open.
-	fifoReleaseHold = 200 * time.Millisecond
 )
 
 // NewMountNamespace starts the holder and kills it when the test ends. It
@@ -150,20 +147,28 @@ func (ns *MountNamespace) Run(tb TB, argv ...string) string {
 	if len(argv) == 0 {
 		tb.Fatalf("sshtest: MountNamespace.Run needs a command")
 	}
+	out, err := ns.output(nil, argv...)
+	if err != nil {
+		tb.Fatalf("sshtest: in mount namespace %d: %s: %v\noutput:\n%s", ns.PID, strings.Join(argv, " "), err, out)
+	}
+	return out
+}
+
+// output runs argv inside the namespace, with extra as its descriptors from
+// 3 on, and returns its combined output; no exit within 30s is an error.
+func (ns *MountNamespace) output(extra []*os.File, argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), mountNSRunTimeout)
 	defer cancel()
 	full := ns.Command(argv...)
 	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
+	cmd.ExtraFiles = extra
 	// A background child holding the output open must not hang Run.
 	cmd.WaitDelay = time.Second
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		err = fmt.Errorf("no exit within %v: %w", mountNSRunTimeout, err)
 	}
-	if err != nil {
-		tb.Fatalf("sshtest: in mount namespace %d: %s: %v\noutput:\n%s", ns.PID, strings.Join(argv, " "), err, out)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // MountTmpfs creates dir on the host (so it exists in both views) and mounts
@@ -188,60 +193,6 @@ func (ns *MountNamespace) RemountReadOnly(tb TB, dir string) {
 func (ns *MountNamespace) RemountReadWrite(tb TB, dir string) {
 	tb.Helper()
 	ns.Run(tb, "mount", "-o", "remount,rw", dir)
-}
-
-// MakeFIFO creates a named pipe (mode 0600) at path in the host's view. A
-// writer opening it, `echo x > path` say, blocks in open(2) until a reader
-// appears: a hung write, as on a stalled disk. ReleaseFIFO lets such writers
-// go, and cleanup calls it so none is left blocked at the end of the test.
-// Mounts made in a MountNamespace over path's directory hide the FIFO from
-// processes in that namespace.
-func MakeFIFO(tb TB, path string) {
-	tb.Helper()
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		tb.Fatalf("sshtest: mkfifo %s: %v", path, err)
-	}
-	tb.Cleanup(func() {
-		if err := ReleaseFIFO(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			// Cleanup has no TB to fail; a writer left blocked shows up as
-			// a hung test with this on stderr.
-			fmt.Fprintf(os.Stderr, "sshtest: cleanup: %v\n", err)
-		}
-	})
-}
-
-// ReleaseFIFO opens the FIFO at path for reading, without blocking, keeps it
-// open about 200ms, draining what writers send, then closes it. Writers
-// blocked in open(2) proceed; their writes succeed if made while it is open.
-// A writer that opens the FIFO after that blocks again.
-func ReleaseFIFO(path string) error {
-	// The raw syscalls keep the descriptor away from Go's poller: a plain
-	// non-blocking fd that the loop below polls itself.
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "release fifo: open", Path: path, Err: err}
-	}
-	defer func() { _ = syscall.Close(fd) }()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "release fifo: stat", Path: path, Err: err}
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
-		return fmt.Errorf("release fifo %s: not a FIFO (mode %#o)", path, st.Mode)
-	}
-	buf := make([]byte, 4096)
-	deadline := time.Now().Add(fifoReleaseHold)
-	for time.Now().Before(deadline) {
-		n, err := syscall.Read(fd, buf)
-		switch {
-		case n > 0:
-			continue // drain at once: a writer may send more
-		case err != nil && err != syscall.EAGAIN && err != syscall.EINTR:
-			return &os.PathError{Op: "release fifo: read", Path: path, Err: err}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil
 }
 
 // WithMountNamespace makes StartSSHD run sshd inside ns (its command is

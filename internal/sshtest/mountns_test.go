@@ -1,7 +1,6 @@
 package sshtest
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,8 +8,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -278,132 +275,4 @@ func gone(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
-}
-
-func TestFIFO(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "heartbeat")
-	MakeFIFO(t, fifo)
-	fi, err := os.Stat(fifo)
-	if err != nil || fi.Mode()&os.ModeNamedPipe == 0 || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("MakeFIFO: stat %v, %v; want a named pipe, mode 0600", fi, err)
-	}
-
-	cmd := exec.Command("sh", "-c", `echo x > "$1"`, "sh", fifo)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start writer: %v", err)
-	}
-	var werr error
-	exited := make(chan struct{})
-	go func() {
-		werr = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill() // fails harmlessly once it has exited
-		<-exited
-	})
-
-	select {
-	case <-exited:
-		t.Fatalf("writer exited before ReleaseFIFO (%v): the FIFO does not block", werr)
-	case <-time.After(300 * time.Millisecond):
-	}
-
-	releaseAndWait(t, fifo, exited, &werr, "writer")
-}
-
-func TestReleaseFIFOErrors(t *testing.T) {
-	dir := t.TempDir()
-	missing := filepath.Join(dir, "missing")
-	if err := ReleaseFIFO(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
-		t.Errorf("ReleaseFIFO(missing) = %v, want not-exist naming the path", err)
-	}
-	regular := filepath.Join(dir, "regular")
-	if err := os.WriteFile(regular, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := ReleaseFIFO(regular); err == nil || !strings.Contains(err.Error(), "not a FIFO") {
-		t.Errorf("ReleaseFIFO(regular file) = %v, want not a FIFO", err)
-	}
-	msg := runFatal(t, func(tb TB) { MakeFIFO(tb, regular) })
-	if !strings.Contains(msg, "mkfifo") || !strings.Contains(msg, syscall.EEXIST.Error()) {
-		t.Errorf("MakeFIFO over an existing file: message %q", msg)
-	}
-}
-
-// The composition health tests use: a heartbeat written through an sshd in
-// the namespace hangs on a FIFO and is repaired by ReleaseFIFO.
-func TestFIFOThroughSSHDInMountNamespace(t *testing.T) {
-	_, _, c, _ := startInNamespace(t)
-	fifo := filepath.Join(t.TempDir(), "heartbeat")
-	MakeFIFO(t, fifo)
-
-	sess, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	// The shell says when it runs: under load a session can take longer
-	// to start than ReleaseFIFO holds the read end open, and a writer that
-	// opens the FIFO after the release would block for good.
-	started := make(chan struct{})
-	sess.Stderr = &firstWrite{ch: started}
-	var werr error
-	exited := make(chan struct{})
-	go func() {
-		werr = sess.Run(`echo started >&2; echo x > "` + fifo + `"`)
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		// If the test failed with the write blocked, closing the client
-		// ends the session; sshd's Stop runs only after this cleanup.
-		c.Close()
-		<-exited
-	})
-	select {
-	case <-started:
-	case <-exited:
-		t.Fatalf("session exited before its shell ran: %v", werr)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the session's shell did not start within 30s")
-	}
-
-	select {
-	case <-exited:
-		t.Fatalf("session write exited before ReleaseFIFO (%v): the FIFO does not block", werr)
-	case <-time.After(300 * time.Millisecond):
-	}
-	releaseAndWait(t, fifo, exited, &werr, "session write")
-}
-
-// releaseAndWait calls ReleaseFIFO and checks that the blocked writer, which
-// closes exited after setting *werr, exits cleanly within 2s of the call.
-func releaseAndWait(t *testing.T, fifo string, exited <-chan struct{}, werr *error, what string) {
-	t.Helper()
-	released := make(chan error, 1)
-	go func() { released <- ReleaseFIFO(fifo) }()
-	timer := time.NewTimer(2 * time.Second)
-	defer timer.Stop()
-	select {
-	case <-exited:
-		if *werr != nil {
-			t.Errorf("%s after ReleaseFIFO: %v, want a clean exit", what, *werr)
-		}
-	case <-timer.C:
-		t.Errorf("%s still blocked 2s after ReleaseFIFO was called", what)
-	}
-	if err := <-released; err != nil {
-		t.Errorf("ReleaseFIFO: %v", err)
-	}
-}
-
-// firstWrite closes ch at the first write to it.
-type firstWrite struct {
-	once sync.Once
-	ch   chan struct{}
-}
-
-func (w *firstWrite) Write(p []byte) (int, error) {
-	w.once.Do(func() { close(w.ch) })
-	return len(p), nil
 }
