@@ -293,7 +293,19 @@ func (n Nix) missing(ctx context.Context, src Source, names []string, stderr str
 	if len(absent) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s has no configuration %s; it has %s", src, strings.Join(quoteAll(absent), ", "), orNoneList(quoteAll(all)))
+	return &MissingError{Source: src, Missing: absent, Existing: all}
+}
+
+// MissingError is a request for configurations the source lacks: the
+// fix is in the names asked for, so callers point there.
+type MissingError struct {
+	Source   Source
+	Missing  []string // asked for, absent
+	Existing []string // what the source has, sorted
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%s has no configuration %s; it has %s", e.Source, strings.Join(quoteAll(e.Missing), ", "), orNoneList(quoteAll(e.Existing)))
 }
 
 func quoteAll(names []string) []string {

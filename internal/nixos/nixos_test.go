@@ -136,13 +136,17 @@ func TestEvaluateNamesTheConfigurationThatFails(t *testing.T) {
 }
 
 // A configuration asked for that the source lacks is named with those it
-// has.
+// has, as a MissingError, whose fix is in the names asked for.
 func TestEvaluateNamesTheMissingConfiguration(t *testing.T) {
 	r := repo(t, fleetOf(2))
 	for _, src := range []nixos.Source{{Flake: "path:" + r.Dir}, {File: filepath.Join(r.Dir, "hosts.nix"), Attribute: "nixosConfigurations"}} {
 		_, err := newNix().Evaluate(context.Background(), src, []string{"weba", "db1"}, nixos.EvaluateOptions{})
 		if err == nil || !strings.Contains(err.Error(), `no configuration "db1"`) || !strings.Contains(err.Error(), `"weba", "webb"`) {
 			t.Errorf("%s: %v, want db1 named with weba and webb", src, err)
+		}
+		var missing *nixos.MissingError
+		if !errors.As(err, &missing) || strings.Join(missing.Missing, ",") != "db1" || strings.Join(missing.Existing, ",") != "weba,webb" {
+			t.Errorf("%s: %#v is not a MissingError of db1 among weba and webb", src, err)
 		}
 	}
 }
