@@ -165,7 +165,8 @@ func TestCheckRefusesAnOldNix(t *testing.T) {
 
 // Building several systems is one nix-store --realise: each is waited for
 // on its own, the first built is ready before the slow one is, and a
-// failing one fails only itself, with Nix's words.
+// failing one fails only itself, with Nix's words and the builder's last
+// log lines (its own words, which Nix's error leaves out).
 func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
 	configs := fleetOf(3)
 	configs["slow"] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: 4 * time.Second}
@@ -196,7 +197,8 @@ func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
 	}
 	err = b.Wait(context.Background(), byName["broken"].Derivation)
 	var be *nixos.BuildError
-	if !errors.As(err, &be) || !strings.Contains(be.Message, "fails to build, on purpose") && !strings.Contains(be.Message, "failed") {
+	if !errors.As(err, &be) || !strings.Contains(be.Message, "error: builder for '"+byName["broken"].Derivation+"' failed with exit code 1") ||
+		!strings.Contains(be.Message, "\nlast log lines:\n> nixtest: this system fails to build, on purpose") {
 		t.Errorf("broken: %v", err)
 	}
 	for _, name := range []string{"webb", "webc", "slow"} {
