@@ -178,7 +178,8 @@ func (n Nix) Names(ctx context.Context, src Source) ([]string, error) {
 // cost next to nothing. The systems come in the order of names (of Nix's
 // sorted attribute names without them). A configuration that does not
 // evaluate is named with the head of Nix's error; one that does not exist
-// is named with those that do.
+// is named with those that do (a MissingError); a source that does not
+// evaluate itself is its own error, blamed on no configuration.
 func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts EvaluateOptions) ([]System, error) {
 	if err := src.Check(); err != nil {
 		return nil, err
@@ -186,9 +187,10 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 	if err := n.Check(ctx); err != nil {
 		return nil, err
 	}
+	var all []string
 	if len(names) == 0 {
-		all, err := n.Names(ctx, src)
-		if err != nil || len(all) == 0 {
+		var err error
+		if all, err = n.Names(ctx, src); err != nil || len(all) == 0 {
 			return nil, err
 		}
 		names = all
@@ -200,7 +202,15 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 	if ctx.Err() != nil {
 		return nil, interrupted(ctx, fmt.Errorf("%s: %s", src, errorHead(stderr)))
 	}
-	if missing := n.missing(ctx, src, names, stderr); missing != nil {
+	if all == nil {
+		// The source itself may be what fails (a file that is not there, a
+		// flake.nix that does not parse): then no configuration is to
+		// blame, and its listing says so with Nix's words.
+		if all, err = n.Names(ctx, src); err != nil {
+			return nil, err
+		}
+	}
+	if missing := missingOf(src, names, all); missing != nil {
 		return nil, missing
 	}
 	// One evaluation failed: find which configurations, each with its own
@@ -273,17 +283,9 @@ func pendingPaths(stderr string) map[string]bool {
 	return out
 }
 
-// missing names the requested configurations the source lacks, with
-// those it has, when Nix's error says an attribute is missing.
-func (n Nix) missing(ctx context.Context, src Source, names []string, stderr string) error {
-	text := stripColour(stderr)
-	if !strings.Contains(text, "does not provide attribute") && !strings.Contains(text, "not found") && !strings.Contains(text, "missing") {
-		return nil
-	}
-	all, err := n.Names(ctx, src)
-	if err != nil {
-		return nil //nolint:nilerr // the source cannot list its configurations: its own error says more than a guess at a missing one
-	}
+// missingOf names the requested configurations the source lacks, with
+// those it has (all), or is nil.
+func missingOf(src Source, names, all []string) error {
 	var absent []string
 	for _, name := range names {
 		if !slices.Contains(all, name) {

@@ -151,6 +151,29 @@ func TestEvaluateNamesTheMissingConfiguration(t *testing.T) {
 	}
 }
 
+// A source that is itself broken (a file that is not there, a flake.nix
+// that does not parse) is an error of the source, with Nix's words, even
+// with names given and KeepGoing: no configuration is blamed for it.
+func TestEvaluateBlamesABrokenSourceNotItsConfigurations(t *testing.T) {
+	r := repo(t, fleetOf(3))
+	if err := os.WriteFile(filepath.Join(r.Dir, "flake.nix"), []byte("{ outputs = { self }: {\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[nixos.Source]string{
+		{Flake: "path:" + r.Dir}: "error: syntax error",
+		{File: filepath.Join(r.Dir, "absent.nix"), Attribute: "nixosConfigurations"}: "absent.nix",
+	}
+	for src, want := range cases {
+		for _, opts := range []nixos.EvaluateOptions{{}, {KeepGoing: true}} {
+			systems, err := newNix().Evaluate(context.Background(), src, []string{"weba", "webb"}, opts)
+			var errs nixos.Errors
+			if err == nil || errors.As(err, &errs) || !strings.HasPrefix(err.Error(), src.String()+": ") || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s, %+v: %+v, %v; want an error of the source holding %q", src, opts, systems, err, want)
+			}
+		}
+	}
+}
+
 // A Nix too old for flakes is a plain error naming the version.
 func TestCheckRefusesAnOldNix(t *testing.T) {
 	dir := t.TempDir()
