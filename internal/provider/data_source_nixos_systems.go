@@ -261,7 +261,8 @@ func (r nixosRead) evaluate(ctx context.Context, names []string) []nixos.System 
 		}
 		return nil
 	case err != nil:
-		r.diags.AddAttributeError(r.at, "NixOS configurations not read", err.Error())
+		r.diags.AddAttributeError(r.at, "NixOS configurations not read",
+			fmt.Sprintf("%v\n\nCheck %s (a relative path is relative to the directory Terraform runs in).", err, r.at))
 		return nil
 	}
 	for _, s := range systems {

@@ -1,6 +1,7 @@
 package provider_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,8 +162,9 @@ output "file_systems" {
 
 // Without keep_going, a configuration that does not evaluate fails the
 // read, each one named with the head of Nix's error (its error line, and
-// the position when Nix gives one); a name the source lacks fails it,
-// naming those the source has, from a flake and from a file.
+// the position when Nix gives one); a source that is not there, and a
+// name the source lacks, fail it even with keep_going, the latter naming
+// those the source has, from a flake and from a file.
 func TestAccNixOSSystemsNameTheFailingConfiguration(t *testing.T) {
 	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
@@ -178,10 +180,16 @@ func TestAccNixOSSystemsNameTheFailingConfiguration(t *testing.T) {
 			{Config: fmt.Sprintf(flake, ""), ExpectError: wrapped("keep_going = true")},
 			{Config: fmt.Sprintf(file, "  names = [\"webc\"]\n"), ExpectError: wrapped("NixOS configuration webc does not evaluate")},
 		}
+		// A source that is not there is its own error, even with
+		// keep_going: no configuration is blamed for it.
+		absent := fmt.Sprintf("data \"fleet_nixos_systems\" \"all\" {\n  file       = \"%s/absent.nix\"\n  names      = [\"web1\"]\n  keep_going = true\n}\n", r.Dir)
+		steps = append(steps, resource.TestStep{Config: absent,
+			ExpectError: wrapped("NixOS configurations not read")}, resource.TestStep{Config: absent,
+			ExpectError: wrapped("file " + r.Dir + "/absent.nix: error: getting status of '" + r.Dir + "/absent.nix': No such file or directory")})
 		for _, source := range []string{flake, file} {
 			steps = append(steps,
 				resource.TestStep{Config: fmt.Sprintf(source, "  names = [\"web1\", \"db9\"]\n"), ExpectError: wrapped(`No such NixOS configuration`)},
-				resource.TestStep{Config: fmt.Sprintf(source, "  names = [\"web1\", \"db9\"]\n"),
+				resource.TestStep{Config: fmt.Sprintf(source, "  names      = [\"web1\", \"db9\"]\n  keep_going = true\n"),
 					ExpectError: wrapped(`has no configuration "db9"; it has "web1", "web2", "webc", "webe". Remove it from names, or add the configuration.`)},
 			)
 		}
@@ -534,6 +542,51 @@ func TestNixOSSystemsBuildInterrupted(t *testing.T) {
 			if buildSleeping(seconds) {
 				t.Errorf("the builder runs on after the interrupted plan")
 			}
+		})
+	}
+}
+
+// The documented example, applied to a repository laid out as it says (a
+// flake in nixos/, a hosts.nix beside the configuration): the hosts'
+// systems come out, and the web hosts are built and ready; a second plan
+// is empty.
+func TestNixOSSystemsExampleApplies(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	example, err := os.ReadFile("../../examples/data-sources/fleet_nixos_systems/data-source.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The built provider, as Terraform starts it: in the directory it runs
+	// in, which the example's relative paths (path.module is ".") need.
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			s := acctest.NewBinarySession(t, cli, binary)
+			hosts := map[string]nixtest.Configuration{"web1": configuration(), "web2": configuration(), "db1": configuration()}
+			flake := &nixtest.Repository{Dir: filepath.Join(s.Dir, "nixos"), Configurations: hosts}
+			flake.Write(t)
+			file := &nixtest.Repository{Dir: s.Dir, Configurations: hosts}
+			file.Write(t)
+			s.WriteConfig(string(example))
+			s.Run("apply", "-auto-approve", "-input=false")
+			out, _ := s.Run("output", "-json")
+			var outputs map[string]struct{ Value any }
+			if err := json.Unmarshal([]byte(out), &outputs); err != nil {
+				t.Fatalf("output -json: %v\n%s", err, out)
+			}
+			systems, _ := outputs["systems"].Value.(map[string]any)
+			for _, name := range []string{"db1", "web1", "web2"} {
+				if sys, _ := systems[name].(string); !strings.HasSuffix(sys, "-nixos-system-"+name) {
+					t.Errorf("systems[%s] = %v", name, systems[name])
+				}
+			}
+			if got := fmt.Sprint(outputs["web_ready"].Value); got != "[web1 web2]" {
+				t.Errorf("web_ready = %s, want web1 and web2 built", got)
+			}
+			if got := fmt.Sprint(outputs["web_failing"].Value); got != "map[]" {
+				t.Errorf("web_failing = %s, want none", got)
+			}
+			s.WantNoChanges()
 		})
 	}
 }
