@@ -389,8 +389,8 @@ func read(t *testing.T, log string) (fields string, ms int, evaluations []string
 // share an expensive import (a stand-in for nixpkgs, about half a second
 // to evaluate) are evaluated by one Nix process (and one that lists
 // them), whatever N; a second plan of the unchanged repository is empty
-// (exit 0) and costs a fraction of the first, Nix's flake evaluation
-// cache answering; an edited configuration is evaluated again and the
+// (exit 0, and so is a refresh-only plan) and costs a fraction of the
+// first, Nix's flake evaluation cache answering; an edited configuration is evaluated again and the
 // plan shows it. Each read is one INFO line (source, count, duration) and
 // each Nix command line is logged at DEBUG; none adds a substituter.
 func TestNixOSSystemsUnchangedRepositoryIsCheap(t *testing.T) {
@@ -445,6 +445,13 @@ resource "terraform_data" "systems" {
 			if float64(second) > 0.5*float64(first) {
 				t.Errorf("the read of the unchanged repository took %d ms, the first %d ms: want at most half", second, first)
 			}
+
+			// The drift job's refresh-only plan of the unchanged fleet is
+			// empty too.
+			if _, stderr, code := s.ExitCode("plan", "-refresh-only", "-detailed-exitcode", "-input=false", "-no-color"); code != 0 {
+				t.Errorf("plan -refresh-only of the unchanged repository exited %d, want 0:\n%s", code, stderr)
+			}
+			_, _, _ = read(t, takeLog(t, logFile))
 
 			edited := r.Configurations["host03"]
 			edited.Revision++
