@@ -153,6 +153,14 @@ func CheckKnownHostsFile(path string) error {
 	return checkPrivateFile(expanded)
 }
 
+// StateDir is the provider's directory in the user's state directory
+// ($XDG_STATE_HOME, else ~/.local/state); false when there is none (no
+// home).
+func StateDir() (string, bool) {
+	d, ok := userStateDir()
+	return filepath.Join(d, StateDirName), ok
+}
+
 // userStateDir is the user's state directory: $XDG_STATE_HOME, else
 // ~/.local/state.
 func userStateDir() (string, bool) {

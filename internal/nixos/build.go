@@ -23,8 +23,9 @@ type Build struct {
 	mu     sync.Mutex
 	ended  map[string]chan struct{}
 	errs   map[string]error
-	notes  map[string][]string   // Nix's error messages, by the derivation they name
-	logs   map[string]*lastWords // the last lines of each derivation's build log
+	notes  map[string][]string // Nix's error messages, by the derivation they name
+	logs   map[string][]string // the last lines of each derivation's build log
+	builds map[uint64]string   // the derivation of each build activity
 	cancel context.CancelFunc
 	done   chan struct{}
 	n      Nix
@@ -37,7 +38,8 @@ type Build struct {
 // store path) that this machine's store lacks.
 func (n Nix) StartBuild(ctx context.Context, outs map[string]string) (*Build, error) {
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	b := &Build{outs: outs, ended: map[string]chan struct{}{}, errs: map[string]error{}, notes: map[string][]string{}, logs: map[string]*lastWords{},
+	b := &Build{outs: outs, ended: map[string]chan struct{}{}, errs: map[string]error{}, notes: map[string][]string{},
+		logs: map[string][]string{}, builds: map[uint64]string{},
 		cancel: cancel, done: make(chan struct{}), n: n, kick: make(chan struct{}, 1)}
 	drvs := make([]string, 0, len(outs))
 	for drv := range outs {
@@ -152,17 +154,22 @@ type nixLog struct {
 }
 
 // actBuild is the activity type of a derivation's build, and the result
-// type of the builds' progress; resBuildLogLine is a line its builder
-// printed.
+// type of the builds' progress; resBuildLogLine is the result type of a
+// line of a build's log.
 const (
 	actBuild        = 105
 	resBuildLogLine = 101
 )
 
+// logTail is how many of a failed build's last log lines its error
+// keeps, as many as Nix shows.
+const logTail = 10
+
 // follow reads Nix's log: the builds' progress, which makes watch look,
-// and the errors, kept by the derivation they name.
+// the errors, kept by the derivation they name, and the last lines of
+// each build's log: with a machine-readable log, Nix's error says only
+// that the builder failed, the builder's own words are in its log.
 func (b *Build) follow(r io.Reader) {
-	builds := map[uint64]*lastWords{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -178,16 +185,20 @@ func (b *Build) follow(r io.Reader) {
 		switch {
 		case l.Action == "start" && l.Type == actBuild && len(l.Fields) > 0:
 			if drv, ok := l.Fields[0].(string); ok {
-				log := &lastWords{}
-				builds[l.ID] = log
 				b.mu.Lock()
-				b.logs[drv] = log
+				b.builds[l.ID] = drv
 				b.mu.Unlock()
 			}
 		case l.Action == "result" && l.Type == resBuildLogLine && len(l.Fields) > 0:
-			if line, ok := l.Fields[0].(string); ok && builds[l.ID] != nil {
-				builds[l.ID].add(stripColour(line))
+			line, _ := l.Fields[0].(string)
+			b.mu.Lock()
+			if drv, ok := b.builds[l.ID]; ok {
+				b.logs[drv] = append(b.logs[drv], strings.TrimRight(stripColour(line), " \t\r"))
+				if n := len(b.logs[drv]); n > logTail {
+					b.logs[drv] = b.logs[drv][n-logTail:]
+				}
 			}
+			b.mu.Unlock()
 		case l.Action == "result" && l.Type == actBuild, l.Action == "stop":
 			select {
 			case b.kick <- struct{}{}:
@@ -234,11 +245,11 @@ func (b *Build) finish(err error) {
 		notes, log := b.notes[drv], b.logs[drv]
 		b.mu.Unlock()
 		msg := strings.Join(notes, "; ")
-		if log != nil && log.String() != "" {
-			msg += "; the last lines of its log: " + log.String()
-		}
 		if msg == "" {
 			msg = orDefault(b.stderr.String(), fmt.Sprintf("nix-store --realise ended (%v) without building it", err))
+		}
+		if len(log) > 0 {
+			msg += "\nlast log lines:\n> " + strings.Join(log, "\n> ")
 		}
 		b.settle(drv, &BuildError{Derivation: drv, Message: msg})
 	}

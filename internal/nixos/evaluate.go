@@ -178,7 +178,8 @@ func (n Nix) Names(ctx context.Context, src Source) ([]string, error) {
 // CacheDir, a flake's evaluation is kept and an unchanged flake is not
 // evaluated again. A configuration that does not
 // evaluate is named with the head of Nix's error; one that does not exist
-// is named with those that do.
+// is named with those that do (a MissingError); a source that does not
+// evaluate itself is its own error, blamed on no configuration.
 func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts EvaluateOptions) ([]System, error) {
 	if err := src.Check(); err != nil {
 		return nil, err
@@ -187,7 +188,7 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 		return nil, err
 	}
 	if len(names) == 0 {
-		names = nil
+		names = nil // all of them, in the one evaluation
 	}
 	kept, key, err := n.cached(ctx, src, names)
 	if err != nil || kept != nil {
@@ -200,12 +201,17 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 	if ctx.Err() != nil {
 		return nil, interrupted(ctx, fmt.Errorf("%s: %s", src, errorHead(stderr)))
 	}
-	if names != nil {
-		if missing := n.missing(ctx, src, names, stderr); missing != nil {
-			return nil, missing
-		}
-	} else if names, err = n.Names(ctx, src); err != nil {
-		return nil, err
+	// The source itself may be what fails (a file that is not there, a
+	// flake.nix that does not parse): then no configuration is to blame,
+	// and its listing says so with Nix's words.
+	all, lerr := n.Names(ctx, src)
+	if lerr != nil {
+		return nil, lerr
+	}
+	if names == nil {
+		names = all
+	} else if missing := missingOf(src, names, all); missing != nil {
+		return nil, missing
 	}
 	// One evaluation failed: find which configurations, each with its own
 	// error, evaluating halves again (a few more processes, only when
@@ -292,17 +298,9 @@ func inStore(path string) bool {
 	return err == nil
 }
 
-// missing names the requested configurations the source lacks, with
-// those it has, when Nix's error says an attribute is missing.
-func (n Nix) missing(ctx context.Context, src Source, names []string, stderr string) error {
-	text := stripColour(stderr)
-	if !strings.Contains(text, "does not provide attribute") && !strings.Contains(text, "not found") && !strings.Contains(text, "missing") {
-		return nil
-	}
-	all, err := n.Names(ctx, src)
-	if err != nil {
-		return nil
-	}
+// missingOf names the requested configurations the source lacks, with
+// those it has (all), or is nil.
+func missingOf(src Source, names, all []string) error {
 	var absent []string
 	for _, name := range names {
 		if !slices.Contains(all, name) {
@@ -312,7 +310,19 @@ func (n Nix) missing(ctx context.Context, src Source, names []string, stderr str
 	if len(absent) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s has no configuration %s; it has %s", src, strings.Join(quoteAll(absent), ", "), orNoneList(quoteAll(all)))
+	return &MissingError{Source: src, Missing: absent, Existing: all}
+}
+
+// MissingError is a request for configurations the source lacks: the
+// fix is in the names asked for, so callers point there.
+type MissingError struct {
+	Source   Source
+	Missing  []string // asked for, absent
+	Existing []string // what the source has, sorted
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%s has no configuration %s; it has %s", e.Source, strings.Join(quoteAll(e.Missing), ", "), orNoneList(quoteAll(e.Existing)))
 }
 
 func quoteAll(names []string) []string {

@@ -109,7 +109,9 @@ type versionResult struct {
 func (n Nix) Check(ctx context.Context) error {
 	bin := n.bin("nix")
 	if v, ok := versions.Load(bin); ok {
-		return v.(versionResult).err
+		if res, ok := v.(versionResult); ok {
+			return res.err
+		}
 	}
 	out, errOut, err := n.output(ctx, "nix", "--version")
 	var res versionResult

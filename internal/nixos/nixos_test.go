@@ -137,13 +137,40 @@ func TestEvaluateNamesTheConfigurationThatFails(t *testing.T) {
 }
 
 // A configuration asked for that the source lacks is named with those it
-// has.
+// has, as a MissingError, whose fix is in the names asked for.
 func TestEvaluateNamesTheMissingConfiguration(t *testing.T) {
 	r := repo(t, fleetOf(2))
 	for _, src := range []nixos.Source{{Flake: "path:" + r.Dir}, {File: filepath.Join(r.Dir, "hosts.nix"), Attribute: "nixosConfigurations"}} {
 		_, err := newNix().Evaluate(context.Background(), src, []string{"weba", "db1"}, nixos.EvaluateOptions{})
 		if err == nil || !strings.Contains(err.Error(), `no configuration "db1"`) || !strings.Contains(err.Error(), `"weba", "webb"`) {
 			t.Errorf("%s: %v, want db1 named with weba and webb", src, err)
+		}
+		var missing *nixos.MissingError
+		if !errors.As(err, &missing) || strings.Join(missing.Missing, ",") != "db1" || strings.Join(missing.Existing, ",") != "weba,webb" {
+			t.Errorf("%s: %#v is not a MissingError of db1 among weba and webb", src, err)
+		}
+	}
+}
+
+// A source that is itself broken (a file that is not there, a flake.nix
+// that does not parse) is an error of the source, with Nix's words, even
+// with names given and KeepGoing: no configuration is blamed for it.
+func TestEvaluateBlamesABrokenSourceNotItsConfigurations(t *testing.T) {
+	r := repo(t, fleetOf(3))
+	if err := os.WriteFile(filepath.Join(r.Dir, "flake.nix"), []byte("{ outputs = { self }: {\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[nixos.Source]string{
+		{Flake: "path:" + r.Dir}: "error: syntax error",
+		{File: filepath.Join(r.Dir, "absent.nix"), Attribute: "nixosConfigurations"}: "absent.nix",
+	}
+	for src, want := range cases {
+		for _, opts := range []nixos.EvaluateOptions{{}, {KeepGoing: true}} {
+			systems, err := newNix().Evaluate(context.Background(), src, []string{"weba", "webb"}, opts)
+			var errs nixos.Errors
+			if err == nil || errors.As(err, &errs) || !strings.HasPrefix(err.Error(), src.String()+": ") || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s, %+v: %+v, %v; want an error of the source holding %q", src, opts, systems, err, want)
+			}
 		}
 	}
 }
@@ -162,7 +189,8 @@ func TestCheckRefusesAnOldNix(t *testing.T) {
 
 // Building several systems is one nix-store --realise: each is waited for
 // on its own, the first built is ready before the slow one is, and a
-// failing one fails only itself, with Nix's words.
+// failing one fails only itself, with Nix's words and the builder's last
+// log lines (its own words, which Nix's error leaves out).
 func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
 	configs := fleetOf(3)
 	configs["slow"] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: 4 * time.Second}
@@ -193,7 +221,8 @@ func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
 	}
 	err = b.Wait(context.Background(), byName["broken"].Derivation)
 	var be *nixos.BuildError
-	if !errors.As(err, &be) || !strings.Contains(be.Message, "fails to build, on purpose") && !strings.Contains(be.Message, "failed") {
+	if !errors.As(err, &be) || !strings.Contains(be.Message, "error: builder for '"+byName["broken"].Derivation+"' failed with exit code 1") ||
+		!strings.Contains(be.Message, "\nlast log lines:\n> nixtest: this system fails to build, on purpose") {
 		t.Errorf("broken: %v", err)
 	}
 	for _, name := range []string{"webb", "webc", "slow"} {

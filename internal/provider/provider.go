@@ -362,5 +362,5 @@ func (p *fleetProvider) Resources(context.Context) []func() resource.Resource {
 }
 
 func (p *fleetProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{newReachabilityDataSource, newNodeHealthDataSource}
+	return []func() datasource.DataSource{newReachabilityDataSource, newNodeHealthDataSource, newNixOSSystemsDataSource}
 }
