@@ -34,34 +34,47 @@ func (n Nix) cached(ctx context.Context, src Source, names []string) (systems []
 	if err := CheckCacheDir(n.CacheDir); err != nil {
 		return nil, "", err
 	}
-	stdout, _, err := n.output(ctx, "nix", "--extra-experimental-features", features, "flake", "metadata", "--json", src.ref())
-	if err != nil {
-		return nil, "", nil
+	hash, ok := n.narHash(ctx, src)
+	if !ok {
+		return nil, "", nil // not keyed: evaluated, not kept
 	}
+	v, _ := versions.Load(n.bin("nix"))
+	version, _ := v.(versionResult)
+	sum := sha256.Sum256([]byte(strings.Join([]string{cacheVersion, version.version, hash, src.attribute(),
+		strings.Join(names, "\x00"), os.Getenv("NIX_CONFIG"), strings.Join(n.Env, "\x00")}, "\x01")))
+	key = hex.EncodeToString(sum[:])
+	return n.kept(key), key, nil
+}
+
+// narHash is the flake's locked content hash, as nix flake metadata says.
+func (n Nix) narHash(ctx context.Context, src Source) (string, bool) {
+	stdout, _, err := n.output(ctx, "nix", "--extra-experimental-features", features, "flake", "metadata", "--json", src.ref())
 	var meta struct {
 		Locked struct {
 			NarHash string `json:"narHash"`
 		} `json:"locked"`
 	}
-	if json.Unmarshal([]byte(stdout), &meta) != nil || meta.Locked.NarHash == "" {
-		return nil, "", nil
+	if err != nil || json.Unmarshal([]byte(stdout), &meta) != nil {
+		return "", false
 	}
-	v, _ := versions.Load(n.bin("nix"))
-	version, _ := v.(versionResult)
-	sum := sha256.Sum256([]byte(strings.Join([]string{cacheVersion, version.version, meta.Locked.NarHash, src.attribute(),
-		strings.Join(names, "\x00"), os.Getenv("NIX_CONFIG"), strings.Join(n.Env, "\x00")}, "\x01")))
-	key = hex.EncodeToString(sum[:])
+	return meta.Locked.NarHash, meta.Locked.NarHash != ""
+}
+
+// kept is the evaluation kept under key, nil when there is none or one of
+// its derivations was collected since (evaluating again writes it).
+func (n Nix) kept(key string) []System {
+	var systems []System
 	b, err := os.ReadFile(filepath.Join(n.CacheDir, key+".json"))
 	if err != nil || json.Unmarshal(b, &systems) != nil {
-		return nil, key, nil
+		return nil
 	}
 	for i, s := range systems {
 		if !inStore(s.Derivation) {
-			return nil, key, nil // collected since: evaluate again, which writes it
+			return nil
 		}
 		systems[i].Built = inStore(s.Path)
 	}
-	return systems, key, nil
+	return systems
 }
 
 // keep writes an evaluation under key, through a new file renamed in

@@ -246,7 +246,7 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 // nil), by name. Reading drvPath instantiates the derivation: its .drv is
 // written to the store, for a later build.
 func selection(names []string) string {
-	const pick = `let t = c.config.system.build.toplevel; in { drv = t.drvPath; out = t.outPath; }`
+	pick := `let t = c.` + toplevel + `; in { drv = t.drvPath; out = t.outPath; }`
 	if names == nil {
 		return "cs: builtins.mapAttrs (n: c: " + pick + ") cs"
 	}
