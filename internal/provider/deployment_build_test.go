@@ -91,3 +91,67 @@ resource "fleet_ssh_deployment" "prod" {
 		})
 	}
 }
+
+// A saved plan applies what was planned (issue 23): configurations read by
+// fleet_nixos_systems feed the deployment; the plan is saved, a
+// configuration is edited, and the saved plan's apply switches the host to
+// the system the plan showed (the evaluation is not repeated), built from
+// the planned derivation; the next plan switches to the edited one.
+func TestDeploymentSavedPlanAppliesThePlannedSystem(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: map[string]nixtest.Configuration{
+				"web1": {System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}}}
+			r.Write(t)
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+			s := acctest.NewSession(t, cli, server())
+			s.Setenv("XDG_STATE_HOME", t.TempDir())
+			s.WriteConfig(fmt.Sprintf(`
+data "fleet_nixos_systems" "hosts" {
+  flake = "path:%s"
+}
+
+resource "fleet_ssh_deployment" "prod" {
+  nodes = [for name, sys in data.fleet_nixos_systems.hosts.systems : {
+    name             = name
+    host             = %q
+    system           = sys.system
+    derivation       = sys.derivation
+    host_key         = %q
+    user             = %q
+    private_key_file = %q
+    ssh_opts         = ["Port=%d", "IdentitiesOnly=yes"]
+  }]
+  verdict = {
+    confirm_timeout = "3s"
+    settle_timeout  = "2s"
+  }
+}
+`, r.Dir, tg.Host, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port))
+			s.Run("init", "-input=false")
+			planned, err := nixos.Nix{}.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Run("plan", "-input=false", "-out=saved.plan")
+			edited := r.Configurations["web1"]
+			edited.Revision++
+			r.Configurations["web1"] = edited
+			r.Write(t)
+			s.Run("apply", "-input=false", "saved.plan")
+			if got := tg.CurrentSystem(); got != planned[0].Path {
+				t.Fatalf("the saved plan's apply switched the host to %s, want the planned %s", got, planned[0].Path)
+			}
+			now, err := nixos.Nix{}.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+			if err != nil || now[0].Path == planned[0].Path {
+				t.Fatalf("the edit did not change web1's system: %+v, %v", now, err)
+			}
+			out, errOut := s.Run("plan", "-input=false", "-no-color")
+			if !strings.Contains(out, now[0].Path) || !strings.Contains(out+errOut, "Node web1 will switch") {
+				t.Errorf("the plan after the edit does not switch web1 to the edited system %s:\n%s%s", now[0].Path, out, errOut)
+			}
+		})
+	}
+}
