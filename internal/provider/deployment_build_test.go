@@ -3,8 +3,11 @@ package provider_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
@@ -154,4 +157,72 @@ resource "fleet_ssh_deployment" "prod" {
 			}
 		})
 	}
+}
+
+// Ctrl-C while the apply builds a node's system, through the built
+// provider and both CLIs: the apply ends at once, the node is recorded
+// interrupted in its build step with nothing done on its host, and no
+// builder runs on.
+func TestDeploymentCtrlCDuringABuild(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: map[string]nixtest.Configuration{
+				"web1": {System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: 73 * time.Second}}}
+			r.Write(t)
+			systems, err := nixos.Nix{}.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.WriteConfig(fmt.Sprintf(`
+resource "fleet_ssh_deployment" "prod" {
+  nodes = [{
+    name             = "web1"
+    host             = %q
+    system           = %q
+    derivation       = %q
+    host_key         = %q
+    user             = %q
+    private_key_file = %q
+    ssh_opts         = ["Port=%d", "IdentitiesOnly=yes"]
+  }]
+}
+`, tg.Host, systems[0].Path, systems[0].Derivation, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port))
+			_, _, after := s.InterruptWhen(func() bool { return builderSleeps("73") }, "apply", "-auto-approve", "-input=false", "-no-color")
+			if after > 10*time.Second {
+				t.Errorf("the apply ended %s after the interrupt", after)
+			}
+			st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any)
+			if len(st) != 1 {
+				t.Fatalf("status: %v", st)
+			}
+			rec, _ := st[0].(map[string]any)
+			if msg := fmt.Sprint(rec["message"]); rec["phase"] != "Failed" || !strings.Contains(msg, "interrupted during the build step") || !strings.Contains(msg, "nothing was done on the host") {
+				t.Errorf("web1's record: %v: %s", rec["phase"], msg)
+			}
+			if len(tg.Calls()) != 0 || tg.CurrentSystem() != old {
+				t.Errorf("the host was deployed to: %q, runs %s", tg.Calls(), tg.CurrentSystem())
+			}
+			if builderSleeps("73") {
+				t.Errorf("the builder runs on after the interrupted apply")
+			}
+		})
+	}
+}
+
+// builderSleeps reports whether a builder's sleep of that many seconds
+// runs.
+func builderSleeps(seconds string) bool {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		if b, err := os.ReadFile(f); err == nil && string(b) == "/bin/sleep\x00"+seconds+"\x00" {
+			return true
+		}
+	}
+	return false
 }
