@@ -41,9 +41,6 @@ func StartKeyAgent(dir string, signers []ssh.Signer) (*KeyAgent, error) {
 	return a, nil
 }
 
-// Env is the environment that points ssh at the agent.
-func (a *KeyAgent) Env() []string { return []string{"SSH_AUTH_SOCK=" + a.Socket} }
-
 func (a *KeyAgent) serve() {
 	defer a.wg.Done()
 	for {

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"os"
 	"os/exec"
 	"strconv"
 	"testing"
@@ -29,8 +28,7 @@ func TestKeyAgentLogsOpenSSHIn(t *testing.T) {
 			}
 			defer a.Close()
 			cmd := exec.Command("ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-				"-o", "LogLevel=ERROR", "-p", strconv.Itoa(sshd.Port), sshd.User+"@"+sshd.Host, "--", "echo", "in")
-			cmd.Env = append(os.Environ(), a.Env()...)
+				"-o", "LogLevel=ERROR", "-o", "IdentityAgent="+a.Socket, "-p", strconv.Itoa(sshd.Port), sshd.User+"@"+sshd.Host, "--", "echo", "in")
 			out, err := cmd.CombinedOutput()
 			if err != nil || string(out) != "in\n" {
 				t.Fatalf("ssh through the agent: %v: %s", err, out)

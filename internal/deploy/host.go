@@ -226,7 +226,7 @@ func (d *Deployer) startCopy(ctx context.Context, c *Conn, n Target) *copyJob {
 				"--to", "ssh://"+n.Host+"?compress=true&remote-program="+percentEncode(SudoPrefix+" nix-store"), path)
 		}
 		cmd := command(cctx, name, args...)
-		cmd.Env = append(append(append(os.Environ(), d.Transport.Env...), d.Options.Env...), "NIX_SSHOPTS="+c.NixSSHOpts())
+		cmd.Env = shell.Environ(append(d.Options.Env, "NIX_SSHOPTS="+c.NixSSHOpts())...)
 		// Nix makes a directory in TMPDIR, which a copy that is
 		// abandoned (killed: the node ended before it needed the copy)
 		// leaves behind: each copy gets a TMPDIR of its own, removed once

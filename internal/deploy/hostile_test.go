@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -67,7 +68,7 @@ func TestDeployForwardsNoAgentToTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer agent.Close()
-	d.Transport.Env = agent.Env()
+	d.Transport.Agent = agent.Socket
 	d.Transport.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
 	if err := os.WriteFile(d.Transport.ConfigFile, []byte("Host *\n  ForwardAgent yes\n  ForwardX11 yes\n  IdentitiesOnly no\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -462,5 +463,80 @@ func TestDeployRightAfterAnotherFindsTheHostFree(t *testing.T) {
 		if !guardFree(t, tg) {
 			t.Fatalf("deploy %d: its activation or watchdog still holds the host's guard after the node was done", i+1)
 		}
+	}
+}
+
+// Issue 22 trial: a host that accepts every variable (AcceptEnv *) and an
+// ssh_config_file that sends them all (SendEnv *), in a directory whose
+// path holds a space and naming the host by an alias: the host gets none
+// of the provider's secrets or a CI runner's tokens, and the copy, whose
+// ssh reads the config file too, reaches the alias.
+func TestDeploySendsTheHostNoSecretsAndReadsAConfigFileWithASpace(t *testing.T) {
+	for k, v := range map[string]string{"FLEET_PRIVATE_KEY": "-----BEGIN fleet secret", "TF_VAR_db_password": "hunter2", "AWS_SECRET_ACCESS_KEY": "aws-secret"} {
+		t.Setenv(k, v)
+	}
+	tg := nixtest.NewTarget(t, nixtest.WithSSHDOptions(sshtest.WithConfigLines("AcceptEnv *")))
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second,
+		Command: []string{"env > /run/nixtest/env-seen"}}})
+	dir := filepath.Join(t.TempDir(), "ssh config dir")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d.Transport.ConfigFile = filepath.Join(dir, "ssh config")
+	if err := os.WriteFile(d.Transport.ConfigFile, []byte(fmt.Sprintf("Host web1.alias\n  HostName 127.0.0.1\n  Port %d\n  SendEnv *\n", tg.Port)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n.Host, n.SSHOpts = "web1.alias", []string{"IdentitiesOnly=yes"}
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseSucceeded)
+	env, err := os.ReadFile(filepath.Join(tg.StateDir, "env-seen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"FLEET_PRIVATE_KEY", "fleet secret", "hunter2", "aws-secret"} {
+		if strings.Contains(string(env), secret) {
+			t.Errorf("the host got %q in its environment:\n%s", secret, env)
+		}
+	}
+}
+
+// Issue 22 trial: the provider's own agent (a key it holds in memory) is
+// given to ssh as IdentityAgent, never in the environment: a config
+// file's ProxyCommand, whose ssh reads its own configuration (ForwardAgent
+// yes, say), finds no agent of the provider's, and none of its secrets.
+func TestDeployProxyCommandSeesNoAgentOfTheProvider(t *testing.T) {
+	t.Setenv("FLEET_PRIVATE_KEY", "-----BEGIN fleet secret")
+	t.Setenv("SSH_AUTH_SOCK", "")
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, tg.SSHD.ClientKey)
+	_, bport, _ := net.SplitHostPort(bastion.Addr)
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	agent, err := deploy.StartKeyAgent(d.Transport.ControlDir, []ssh.Signer{tg.SSHD.ClientKey.Signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	d.Transport.Agent = agent.Socket
+	seen := filepath.Join(t.TempDir(), "proxy-env")
+	d.Transport.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
+	proxy := fmt.Sprintf("sh -c 'env > %s; exec ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes -i %s -p %s -W %%h:%%p jump@127.0.0.1'",
+		seen, tg.ClientKeyFile, bport)
+	if err := os.WriteFile(d.Transport.ConfigFile, []byte("Host 127.0.0.1\n  ProxyCommand "+proxy+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n.PrivateKeyFile, n.SSHOpts = "", []string{"Port=" + strconv.Itoa(tg.Port)}
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseSucceeded)
+	if bastion.Accepted() == 0 {
+		t.Fatal("the deploy did not go through the ProxyCommand")
+	}
+	env, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), agent.Socket) || strings.Contains(string(env), "fleet secret") {
+		t.Errorf("the ProxyCommand found the provider's agent or secrets:\n%s", env)
 	}
 }

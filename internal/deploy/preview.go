@@ -284,7 +284,7 @@ func (d *Deployer) nixStore() string {
 // localLines runs nix-store here and returns its lines.
 func (d *Deployer) localLines(ctx context.Context, args ...string) ([]string, error) {
 	cmd := command(ctx, d.nixStore(), args...)
-	cmd.Env = append(os.Environ(), d.Options.Env...)
+	cmd.Env = shell.Environ(d.Options.Env...)
 	out, err := d.output(cmd)
 	if err != nil {
 		if ctx.Err() != nil {

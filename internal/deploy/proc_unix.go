@@ -6,6 +6,8 @@ import (
 	"context"
 	"os/exec"
 	"syscall"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 // command is a local command that ends, with every process it started,
@@ -18,5 +20,6 @@ func command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = waitDelay
+	cmd.Env = shell.Environ()
 	return cmd
 }

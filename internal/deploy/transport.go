@@ -8,8 +8,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/shell"
@@ -46,19 +48,19 @@ type Transport struct {
 	// temporary files (pinned host keys); NewControlDir makes it private
 	// and short enough (a Unix socket path is at most 104 bytes).
 	ControlDir string
-	// Env is added to the environment of every ssh and nix-copy-closure
-	// (SSH_AUTH_SOCK of the provider's KeyAgent).
-	Env []string
+	// Agent is the socket of the provider's KeyAgent, given to every ssh
+	// as IdentityAgent (never in the environment, where a ProxyCommand's
+	// ssh would find it); empty for the user's own agent, if any.
+	Agent string
 }
 
-// command is an ssh (or what runs it) with the transport's environment.
+// command is an ssh (or what runs it).
 func (t *Transport) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := command(ctx, name, args...)
-	if len(t.Env) > 0 {
-		cmd.Env = append(os.Environ(), t.Env...)
-	}
-	return cmd
+	return command(ctx, name, args...)
 }
+
+// connCount numbers the process's connections, for their sockets.
+var connCount atomic.Int64
 
 // hostKeyOptions are the options a pin or accept-new sets, compared in
 // lower case as ssh -G prints them.
@@ -78,7 +80,10 @@ type Conn struct {
 	offered  string   // the file KnownHostsCommand writes the offered key to
 	identify string   // the KnownHostsCommand option that writes it
 	control  string   // the ControlPath option
-	identity string   // the IdentityFile option of a given key
+	// configLink is a link to the config file for NIX_SSHOPTS, when its
+	// path holds whitespace.
+	configLink string
+	identity   string // the IdentityFile option of a given key
 	// keyOptsElsewhere says ssh_opts or the config file set host-key
 	// options, which win over the deployment's: see SeenKey.
 	keyOptsElsewhere bool
@@ -121,17 +126,40 @@ func (t *Transport) Open(ctx context.Context, s Settings) (*Conn, error) {
 			return nil, fmt.Errorf("node %s: %w", s.Name, err)
 		}
 	}
-	control, err := pathOption("ControlPath", t.ControlDir+"/", "%C")
+	// A socket of the connection's own, not ssh's %C: that hashes the
+	// host name the config file resolves, and nix-copy-closure's ssh may
+	// not read the config file (see NixSSHOpts).
+	n := connCount.Add(1)
+	control, err := pathOption("ControlPath", filepath.Join(t.ControlDir, "m"+strconv.FormatInt(n, 10)), "")
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", s.Name, err)
 	}
 	c := &Conn{t: t, s: s, control: control}
+	if strings.ContainsAny(t.ConfigFile, " \t") {
+		// Nix splits NIX_SSHOPTS on whitespace: the copy reads the config
+		// file through a link whose path holds none.
+		c.configLink = filepath.Join(t.ControlDir, "config-"+strconv.FormatInt(n, 10))
+		target, err := filepath.Abs(t.ConfigFile)
+		if err == nil {
+			err = os.Symlink(target, c.configLink)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("node %s: ssh_config_file: %w", s.Name, err)
+		}
+	}
 	head := append([]string{"BatchMode=yes", "User=" + s.User}, noForwarding...)
 	if s.PrivateKeyFile != "" {
 		if c.identity, err = pathOption("IdentityFile", s.PrivateKeyFile, ""); err != nil {
 			return nil, fmt.Errorf("node %s: private_key_file: %w", s.Name, err)
 		}
 		head = append(head, "IdentitiesOnly=yes")
+	}
+	if t.Agent != "" {
+		agent, err := pathOption("IdentityAgent", t.Agent, "")
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", s.Name, err)
+		}
+		head = append(head, agent)
 	}
 	fromConfig, maybe, redirected, err := t.configSets(ctx, s)
 	if err != nil {
@@ -239,6 +267,13 @@ func (t *Transport) jumpArgs(jump, keyFile, dest string) ([]string, error) {
 	kh, err := pathOption("UserKnownHostsFile", t.KnownHostsFile, "")
 	if err != nil {
 		return nil, fmt.Errorf("known_hosts_file: %w", err)
+	}
+	if t.Agent != "" {
+		agent, err := pathOption("IdentityAgent", t.Agent, "")
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "-o", agent)
 	}
 	args = append(args, "-o", "BatchMode=yes", "-o", "ForwardAgent=no", "-o", "StrictHostKeyChecking=accept-new",
 		"-o", kh, "-o", fmt.Sprintf("ConnectTimeout=%d", connectTimeoutSeconds))
@@ -356,12 +391,16 @@ func (c *Conn) args(control ...string) []string {
 
 // NixSSHOpts is NIX_SSHOPTS for nix-copy-closure, which rides the node's
 // master connection. Nix splits it on whitespace without quoting, so an
-// ssh_opts item, a key file or a config file whose text holds a space is
-// left out of it (the master already carries what it set; the control
-// directory's path never holds one); a ProxyJump stays as given.
+// ssh_opts item or a key file whose text holds a space is left out of it
+// (the master already carries what it set; the control directory's path
+// never holds one), and a config file whose path does is read through a
+// link; a ProxyJump stays as given.
 func (c *Conn) NixSSHOpts() string {
 	words := []string{}
-	if c.t.ConfigFile != "" && !strings.ContainsAny(c.t.ConfigFile, " \t") {
+	switch {
+	case c.configLink != "":
+		words = append(words, "-F", c.configLink)
+	case c.t.ConfigFile != "":
 		words = append(words, "-F", c.t.ConfigFile)
 	}
 	for _, o := range append([]string{"ControlMaster=no", c.control}, c.copyOpts...) {
@@ -421,7 +460,7 @@ func (c *Conn) Close() {
 		_ = c.t.command(ctx, c.t.ssh(), args...).Run()
 		cancel()
 	}
-	for _, f := range []string{c.pinned, c.offered} {
+	for _, f := range []string{c.pinned, c.offered, c.configLink} {
 		if f != "" {
 			_ = os.Remove(f)
 		}
@@ -471,7 +510,7 @@ func (c *Conn) OfferedKey(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*connectTimeoutSeconds*time.Second)
 	defer cancel()
 	args := append([]string{"-o", c.identify}, c.FreshArgs()...)
-	_ = exec.CommandContext(ctx, c.t.ssh(), append(args, "--", "true")...).Run()
+	_ = c.t.command(ctx, c.t.ssh(), append(args, "--", "true")...).Run()
 	b, _ := os.ReadFile(c.offered)
 	return strings.TrimSpace(string(b))
 }

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -21,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 // Nix runs the user's Nix.
@@ -62,9 +63,7 @@ func (n Nix) command(ctx context.Context, name string, args ...string) *exec.Cmd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
 	cmd.WaitDelay = interruptGrace
-	if len(n.Env) > 0 {
-		cmd.Env = append(os.Environ(), n.Env...)
-	}
+	cmd.Env = shell.Environ(n.Env...)
 	if n.Ran != nil {
 		n.Ran(append([]string{name}, args...))
 	}

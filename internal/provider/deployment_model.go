@@ -401,7 +401,7 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 			cleanup()
 			return nil, nil, fmt.Errorf("serving the provider's key to ssh: %w", err)
 		}
-		d.Transport.Env = a.Env()
+		d.Transport.Agent = a.Socket
 		cleanup = func() { a.Close(); _ = os.RemoveAll(control) }
 	}
 	return d, cleanup, nil
