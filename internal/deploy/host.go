@@ -74,6 +74,7 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn, onWait func()) (*lockS
 		l.end()
 		return nil, c.rightsFailure(err)
 	}
+	waited := false
 	var noted time.Time
 	for err == nil {
 		holder, waiting := strings.CutPrefix(line, "wait")
@@ -87,9 +88,14 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn, onWait func()) (*lockS
 				onWait()
 			}
 		}
+		waited = true
 		line, err = l.next(ctx)
 	}
 	switch {
+	case err != nil && ctx.Err() == nil && waited:
+		l.end()
+		return nil, fail(255, "LockFailed", fmt.Sprintf("the connection to the host ended while this deployment waited for its deploy lock: the host stopped answering for remote_exec_timeout (%s), or dropped the connection (%s)",
+			d.Transport.remoteExecTimeout(), orNone(strings.TrimSpace(l.stderr.String()))), "check the host; the next apply retries this node")
 	case err != nil:
 		l.end()
 		return nil, err
@@ -130,6 +136,11 @@ func (c *Conn) rightsFailure(err error) error {
 		return &failure{exit: 1, reason: "NotRoot",
 			message: fmt.Sprintf("the login user %s cannot take the host's deploy lock %s (%s): deploying needs root's rights on the host; nothing was done on it", user, LockFile, msg),
 			hint:    fmt.Sprintf("set use_sudo = true and give %s passwordless sudo on the host, or log in as root", user)}
+	}
+	if strings.HasSuffix(msg, ": (none)") {
+		// Nothing said why: the connection ended under the session.
+		return fail(255, "LockFailed", "cannot take the host's deploy lock: the connection to the host ended before it answered (it stopped answering for remote_exec_timeout, or dropped the connection)",
+			"check the host; the next apply retries this node")
 	}
 	return fail(1, "LockFailed", "cannot take the host's deploy lock: "+msg, "")
 }

@@ -40,6 +40,13 @@ func NewControlDir() (string, error) {
 	return os.MkdirTemp(base, "fssh")
 }
 
+// CheckTemporaryDirectory is what NewControlDir would refuse of the
+// temporary directory: a plan says it before the apply would.
+func CheckTemporaryDirectory() error {
+	_, err := controlBase("fssh")
+	return err
+}
+
 // controlBase is the temporary directory a control directory named
 // pattern and up to 10 digits goes in (see NewControlDir): TMPDIR when its
 // path is short enough for a socket name and plain (see plainPath), else

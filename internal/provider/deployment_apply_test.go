@@ -63,6 +63,10 @@ func TestDeploymentApplyThatCannotStartRecordsWhatHappened(t *testing.T) {
 				t.Helper()
 				breakTmp()
 				s.WriteConfig(deploymentConfig(nodes, systems, ""))
+				// The plan says so, and the apply goes on to record it.
+				if out, errOut := s.Run("plan", "-input=false", "-no-color"); !strings.Contains(out+errOut, "Unusable temporary directory") {
+					t.Errorf("%s: a plan with a TMPDIR others can write does not warn:\n%s\n%s", op, out, errOut)
+				}
 				out, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
 				flat := strings.Join(strings.Fields(errOut), " ")
 				if code != 1 || !strings.Contains(flat, "n1, n2 not started") || !strings.Contains(flat, tmp) ||

@@ -80,6 +80,11 @@ func (r *deploymentResource) checkLocalFiles(ctx context.Context, plan *deployme
 		}
 	}
 	r.checkKeyFiles(ctx, plan, nodes, diags)
+	if len(nodes) > 0 {
+		if err := deploy.CheckTemporaryDirectory(); err != nil {
+			diags.AddWarning("Unusable temporary directory", err.Error()+". An apply starts no node until it is fixed.")
+		}
+	}
 	if f := plan.SSHConfigFile; !f.IsUnknown() && !f.IsNull() && f.ValueString() != "" {
 		expanded, err := sshdial.ExpandHome(f.ValueString())
 		if err == nil {
