@@ -356,7 +356,7 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 func TestReadCurrentHasADeadline(t *testing.T) {
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
-	if err := os.WriteFile(filepath.Join(tg.StateDir, "bin", "readlink"), []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(tg.StateDir, "bin", "readlink"), []byte("#!/bin/sh\nexec sleep 3601\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	d := deployer(t, deploy.Options{})

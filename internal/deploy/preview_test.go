@@ -141,7 +141,7 @@ func TestPreviewBoundsTheDryActivation(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := "#!/bin/sh\n[ \"$1\" = dry-activate ] && exec sleep 3600\nexit 1\n"
+	script := "#!/bin/sh\n[ \"$1\" = dry-activate ] && exec sleep 3603\nexit 1\n"
 	if err := os.WriteFile(filepath.Join(dir, "bin", "switch-to-configuration"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestPreviewBoundsTheDryActivation(t *testing.T) {
 	if took > 15*time.Second || p.UnitsFrom != "unit files" || !strings.Contains(p.Text(), "did not end within activation_timeout (2s)") {
 		t.Errorf("after %s, units from %q:\n%s", took, p.UnitsFrom, p.Text())
 	}
-	if out, _ := exec.Command("pgrep", "-f", "sleep 3600").Output(); len(out) > 0 {
+	if out, _ := exec.Command("pgrep", "-f", "sleep 3603").Output(); len(out) > 0 {
 		t.Errorf("the dry activation runs on: pids %s", out)
 	}
 }

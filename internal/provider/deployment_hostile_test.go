@@ -119,7 +119,7 @@ func TestDeploymentRefreshOfAHungHostEnds(t *testing.T) {
 			s.Run("init", "-input=false")
 			s.Run("apply", "-auto-approve", "-input=false")
 			hang := filepath.Join(tg.StateDir, "bin", "readlink")
-			if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 3600\n"), 0o755); err != nil {
+			if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 3602\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			start := time.Now()
