@@ -105,7 +105,7 @@ resource "fleet_ssh_deployment" "prod" {
 }
 
 // A refresh has a deadline of its own: a host that takes the login and
-// then hangs (its readlink never returns) is warned about as not read
+// then hangs (its readlink never returns) is warned about as unreachable
 // after about ConnectTimeout and remote_exec_timeout, and the plan goes
 // on, through both CLIs.
 func TestDeploymentRefreshOfAHungHostEnds(t *testing.T) {
@@ -125,7 +125,7 @@ func TestDeploymentRefreshOfAHungHostEnds(t *testing.T) {
 			start := time.Now()
 			out, errOut, code := s.ExitCode("plan", "-refresh-only", "-input=false", "-no-color")
 			took := time.Since(start)
-			if code != 0 || !strings.Contains(out+errOut, "Node n1 not read") || !strings.Contains(out+errOut, "did not answer within") {
+			if code != 0 || !strings.Contains(out+errOut, "Node n1 is unreachable") || !strings.Contains(out+errOut, "did not answer within") {
 				t.Errorf("a refresh of a hung host (exit %d, %s):\n%s%s", code, took, out, errOut)
 			}
 			if took > 60*time.Second {

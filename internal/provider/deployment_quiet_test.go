@@ -1,6 +1,8 @@
 package provider_test
 
 import (
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,6 +36,45 @@ resource "fleet_ssh_deployment" "none" {
 			}
 			if got := strings.Join(summaries, "; "); got != "Deployment deploys nothing @ fleet_ssh_deployment.none" {
 				t.Errorf("plan warnings: %q, want only that fleet_ssh_deployment.none deploys nothing", got)
+			}
+		})
+	}
+}
+
+// ciFilter is the deployment guide's jq filter's expression over warning
+// summaries.
+var ciFilter = regexp.MustCompile(`^Node .* (will switch|is unreachable)$`)
+
+// The guide's CI filter names every node a plan switches (issue 24 point
+// 3), through both CLIs: a plan (with its refresh) of two nodes whose
+// systems change, one of them down, yields "Node n1 will switch" and
+// "Node n2 is unreachable" (the refresh's warning).
+func TestDeploymentCIFilterNamesEverySwitchingNode(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			up, down := nixtest.NewTarget(t), nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			up.Boot(t, old)
+			down.Boot(t, old)
+			nodes := []*nixtest.Target{up, down}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig(nodes, []string{old, old}, ""))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			next := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s.WriteConfig(deploymentConfig(nodes, []string{next, next}, ""))
+			down.CutSSH(t, nixtest.CutReset)
+			out, _ := s.Run("plan", "-json", "-input=false")
+			var named []string
+			for _, w := range warnings(t, out) {
+				if ciFilter.MatchString(w.Summary) {
+					named = append(named, w.Summary)
+				}
+			}
+			slices.Sort(named)
+			if got := strings.Join(named, "; "); got != "Node n1 will switch; Node n2 is unreachable" {
+				t.Errorf("the CI filter names %q, want n1's switch and n2 unreachable", got)
 			}
 		})
 	}

@@ -86,7 +86,9 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		}
 		err := reads[i].err
 		if err != nil {
-			resp.Diagnostics.AddWarning("Node "+name+" not read", fmt.Sprintf("node %s: %s; its last known system is kept", name, strings.TrimRight(err.Error(), ".")))
+			// The same title as the plan's and the apply's look at a node
+			// they cannot reach: one filter finds them all.
+			resp.Diagnostics.AddWarning("Node "+name+" is unreachable", fmt.Sprintf("node %s could not be read: %s; its last known system is kept, and a switch planned for it fails unless it is reachable by then", name, strings.TrimRight(err.Error(), ".")))
 			continue
 		}
 		held[name] = heldNode{settings: readNow[name], sess: reads[i].sess}
