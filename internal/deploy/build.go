@@ -130,7 +130,7 @@ var remoteBuildStep = &step{
 		}
 		if err != nil {
 			exit, msg := exitOf(err, out)
-			return fail(exit, "BuildFailed", "nix-store --realise on the host failed: "+msg, "build_on = \"target\" builds with the host's Nix: its log is nix log "+nr.n.Derivation+" there")
+			return fail(exit, "BuildFailed", fmt.Sprintf("nix-store --realise on the host exited %d: %s", exit, orNone(msg)), "build_on = \"target\" builds with the host's Nix: its log is nix log "+nr.n.Derivation+" there")
 		}
 		if !strings.Contains(out, nr.n.System) {
 			return fail(1, "BuildFailed", fmt.Sprintf("the host built %s, not the planned system %s", orNone(strings.TrimSpace(out)), nr.n.System), "")

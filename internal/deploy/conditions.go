@@ -42,6 +42,9 @@ func NodePhase(conds []conditions.Condition) Phase {
 // outcome, Unknown for the steps it did not reach, and Ready, which sums
 // the outcome up (and from which the node's phase is derived).
 func NodeConditions(prev []conditions.Condition, r Result, generation int64, now time.Time) ([]conditions.Condition, error) {
+	if r.Phase == PhaseSucceeded {
+		return SucceededConditions(prev, r.Name, r.Goal, generation, now)
+	}
 	conds := prev
 	var err error
 	for _, t := range ConditionTypes[:len(ConditionTypes)-1] {
@@ -61,11 +64,6 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 	}
 	ready := conditions.Condition{Type: ConditionReady, Message: r.Message, ObservedGeneration: generation}
 	switch {
-	case r.Phase == PhaseSucceeded:
-		ready.Status, ready.Reason = conditions.True, "Succeeded"
-		if r.AlreadyCurrent {
-			ready.Reason = "AlreadyCurrent"
-		}
 	case r.Phase == PhaseSkipped:
 		ready.Status, ready.Reason = conditions.Unknown, ReasonSkipped
 	case r.Phase == PhaseRolledBack:
@@ -78,6 +76,56 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 		ready.Status, ready.Reason = conditions.Unknown, ReasonNotStarted
 	}
 	return ConditionTypes.Set(conds, ready, now)
+}
+
+// SucceededConditions are the conditions of a node whose deploy with goal
+// succeeded: every condition the goal establishes True, the
+// others Unknown (the goal does not reach them), each with the one reason
+// and message of that outcome, whichever way it came (copied or built on
+// the host, activated over a session that dropped, found done already:
+// the node's message tells). So a plan knows them before the apply, and a
+// switch that succeeds plans no change of its conditions but their
+// generation. A condition whose status changes gets now (zero in a plan:
+// not known yet).
+func SucceededConditions(prev []conditions.Condition, name string, goal Goal, generation int64, now time.Time) ([]conditions.Condition, error) {
+	if goal == "" {
+		goal = GoalSwitch
+	}
+	type outcome struct{ reason, message string }
+	passed := map[Condition]outcome{
+		CondReachable: {"Connected", "logged in over SSH"},
+		CondCopied:    {"Copied", "the system is in the host's store"},
+		CondActivated: {"Activated", "the new system is active"},
+	}
+	// The system is the record's; a message without it stays the same
+	// from one switch to the next.
+	ready := outcome{"Succeeded", "the host runs the node's system after a passing verdict"}
+	switch goal {
+	case GoalSwitch:
+		passed[CondVerdict] = outcome{"VerdictPassed", "the new system is active, reachable and settled"}
+		passed[CondBootloader] = outcome{"BootDefault", "the boot entry points at the new system"}
+	case GoalTest:
+		passed[CondVerdict] = outcome{"VerdictPassed", "the new system is active, reachable and settled"}
+	case GoalBoot:
+		passed[CondActivated] = outcome{"ProfileSet", "the system profile points at the new system"}
+		passed[CondBootloader] = outcome{"BootDefault", "the boot entry points at the new system"}
+		ready.message = "the node's system is the boot default from the next boot"
+	case GoalDryActivate:
+		passed[CondActivated] = outcome{"DryActivated", "the new system's dry activation ran"}
+		ready.message = "the node's system was dry-activated"
+	}
+	conds := prev
+	var err error
+	for _, t := range ConditionTypes[:len(ConditionTypes)-1] {
+		c := conditions.Condition{Type: t, Status: conditions.Unknown, Reason: "NotReached", Message: "node " + name + ": goal " + string(goal) + " does not take this step", ObservedGeneration: generation}
+		if o, ok := passed[Condition(t)]; ok {
+			c.Status, c.Reason, c.Message = conditions.True, o.reason, o.message
+		}
+		if conds, err = ConditionTypes.Set(conds, c, now); err != nil {
+			return nil, err
+		}
+	}
+	return ConditionTypes.Set(conds, conditions.Condition{Type: ConditionReady, Status: conditions.True, Reason: ready.reason, Message: ready.message, ObservedGeneration: generation}, now)
 }
 
 // DeploymentConditionTypes is the fixed order of a deployment's own

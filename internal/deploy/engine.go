@@ -171,7 +171,11 @@ func inStore(path string) bool {
 
 // Result is a node's record after its deploy.
 type Result struct {
-	Name, Host     string
+	Name, Host string
+	// System is the system the deploy aimed at, and Goal what it did with
+	// it.
+	System         string
+	Goal           Goal
 	Phase          Phase
 	PreviousSystem string
 	CurrentSystem  string

@@ -106,7 +106,7 @@ const (
 // sequence ends.
 func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begun func()) Result {
 	nr := &nodeRun{d: d, n: n, begun: begun, builds: builds, exit: -1, sshWorks: true,
-		r: Result{Name: n.Name, Host: n.Host, Phase: PhasePending, Started: time.Now().UTC(), Outcomes: map[Condition]Outcome{}}}
+		r: Result{Name: n.Name, Host: n.Host, System: n.System, Goal: d.Options.Goal, Phase: PhasePending, Started: time.Now().UTC(), Outcomes: map[Condition]Outcome{}}}
 	for _, s := range nr.sequence() {
 		if !nr.step(ctx, s) {
 			break

@@ -536,8 +536,14 @@ func without(paths []string, path string) []string {
 // Text is the preview as the plan shows it. Its lines are indented: a
 // CLI wraps a diagnostic's paragraphs, not its indented lines.
 func (p Preview) Text() string {
+	return fmt.Sprintf("Node %s will switch:\n%s", p.Node, p.Body())
+}
+
+// Body is what Text says of the switch, without the node's name: nodes
+// whose switches do the same have the same Body.
+func (p Preview) Body() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Node %s will switch:\n  to   %s\n", p.Node, p.System)
+	fmt.Fprintf(&b, "  to   %s\n", p.System)
 	switch {
 	case p.Current == p.System && p.Verified:
 		b.WriteString("  from the same system, which a deploy of it left there: the apply records it without activating it again\n")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -65,6 +66,10 @@ var connCount atomic.Int64
 // hostKeyOptions are the options a pin or accept-new sets, compared in
 // lower case as ssh -G prints them.
 var hostKeyOptions = []string{"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "knownhostscommand"}
+
+// IsHostKeyOption reports whether an ssh option (any case) decides which
+// host key a login accepts.
+func IsHostKeyOption(key string) bool { return slices.Contains(hostKeyOptions, strings.ToLower(key)) }
 
 // hostKeyOptionNames are the same as ssh_config(5) spells them.
 var hostKeyOptionNames = []string{"StrictHostKeyChecking", "UserKnownHostsFile", "GlobalKnownHostsFile", "KnownHostsCommand"}

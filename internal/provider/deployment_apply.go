@@ -51,6 +51,9 @@ func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequ
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
+// heldMessage is the message of a node held back.
+const heldMessage = "held: listed in this deployment's hold"
+
 // errInterrupted is what an interrupt (Ctrl-C, Terraform stopping the
 // provider) records.
 var errInterrupted = errors.New("interrupted")
@@ -227,13 +230,13 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 		// as the plan showed it.
 		return p.record, p.action, nil
 	case a.hold[name]:
-		res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: "held: listed in this deployment's hold",
+		res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: heldMessage,
 			CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
 		action = actionSkip
 	case !ran:
 		// Planned none after a failure: the host runs the configured
 		// system, which passed its verdict there.
-		res = deploy.Result{Name: name, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified,
+		res = deploy.Result{Name: name, System: n.System.ValueString(), Goal: a.goal, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified,
 			Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
 	case res.Phase == deploy.PhasePending:
 		action = actionPending

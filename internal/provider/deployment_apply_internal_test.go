@@ -80,8 +80,8 @@ func TestApplyKeepsThePriorRecordOfANodeItCannotRecord(t *testing.T) {
 		planned: map[string]string{"n1": actionSwitch, "n2": actionSwitch, "n3": actionSwitch}, hold: map[string]bool{}, goal: deploy.GoalSwitch}
 	unwritable := map[deploy.Condition]deploy.Outcome{deploy.CondReachable: {Passed: true, Reason: "not camel case", Message: "reached"}}
 	results := []deploy.Result{
-		{Name: "n1", Phase: deploy.PhaseSucceeded, CurrentSystem: sys, VerifiedSystem: sys, Outcomes: unwritable, Message: "switched"},
-		{Name: "n2", Phase: deploy.PhaseSucceeded, CurrentSystem: sys, VerifiedSystem: sys, Outcomes: unwritable, Message: "switched"},
+		{Name: "n1", Phase: deploy.PhaseFailed, ExitCode: 1, CurrentSystem: sys, VerifiedSystem: sys, Outcomes: unwritable, Message: "failed"},
+		{Name: "n2", Phase: deploy.PhaseFailed, ExitCode: 1, CurrentSystem: sys, VerifiedSystem: sys, Outcomes: unwritable, Message: "failed"},
 		{Name: "n3", Phase: deploy.PhaseSucceeded, CurrentSystem: sys, VerifiedSystem: sys, Message: "switched", Started: applyTime, Finished: applyTime},
 	}
 	m := plannedModel(a.planned)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -271,6 +272,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 	var nd diag.Diagnostics
 	defaults := r.defaults(ctx, m, &nd)
 	type probed struct {
+		index    int // in nodes, for the warning's place in the configuration
 		node     deployNodeModel
 		settings deploy.Settings
 		sess     *deploy.Session // the refresh's login; nil: log in now
@@ -279,7 +281,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		unknown  error // the preview failed
 	}
 	var todo []*probed
-	for _, n := range nodes {
+	for i, n := range nodes {
 		name := n.Name.ValueString()
 		a, ok := actions[name].(types.String)
 		// A node whose last switch stands (kept) is not switched again:
@@ -287,7 +289,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		if !ok || a.ValueString() != actionSwitch || kept[name] || !fullyKnownNode(n) {
 			continue
 		}
-		p := &probed{node: n, settings: r.settings(ctx, defaults, n, priors[name], &nd)}
+		p := &probed{index: i, node: n, settings: r.settings(ctx, defaults, n, priors[name], &nd)}
 		if read, ok := readNow[name]; ok && reflect.DeepEqual(read, p.settings) {
 			h, ok := held[name]
 			if !ok || !reflect.DeepEqual(h.settings, p.settings) {
@@ -335,21 +337,90 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		pv, err := d.Preview(pctx, sess, p.node.System.ValueString(), nopts)
 		p.preview, p.unknown = &pv, err
 	})
+	// Each warning points at its node's own element of nodes (a literal
+	// list shows that element's lines, a for expression the expression),
+	// and nodes whose switches do the same (a fleet-wide upgrade) are said
+	// once, naming them all, at the first of them.
+	type group struct {
+		at    int
+		names []string
+	}
+	var bodies []string
+	groups := map[string]*group{}
 	for _, p := range todo {
 		name := p.node.Name.ValueString()
+		at := path.Root("nodes").AtListIndex(p.index)
 		switch {
 		case p.err != nil:
-			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" is unreachable",
+			diags.AddAttributeWarning(at, "Node "+name+" is unreachable",
 				fmt.Sprintf("node %s is planned to switch but cannot be reached now: %s. The apply will fail it unless it is reachable by then (the other nodes go on).", name, strings.TrimRight(p.err.Error(), ".")))
 		case p.unknown != nil && ctx.Err() != nil:
 			// Interrupted: the plan ends with that.
 		case p.unknown != nil:
-			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" will switch",
+			diags.AddAttributeWarning(at, "Node "+name+" will switch",
 				fmt.Sprintf("Node %s will switch to %s; what the switch will do to the host is not known: %s.", name, p.node.System.ValueString(), strings.TrimRight(p.unknown.Error(), ".")))
 		case p.preview != nil:
-			diags.AddAttributeWarning(path.Root("nodes"), "Node "+name+" will switch", p.preview.Text())
+			body := p.preview.Body()
+			g, ok := groups[body]
+			if !ok {
+				g = &group{at: p.index}
+				groups[body] = g
+				bodies = append(bodies, body)
+			}
+			g.names = append(g.names, name)
 		}
 	}
+	for _, body := range bodies {
+		g := groups[body]
+		who := "Node " + g.names[0]
+		if len(g.names) > 1 {
+			who = "Nodes " + strings.Join(g.names, ", ")
+		}
+		diags.AddAttributeWarning(path.Root("nodes").AtListIndex(g.at), who+" will switch", who+" will switch:\n"+body)
+	}
+}
+
+// plannedConditionsValue is conditions as a plan shows them: a time not
+// known yet (zero) is unknown.
+func plannedConditionsValue(cs []conditions.Condition) types.List {
+	elems := make([]attr.Value, 0, len(cs))
+	for _, c := range cs {
+		t := timestamp(c.LastTransitionTime)
+		if c.LastTransitionTime.IsZero() {
+			t = timetypes.NewRFC3339Unknown()
+		}
+		elems = append(elems, types.ObjectValueMust(conditionAttrTypes, map[string]attr.Value{
+			"type": types.StringValue(c.Type), "status": types.StringValue(string(c.Status)), "reason": types.StringValue(c.Reason),
+			"message": types.StringValue(c.Message), "last_transition_time": t, "observed_generation": types.Int64Value(c.ObservedGeneration),
+		}))
+	}
+	return types.ListValueMust(conditionObjectType, elems)
+}
+
+// plannedKeySeen is the key a successful switch of n records as
+// host_key_seen, when a plan can know it: its pin, or the key it was held
+// to, at the same host, when no ssh_opts or config file could change which
+// key the login accepts; else unknown.
+func (r *deploymentResource) plannedKeySeen(ctx context.Context, plan *deploymentModel, n deployNodeModel, p priorNode) types.String {
+	if r.data == nil || !plan.SSHConfigFile.IsNull() {
+		return types.StringUnknown()
+	}
+	var nd diag.Diagnostics
+	s := r.settings(ctx, r.defaults(ctx, plan, &nd), n, p, &nd)
+	for _, o := range s.SSHOpts {
+		key, _, _ := strings.Cut(o, "=")
+		if deploy.IsHostKeyOption(key) {
+			return types.StringUnknown()
+		}
+	}
+	key := strings.TrimSpace(s.HostKey)
+	if key == "" {
+		key = strings.TrimSpace(s.SeenHostKey)
+	}
+	if f := strings.Fields(key); len(f) >= 2 && !nd.HasError() {
+		return types.StringValue(f[0] + " " + f[1])
+	}
+	return types.StringUnknown()
 }
 
 // previewTimeout bounds the queries of a plan's preview of one node.
@@ -445,7 +516,7 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 		rec := p.record
 		if !kept[name] {
 			a, _ := actions[name].(types.String)
-			rec = successRecord(n, p, a.ValueString(), goal)
+			rec = r.successRecord(ctx, plan, n, p, a.ValueString(), goal)
 		}
 		planned = append(planned, rec)
 		v, d := types.ObjectValueFrom(ctx, deployStatusAttrTypes, rec)
@@ -478,21 +549,44 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 
 // successRecord is the record a successful apply writes of a node it
 // deploys (action switch), finds done after a failure (none) or holds
-// anew (skip): what success decides is known, the rest unknown.
-func successRecord(n deployNodeModel, p priorNode, action string, goal deploy.Goal) deployStatusModel {
+// anew (skip): what success decides is known, the rest unknown. Its
+// conditions are what success records (deploy.SucceededConditions, or a
+// hold's), known but for the times of those whose status changes: a
+// switch that succeeds changes no condition but its generation, and plans
+// as a few lines rather than every condition gone unknown.
+func (r *deploymentResource) successRecord(ctx context.Context, plan *deploymentModel, n deployNodeModel, p priorNode, action string, goal deploy.Goal) deployStatusModel {
 	name := n.Name.ValueString()
 	unknown := types.StringUnknown()
 	rec := deployStatusModel{
 		Name: n.Name, Host: types.StringValue(orStr(n.Host.ValueString(), name)), Action: types.StringValue(action), System: n.System,
 		Phase: types.StringValue(string(deploy.PhaseSucceeded)), ExitCode: types.Int64Value(0), Hint: types.StringValue(""),
-		CurrentSystem: unknown, PreviousSystem: unknown, VerifiedSystem: unknown, HostKeySeen: unknown, Message: unknown,
+		CurrentSystem: unknown, PreviousSystem: unknown, VerifiedSystem: unknown, HostKeySeen: r.plannedKeySeen(ctx, plan, n, p), Message: unknown,
 		StartedAt: unknown, FinishedAt: unknown, Conditions: types.ListUnknown(conditionObjectType),
+	}
+	if !plan.Generation.IsUnknown() {
+		var conds []conditions.Condition
+		var err error
+		switch action {
+		case actionSkip:
+			conds, err = deploy.NodeConditions(p.conds, deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: heldMessage}, plan.Generation.ValueInt64(), time.Time{})
+		default:
+			conds, err = deploy.SucceededConditions(p.conds, name, goal, plan.Generation.ValueInt64(), time.Time{})
+		}
+		if err == nil {
+			rec.Conditions = plannedConditionsValue(conds)
+		}
 	}
 	switch action {
 	case actionSkip:
 		rec.Phase = types.StringValue(string(deploy.PhaseSkipped))
+		rec.HostKeySeen = unknown
 	case actionNone:
+		// Not deployed: the record's key stands (at the same host).
 		rec.CurrentSystem, rec.VerifiedSystem = types.StringValue(p.current), types.StringValue(p.verified)
+		rec.HostKeySeen = types.StringValue("")
+		if p.host == rec.Host.ValueString() {
+			rec.HostKeySeen = types.StringValue(p.hostKeySeen)
+		}
 	default:
 		// A node that succeeded runs its system (switch, test) and
 		// records it as verified (switch, test, boot).
