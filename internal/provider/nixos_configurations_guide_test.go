@@ -2,9 +2,12 @@ package provider_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -14,7 +17,7 @@ import (
 )
 
 // guideFleet is the test bed of the NixOS configurations guide: a session
-// with the guide's example directory copied in, a repository of
+// with a guide's example directory copied in, a repository of
 // NixOS-like configurations in its nixos/ (as the guide lays it out), and
 // one NixOS-like target per configuration, booted into a first system and
 // accepting one client key.
@@ -25,9 +28,8 @@ type guideFleet struct {
 	keyFile string
 }
 
-func newGuideFleet(t *testing.T, cli acctest.CLI, binary, example string, configs map[string]nixtest.Configuration) *guideFleet {
+func newGuideFleet(t *testing.T, s *acctest.Session, example string, configs map[string]nixtest.Configuration) *guideFleet {
 	t.Helper()
-	s := acctest.NewBinarySession(t, cli, binary)
 	if err := os.CopyFS(s.Dir, os.DirFS(example)); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestNixOSConfigurationsGuideAppliesInOneGo(t *testing.T) {
 			spec := nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed},
 				Units: map[string]string{"nginx.service": "[Service]\nExecStart=/bin/nginx\n"}, Packages: map[string]int{"nginx-1.26.2": 64 << 10}}
 			configs := map[string]nixtest.Configuration{"web1": {System: spec}, "web2": {System: spec}, "web3": {System: spec}}
-			f := newGuideFleet(t, cli, binary, "../../examples/guides/nixos-configurations", configs)
+			f := newGuideFleet(t, acctest.NewBinarySession(t, cli, binary), "../../examples/guides/nixos-configurations", configs)
 			var hosts []map[string]any
 			for _, name := range []string{"web1", "web2", "web3"} {
 				tg := f.targets[name]
@@ -180,7 +182,7 @@ func TestNixOSConfigurationsGuideKeepsGoing(t *testing.T) {
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
 			good := nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
-			f := newGuideFleet(t, cli, binary, "../../examples/guides/nixos-keep-going", map[string]nixtest.Configuration{
+			f := newGuideFleet(t, acctest.NewBinarySession(t, cli, binary), "../../examples/guides/nixos-keep-going", map[string]nixtest.Configuration{
 				"web1": good,
 				"web2": {System: good.System, EvalError: "The option `services.ngnix' does not exist."},
 				"web3": {System: good.System, BuildFails: true},
@@ -241,7 +243,7 @@ func TestNixOSConfigurationsGuideBuildsOnRemoteBuilders(t *testing.T) {
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
 			good := nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
-			f := newGuideFleet(t, cli, binary, "../../examples/guides/nixos-configurations", map[string]nixtest.Configuration{"web1": good})
+			f := newGuideFleet(t, acctest.NewBinarySession(t, cli, binary), "../../examples/guides/nixos-configurations", map[string]nixtest.Configuration{"web1": good})
 			tg := f.targets["web1"]
 			f.vars(t, map[string]any{"ssh_key_file": f.keyFile,
 				"hosts": []map[string]any{{"name": "web1", "host": tg.Host, "port": tg.Port, "host_key": tg.HostKey}}})
@@ -258,6 +260,167 @@ func TestNixOSConfigurationsGuideBuildsOnRemoteBuilders(t *testing.T) {
 			web1, _ := systemOf(t, &nixtest.Repository{Dir: f.repo.Dir}, "web1")
 			if !builder.HasPath(t, web1) {
 				t.Errorf("web1's system is not in the build machine's store: it was not built there")
+			}
+			f.s.WantNoChanges()
+		})
+	}
+}
+
+// plannedNodes is, per node of the deployments a saved plan holds, its
+// system and derivation, as show -json prints them.
+func plannedNodes(t *testing.T, s *acctest.Session, plan string) map[string][2]string {
+	t.Helper()
+	out, _ := s.Run("show", "-json", plan)
+	var shown struct {
+		ResourceChanges []struct {
+			Type   string `json:"type"`
+			Change struct {
+				After struct {
+					Nodes []struct{ Name, System, Derivation string } `json:"nodes"`
+				} `json:"after"`
+			} `json:"change"`
+		} `json:"resource_changes"`
+	}
+	if err := json.Unmarshal([]byte(out), &shown); err != nil {
+		t.Fatalf("show -json %s: %v", plan, err)
+	}
+	nodes := map[string][2]string{}
+	for _, rc := range shown.ResourceChanges {
+		if rc.Type == "fleet_ssh_deployment" {
+			for _, n := range rc.Change.After.Nodes {
+				nodes[n.Name] = [2]string{n.System, n.Derivation}
+			}
+		}
+	}
+	return nodes
+}
+
+// freshRunner makes this machine's store look like a fresh CI runner's
+// with the same checkout, for the planned nodes: neither their systems
+// nor their derivations are in it (their inputs, shared with other
+// systems, stay).
+func freshRunner(t *testing.T, nodes map[string][2]string) {
+	t.Helper()
+	for name, n := range nodes {
+		for _, p := range n {
+			if _, err := os.Stat(p); err != nil {
+				continue
+			}
+			cmd := exec.Command("nix-store", "--delete", p)
+			cmd.Env = nixtest.DeployerEnv()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("forgetting %s's %s: %v\n%s", name, p, err, out)
+			}
+		}
+	}
+}
+
+// runJob runs a CI job script of the guide in the session's directory,
+// with the session's CLI as terraform, and returns its output and exit
+// code.
+func runJob(t *testing.T, s *acctest.Session, script string, args ...string) (string, int) {
+	t.Helper()
+	bin := t.TempDir()
+	if err := os.Symlink(s.CLI.Path, filepath.Join(bin, "terraform")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := s.Command(filepath.Join(s.Dir, script), args...)
+	cmd.Env = append(cmd.Env, "PATH="+bin+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	}
+	t.Fatalf("%s did not run: %v\n%s", script, err, out)
+	return "", -1
+}
+
+// A saved plan applied by another job on a fresh runner, as the guide
+// says, through both CLIs. Without the plan's derivations the apply stops
+// before it deploys anything, naming each node and what to carry, and
+// leaves that plan stale. With
+// the guide's jobs (plan-job.sh keeps the derivations beside the plan,
+// apply-job.sh brings them in), the apply builds and switches what was
+// planned, even though a configuration changed since the plan.
+func TestNixOSConfigurationsGuideSavedPlanOnAnotherRunner(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			good := nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
+			// A CI runner: the provider installed where both CLIs find
+			// it, so that the jobs' init works as it does there.
+			s := acctest.NewPlainSession(t, cli)
+			home := t.TempDir()
+			dir := filepath.Join(home, ".terraform.d", "plugins", cli.Host, "fleetops", "fleet", "0.1.0", runtime.GOOS+"_"+runtime.GOARCH)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(binary)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "terraform-provider-fleet_v0.1.0"), b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s.Setenv("HOME", home)
+			f := newGuideFleet(t, s, "../../examples/guides/nixos-configurations", map[string]nixtest.Configuration{"web1": good, "web2": good})
+			var hosts []map[string]any
+			for _, name := range []string{"web1", "web2"} {
+				tg := f.targets[name]
+				hosts = append(hosts, map[string]any{"name": name, "host": tg.Host, "port": tg.Port, "host_key": tg.HostKey})
+			}
+			f.vars(t, map[string]any{"hosts": hosts, "ssh_key_file": f.keyFile})
+			booted := f.targets["web1"].CurrentSystem()
+
+			// A plan saved here, applied where its derivations are not.
+			f.s.Run("init", "-input=false")
+			f.s.Run("plan", "-input=false", "-out=bare.tfplan")
+			freshRunner(t, plannedNodes(t, f.s, "bare.tfplan"))
+			out, errOut, code := f.s.ExitCode("apply", "-input=false", "-no-color", "bare.tfplan")
+			for _, want := range []string{"Derivation missing", "node web1: neither the system", "node web2: neither the system", "nix copy --derivation"} {
+				if code == 0 || !wrapped(want).MatchString(errOut) {
+					t.Errorf("the saved plan applied without its derivations (exit %d) does not say %q:\n%s\n%s", code, want, out, errOut)
+				}
+			}
+			for name, tg := range f.targets {
+				if tg.CurrentSystem() != booted || len(tg.Calls()) != 0 {
+					t.Errorf("%s was deployed to by an apply that lacked its derivation: runs %s, calls %q", name, tg.CurrentSystem(), tg.Calls())
+				}
+			}
+
+			// As the guide says: that plan is stale now, whatever is
+			// carried; plan again.
+			if _, errOut, code := f.s.ExitCode("apply", "-input=false", "-no-color", "bare.tfplan"); code == 0 || !strings.Contains(errOut, "Saved plan is stale") {
+				t.Errorf("the saved plan after its failed apply (exit %d) is not refused as stale:\n%s", code, errOut)
+			}
+			// The guide's jobs: the plan job keeps the derivations, the
+			// apply job on a fresh runner brings them in.
+			if out, code := runJob(t, f.s, "plan-job.sh"); code != 0 {
+				t.Fatalf("plan-job.sh exited %d:\n%s", code, out)
+			}
+			planned := plannedNodes(t, f.s, "tfplan")
+			freshRunner(t, planned)
+			edited := f.repo.Configurations["web2"]
+			edited.Revision = 1
+			f.repo.Configurations["web2"] = edited
+			f.repo.Write(t)
+			if out, code := runJob(t, f.s, "apply-job.sh"); code != 0 {
+				t.Fatalf("apply-job.sh exited %d:\n%s", code, out)
+			}
+			for name, n := range planned {
+				if got := f.targets[name].CurrentSystem(); got != n[0] {
+					t.Errorf("%s runs %s after the saved plan, want the planned %s", name, got, n[0])
+				}
+			}
+			// web2's edit made after the plan is the next plan's.
+			f.s.Run("apply", "-auto-approve", "-input=false")
+			f.runs(t, "web1", "web2")
+			if f.targets["web2"].CurrentSystem() == planned["web2"][0] {
+				t.Errorf("web2 still runs the system planned before its edit")
 			}
 			f.s.WantNoChanges()
 		})
