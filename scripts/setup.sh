@@ -9,8 +9,9 @@
 #     ca-certificates, and a C
 #     toolchain (gcc, libc6-dev), which the race detector (go test -race) needs,
 #     debootstrap and systemd-container (systemd-nspawn) for the real
-#     systemd host of the deployment tests, and unzip (make
-#     release-snapshot lists the archives it built)
+#     systemd host of the deployment tests, unzip (make
+#     release-snapshot lists the archives it built), and jq (the NixOS
+#     configurations guide's CI jobs read the saved plan with it)
 #   - Go modules of the provider and of tools/
 #   - OpenTofu, built from its Go module by scripts/build-tofu.sh (cached)
 #   - the real systemd host's Debian root file system, made by
@@ -20,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(openssh-server openssh-client nix-bin iproute2 util-linux nodejs git make ca-certificates gcc libc6-dev debootstrap systemd-container sudo unzip)
+packages=(openssh-server openssh-client nix-bin iproute2 util-linux nodejs git make ca-certificates gcc libc6-dev debootstrap systemd-container sudo unzip jq)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,14 +3,16 @@
 // behind a bastion, all on 127.0.0.1; and three storage nodes sharing one
 // storage layout, each an sshd in a mount namespace of its own: one healthy,
 // one whose uploads mount is read-only, one whose instance storage hangs
-// (a hung mount: writes there block, as on a dead hard-NFS mount); and two NixOS-like deploy targets with
-// the systems to switch them to, and as many more as -deploy-hosts asks. It needs root (mount namespaces) and
-// Debian's nix-bin. It
-// writes a Terraform variables file
-// describing them, prints "ready", and stops every host on SIGINT, SIGTERM or
-// when its standard input closes.
+// (a hung mount: writes there block, as on a dead hard-NFS mount); and two
+// NixOS-like deploy targets, web1 and web2, and as many more as
+// -deploy-hosts asks, with a flake of their NixOS-like configurations
+// (internal/nixtest's Repository, not built: a deployment builds them) in
+// -nixos-dir. It needs root (mount namespaces) and Debian's nix-bin. It
+// writes a Terraform variables file describing them, prints "ready", and
+// stops every host on SIGINT, SIGTERM or when its standard input closes.
 //
-// It uses the project's one test-host harness, internal/sshtest.
+// It uses the project's one test-host harness, internal/sshtest and
+// internal/nixtest.
 package main
 
 import (
@@ -44,6 +46,11 @@ type vars struct {
 	Nodes          map[string]host `json:"nodes"`
 	// Deploy targets: NixOS-like hosts and the systems to switch them to.
 	DeployTargets []deployTarget `json:"deploy_targets"`
+	// NixOSDir holds the deploy targets' configurations, a flake
+	// (nixosConfigurations.<target name>), and NixOSFlake is its
+	// reference for fleet_nixos_systems.
+	NixOSDir   string `json:"nixos_dir"`
+	NixOSFlake string `json:"nixos_flake"`
 }
 
 type deployTarget struct {
@@ -52,9 +59,12 @@ type deployTarget struct {
 	Port           int    `json:"port"`
 	HostKey        string `json:"host_key"`
 	PrivateKeyFile string `json:"private_key_file"`
-	System         string `json:"system"`
-	// GoodSystem is a system that switches cleanly: what to set a
-	// failing host back to.
+	// System and GoodSystem are store paths built at start, for a
+	// configuration that passes store paths rather than reading
+	// nixos_flake: System is what the target's configuration does (web2's
+	// fails a unit), GoodSystem a system that switches cleanly, what to
+	// set a failing host back to.
+	System     string `json:"system"`
 	GoodSystem string `json:"good_system"`
 }
 
@@ -63,6 +73,7 @@ func main() {
 	extra := flag.Int("deploy-hosts", 0, "NixOS-like hosts to start besides web1 and web2, named node01, node02, …")
 	failing := flag.Int("failing-hosts", 0, "how many of those (the first ones) get a system whose activation fails a unit")
 	delay := flag.Duration("activation-delay", 0, "how long each activation of their systems takes")
+	nixosDir := flag.String("nixos-dir", "", "where to write the deploy targets' NixOS configurations (default: the sandbox's own directory, removed when it stops)")
 	flag.Parse()
 	if *extra < 0 || *failing < 0 || *failing > *extra {
 		fmt.Fprintln(os.Stderr, "fleet-sandbox: -failing-hosts must be between 0 and -deploy-hosts")
@@ -79,6 +90,7 @@ func main() {
 	// The host was reinstalled: it serves a new key, the pin is the old one.
 	rekeyed := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
 	oldKey := sshtest.NewKey(sb)
+	var err error
 	blackholed := sshtest.NewServer(sb, sshtest.BlackHole)
 	downHost, downPort := sshtest.ClosedPort(sb)
 	behind := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
@@ -101,7 +113,17 @@ func main() {
 	v.Nodes["sf-down"] = v.Hosts["down"]
 	// Every deploy target takes the one client key, as every host does:
 	// credentials can live in the provider block alone.
-	v.DeployTargets = append(deployTargets(sb, client, keyFile), fleetTargets(sb, client, keyFile, *extra, *failing, *delay)...)
+	repo := &nixtest.Repository{Dir: *nixosDir, Configurations: map[string]nixtest.Configuration{}}
+	if repo.Dir == "" {
+		repo.Dir = filepath.Join(sb.dir, "nixos")
+	}
+	if repo.Dir, err = filepath.Abs(repo.Dir); err != nil {
+		sb.Fatalf("-nixos-dir: %v", err)
+	}
+	v.DeployTargets = append(deployTargets(sb, client, keyFile, repo), fleetTargets(sb, client, keyFile, repo, *extra, *failing, *delay)...)
+	// Written, not built: a deployment of them builds them first.
+	repo.Write(sb)
+	v.NixOSDir, v.NixOSFlake = repo.Dir, "path:"+repo.Dir
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		sb.Fatalf("encoding variables: %v", err)
@@ -109,6 +131,7 @@ func main() {
 	if err := os.WriteFile(*out, data, 0o600); err != nil {
 		sb.Fatalf("writing %s: %v", *out, err)
 	}
+	fmt.Fprintf(os.Stderr, "fleet-sandbox: the deploy targets' NixOS configurations are in %s (edit configurations.nix or systems/<name>.json there)\n", repo.Dir)
 	fmt.Println("ready")
 
 	stop := make(chan os.Signal, 1)
@@ -127,24 +150,27 @@ func main() {
 // The sandbox's systems are NixOS-like closures whose units and packages
 // are store paths of their own, so that a plan's summary of each switch
 // has something to say: the systems the hosts boot into run nginx 1.26.1
-// and a cron job; the systems to switch to run nginx 1.26.2, drop the cron
-// job and add an app with its package.
+// and a cron job; the systems to switch to (the configurations'; system
+// and good_system) run nginx 1.26.2, drop the cron job and add an app with
+// its package.
 func firstSystem(sb *sandbox) string {
 	return nixtest.System(sb, nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed},
 		Units:    map[string]string{"nginx.service": "[Service]\nExecStart=/bin/nginx-1.26.1\n", "cron.service": "[Service]\nExecStart=/bin/cron\n", "sshd.service": "[Service]\nExecStart=/bin/sshd\n"},
 		Packages: map[string]int{"nginx-1.26.1": 512 << 10, "openssl-3.0.13": 1 << 20, "cron-4.1": 64 << 10}})
 }
 
-func nextSystem(sb *sandbox, b nixtest.Behaviour) string {
-	return nixtest.System(sb, nixtest.SystemSpec{Behaviour: b,
+func nextSpec(b nixtest.Behaviour) nixtest.SystemSpec {
+	return nixtest.SystemSpec{Behaviour: b,
 		Units:    map[string]string{"nginx.service": "[Service]\nExecStart=/bin/nginx-1.26.2\n", "app.service": "[Service]\nExecStart=/bin/app\n", "sshd.service": "[Service]\nExecStart=/bin/sshd\n"},
-		Packages: map[string]int{"nginx-1.26.2": 512 << 10, "openssl-3.0.13": 1 << 20, "app-1.0": 2 << 20}})
+		Packages: map[string]int{"nginx-1.26.2": 512 << 10, "openssl-3.0.13": 1 << 20, "app-1.0": 2 << 20}}
 }
 
+func nextSystem(sb *sandbox, b nixtest.Behaviour) string { return nixtest.System(sb, nextSpec(b)) }
+
 // deployTargets starts two NixOS-like hosts, each booted into a first
-// system, and builds the systems to switch them to: a good one for web1,
-// and for web2 one whose activation fails a unit (it is rolled back).
-func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string) []deployTarget {
+// system, and adds their configurations to repo: a good one for web1, and
+// for web2 one whose activation fails a unit (it is rolled back).
+func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string, repo *nixtest.Repository) []deployTarget {
 	first := firstSystem(sb)
 	var out []deployTarget
 	for _, t := range []struct {
@@ -156,6 +182,7 @@ func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string) []deployTar
 	} {
 		tg := nixtest.NewTarget(sb, nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(client)))
 		tg.Boot(sb, first)
+		repo.Configurations[t.name] = nixtest.Configuration{System: nextSpec(t.b)}
 		out = append(out, deployTarget{Name: t.name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
 			PrivateKeyFile: keyFile, System: nextSystem(sb, t.b), GoodSystem: nextSystem(sb, nixtest.Behaviour{Kind: nixtest.Succeed})})
 	}
@@ -163,23 +190,27 @@ func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string) []deployTar
 }
 
 // fleetTargets starts n more NixOS-like hosts for trying rollouts at
-// scale, the first failing of them given a system that fails a unit.
-func fleetTargets(sb *sandbox, client *sshtest.Key, keyFile string, n, failing int, delay time.Duration) []deployTarget {
+// scale, the first failing of them given a configuration whose system
+// fails a unit.
+func fleetTargets(sb *sandbox, client *sshtest.Key, keyFile string, repo *nixtest.Repository, n, failing int, delay time.Duration) []deployTarget {
 	if n == 0 {
 		return nil
 	}
 	first := firstSystem(sb)
-	good := nextSystem(sb, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: delay})
-	bad := nextSystem(sb, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"app.service"}, Delay: delay})
+	goodB := nixtest.Behaviour{Kind: nixtest.Succeed, Delay: delay}
+	badB := nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"app.service"}, Delay: delay}
+	good, bad := nextSystem(sb, goodB), nextSystem(sb, badB)
 	var out []deployTarget
 	for i := range n {
 		tg := nixtest.NewTarget(sb, nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(client)))
 		tg.Boot(sb, first)
-		sys := good
+		name := fmt.Sprintf("node%02d", i+1)
+		sys, b := good, goodB
 		if i < failing {
-			sys = bad
+			sys, b = bad, badB
 		}
-		out = append(out, deployTarget{Name: fmt.Sprintf("node%02d", i+1), Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
+		repo.Configurations[name] = nixtest.Configuration{System: nextSpec(b)}
+		out = append(out, deployTarget{Name: name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
 			PrivateKeyFile: keyFile, System: sys, GoodSystem: good})
 	}
 	return out

@@ -1,4 +1,4 @@
-# The demo fleet: five hosts of a local sandbox (make demo starts them and
+# The demo fleet: the hosts of a local sandbox (make demo starts them and
 # writes sandbox.auto.tfvars.json). It is a whole, runnable setup: point the
 # variables at real hosts and it works the same way.
 terraform {
@@ -149,26 +149,45 @@ output "schedulable_nodes" {
 }
 
 # Deployment: two NixOS-like hosts of the sandbox, switched one after the
-# other. web2's new system fails a unit: its verdict fails, it is rolled
-# back, and the apply fails at the end, after web1 was switched.
+# other, to the systems of their NixOS configurations. The sandbox writes
+# those (a flake, nixosConfigurations.<host>) and does not build them: the
+# plan says what each switch will build, and the apply builds them first.
+# web2's new system fails a unit: its verdict fails, it is rolled back, and
+# the apply fails at the end, after web1 was switched.
 variable "deploy_targets" {
-  description = "NixOS-like hosts and the systems to switch them to, in order."
+  description = "NixOS-like hosts, in deploy order."
   type = list(object({
     name             = string
     host             = string
     port             = number
     host_key         = string
     private_key_file = string
-    system           = string
-    good_system      = optional(string) # one that switches cleanly
   }))
+}
+
+variable "nixos_flake" {
+  description = "The flake of the deploy targets' NixOS configurations, one per target name."
+  type        = string
+}
+
+variable "nixos_dir" {
+  description = "The flake's directory: edit a configuration there (a unit in systems/<name>.json, a revision in configurations.nix), then plan."
+  type        = string
+}
+
+# The configurations of the hosts deployed, evaluated during plan in one
+# Nix process: each one's system and derivation, known at plan.
+data "fleet_nixos_systems" "deploy" {
+  flake = var.nixos_flake
+  names = [for t in var.deploy_targets : t.name]
 }
 
 resource "fleet_ssh_deployment" "demo" {
   nodes = [for t in var.deploy_targets : {
     name             = t.name
     host             = t.host
-    system           = t.system
+    system           = data.fleet_nixos_systems.deploy.systems[t.name].system
+    derivation       = data.fleet_nixos_systems.deploy.systems[t.name].derivation
     host_key         = t.host_key
     user             = var.user
     private_key_file = t.private_key_file
@@ -183,4 +202,9 @@ resource "fleet_ssh_deployment" "demo" {
 output "deployment" {
   description = "Each node's phase and message."
   value       = { for s in fleet_ssh_deployment.demo.status : s.name => "${s.phase}: ${s.message}" }
+}
+
+output "nixos_configurations" {
+  description = "Where the deploy targets' configurations are: edit one, then plan."
+  value       = var.nixos_dir
 }

@@ -98,9 +98,10 @@ func TestNamedMakeTargetsExist(t *testing.T) {
 }
 
 // make sandbox runs the demo's sandbox alone, as the README says: it writes
-// the variables file SANDBOX_OUT names with the hosts and deploy targets,
-// prints ready, and stops, its hosts with it, when its standard input
-// closes.
+// the variables file SANDBOX_OUT names with the hosts and deploy targets
+// and the flake of the targets' configurations (one per target, not
+// built), prints ready, and stops, its hosts with it, when its standard
+// input closes.
 func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "sandbox.auto.tfvars.json")
 	cmd := exec.Command("make", "--no-print-directory", "sandbox", "SANDBOX_OUT="+out)
@@ -150,13 +151,38 @@ func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
 	var vars struct {
 		Hosts         map[string]any `json:"hosts"`
 		Nodes         map[string]any `json:"nodes"`
-		DeployTargets []any          `json:"deploy_targets"`
+		DeployTargets []struct {
+			Name string `json:"name"`
+		} `json:"deploy_targets"`
+		NixOSFlake string `json:"nixos_flake"`
+		NixOSDir   string `json:"nixos_dir"`
 	}
 	if err := json.Unmarshal(b, &vars); err != nil {
 		t.Fatalf("SANDBOX_OUT is not JSON: %v\n%s", err, b)
 	}
 	if len(vars.Hosts) != 5 || len(vars.Nodes) != 4 || len(vars.DeployTargets) < 2 {
 		t.Errorf("the sandbox's variables: %d hosts, %d storage nodes, %d deploy targets; want 5, 4, at least 2:\n%s", len(vars.Hosts), len(vars.Nodes), len(vars.DeployTargets), b)
+	}
+	var targets []string
+	for _, d := range vars.DeployTargets {
+		targets = append(targets, d.Name)
+	}
+	if vars.NixOSFlake != "path:"+vars.NixOSDir || !filepath.IsAbs(vars.NixOSDir) {
+		t.Errorf("nixos_flake = %q, nixos_dir = %q: want path: and the directory's absolute path", vars.NixOSFlake, vars.NixOSDir)
+	}
+	nix := func(args ...string) (string, error) {
+		cmd := exec.Command("nix", append([]string{"--extra-experimental-features", "nix-command flakes", "eval"}, args...)...)
+		cmd.Env = append(os.Environ(), "NIX_CONFIG=substituters =")
+		out, err := cmd.Output()
+		return string(out), err
+	}
+	names, err := nix("--json", vars.NixOSFlake+"#nixosConfigurations", "--apply", "builtins.attrNames")
+	if want, _ := json.Marshal(targets); err != nil || strings.TrimSpace(names) != string(want) {
+		t.Errorf("the flake's configurations: %s (%v), want one per deploy target, %s", names, err, want)
+	}
+	system, err := nix("--raw", vars.NixOSFlake+"#nixosConfigurations.web1.config.system.build.toplevel.outPath")
+	if _, serr := os.Stat(system); err != nil || !strings.HasSuffix(system, "-nixos-system-web1") || serr == nil {
+		t.Errorf("web1's system %q (%v) is built already, or is not web1's: the sandbox leaves it to the deployment to build", system, err)
 	}
 	_ = stdin.Close()
 	done := make(chan error, 1)

@@ -144,10 +144,14 @@ var remoteBuildStep = &step{
 }
 
 // remoteBuildScript realises drv on the host, and stops the build when the
-// session's standard input closes (the deployer stopped or went away).
+// session's standard input closes (the deployer stopped or went away). The
+// watcher reads that input through fd 3: a shell gives a background job
+// /dev/null for its standard input, which would end the watch at once and
+// interrupt the build as it starts, or miss the session's end.
 func remoteBuildScript(drv string) string {
-	return "nix-store --realise " + shell.Quote(drv) + ` </dev/null & fleet_b=$!
-( while read -r _; do :; done; kill -INT $fleet_b 2>/dev/null ) & fleet_w=$!
+	return "exec 3<&0\nnix-store --realise " + shell.Quote(drv) + ` </dev/null 3<&- & fleet_b=$!
+( while read -r _; do :; done <&3; kill -INT $fleet_b 2>/dev/null ) & fleet_w=$!
+exec 3<&-
 wait $fleet_b; fleet_rc=$?
 kill $fleet_w 2>/dev/null
 exit $fleet_rc`

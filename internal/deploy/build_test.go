@@ -169,6 +169,43 @@ func TestDeployInterruptedDuringABuild(t *testing.T) {
 	}
 }
 
+// An interrupt during a build on the host (build_on = "target") stops the
+// host's build too, as the end of the session tells it: exit 130 in the
+// build step, the host's system unchanged, and no builder left running
+// there.
+func TestDeployInterruptedDuringABuildOnTheTarget(t *testing.T) {
+	systems := evaluated(t, map[string]nixtest.Configuration{"slow": {System: good().System, BuildDelay: 73 * time.Second}})
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	n := targetOf(tg, "slow", systems["slow"].Path)
+	n.Derivation, n.BuildOn = systems["slow"].Derivation, deploy.BuildTarget
+	d := deployer(t, deploy.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for !builderSleeps("73") && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond)
+		cancel()
+	}()
+	r := d.Deploy(ctx, []deploy.Target{n}, nil)[0]
+	if r.ExitCode != deploy.ExitInterrupted || r.Step != deploy.StepBuild {
+		t.Errorf("exit %d in %q, want 130 in the build step: %s", r.ExitCode, r.Step, r.Message)
+	}
+	if tg.CurrentSystem() != old {
+		t.Errorf("the host runs %s, want %s still", tg.CurrentSystem(), old)
+	}
+	// Nix stops its builder once told; give it a moment.
+	for end := time.Now().Add(10 * time.Second); builderSleeps("73") && time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if builderSleeps("73") {
+		t.Errorf("the host's builder runs on after the deploy ended")
+	}
+}
+
 // With parallelism, a node whose system is ready does not wait for the
 // build of the node before it.
 func TestDeployDoesNotWaitForAnotherNodesBuild(t *testing.T) {
