@@ -43,7 +43,7 @@ resource "fleet_ssh_deployment" "none" {
 
 // ciFilter is the deployment guide's jq filter's expression over warning
 // summaries.
-var ciFilter = regexp.MustCompile(`^Node .* (will switch|is unreachable)$`)
+var ciFilter = regexp.MustCompile(`^Nodes? .* (will switch|is unreachable)$`)
 
 // The guide's CI filter names every node a plan switches (issue 24 point
 // 3), through both CLIs: a plan (with its refresh) of two nodes whose
