@@ -1,6 +1,9 @@
 package provider_test
 
 import (
+	"encoding/json"
+	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -75,6 +78,85 @@ func TestDeploymentCIFilterNamesEverySwitchingNode(t *testing.T) {
 			slices.Sort(named)
 			if got := strings.Join(named, "; "); got != "Node n1 will switch; Node n2 is unreachable" {
 				t.Errorf("the CI filter names %q, want n1's switch and n2 unreachable", got)
+			}
+		})
+	}
+}
+
+// savedPlanFilter is the deployment guide's jq filter over a saved plan,
+// as the guide shows it (TestDeploymentGuideShowsTheSavedPlanFilter).
+const savedPlanFilter = `.resource_changes[] | select(.type == "fleet_ssh_deployment") | .change as $c
+         | range($c.after.status | length) as $i | $c.after.status[$i].name as $n
+         | select($c.after.actions[$n] == "switch" and $c.after_unknown.status[$i].started_at) | "\(.address): \($n)"`
+
+// The deployment guide shows the filter the saved-plan test runs.
+func TestDeploymentGuideShowsTheSavedPlanFilter(t *testing.T) {
+	b, err := os.ReadFile("../../docs/guides/deployment.md")
+	if err != nil || !strings.Contains(string(b), "jq -r '"+savedPlanFilter+"'") {
+		t.Errorf("docs/guides/deployment.md does not show the saved-plan filter the test runs (%v)", err)
+	}
+}
+
+// Which nodes a saved plan switches is readable from the plan alone
+// (issue 24 point 4), by the rule the deployment guide documents: a node
+// switches when its planned action is "switch" and its record's
+// started_at is unknown (the apply writes it). Through both CLIs, on
+// terraform show -json of a saved plan that switches n2 of three.
+func TestDeploymentSavedPlanSaysWhichNodesSwitch(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			var tgs []*nixtest.Target
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			for range 3 {
+				tg := nixtest.NewTarget(t)
+				tg.Boot(t, old)
+				tgs = append(tgs, tg)
+			}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig(tgs, []string{old, old, old}, ""))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			s.WriteConfig(deploymentConfig(tgs, []string{old, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}), old}, ""))
+			s.Run("plan", "-input=false", "-out=saved.plan")
+			raw, _ := s.Run("show", "-json", "saved.plan")
+			var plan struct {
+				ResourceChanges []struct {
+					Address string `json:"address"`
+					Change  struct {
+						After struct {
+							Actions map[string]string `json:"actions"`
+							Status  []struct {
+								Name string `json:"name"`
+							} `json:"status"`
+						} `json:"after"`
+						AfterUnknown struct {
+							Status []struct {
+								StartedAt bool `json:"started_at"`
+							} `json:"status"`
+						} `json:"after_unknown"`
+					} `json:"change"`
+				} `json:"resource_changes"`
+			}
+			if err := json.Unmarshal([]byte(raw), &plan); err != nil || len(plan.ResourceChanges) != 1 {
+				t.Fatalf("show -json: %v: %.500s", err, raw)
+			}
+			c := plan.ResourceChanges[0].Change
+			var switching []string
+			for i, rec := range c.After.Status {
+				if c.After.Actions[rec.Name] == "switch" && i < len(c.AfterUnknown.Status) && c.AfterUnknown.Status[i].StartedAt {
+					switching = append(switching, rec.Name)
+				}
+			}
+			if got := strings.Join(switching, ","); got != "n2" {
+				t.Errorf("the saved plan's rule says %q switch, want n2 only", got)
+			}
+			// The guide's jq filter says the same.
+			jq := exec.Command("jq", "-r", savedPlanFilter)
+			jq.Stdin = strings.NewReader(raw)
+			out, err := jq.CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != "fleet_ssh_deployment.prod: n2" {
+				t.Errorf("the guide's jq filter: %v: %q, want fleet_ssh_deployment.prod: n2", err, out)
 			}
 		})
 	}
