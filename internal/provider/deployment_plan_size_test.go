@@ -21,6 +21,7 @@ const (
 	maxOneNodeChangeLines = 125
 	maxLinesPerNode       = 46
 )
+
 func TestDeploymentPlanIsShortAtFleetSize(t *testing.T) {
 	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	old := nixtest.System(t, nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}, Units: map[string]string{"nginx.service": "1"}, Packages: map[string]int{"nginx-1.26.1": 1024}})
