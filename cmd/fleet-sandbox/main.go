@@ -7,9 +7,12 @@
 // NixOS-like deploy targets, web1 and web2, and as many more as
 // -deploy-hosts asks, with a flake of their NixOS-like configurations
 // (internal/nixtest's Repository, not built: a deployment builds them) in
-// -nixos-dir. It needs root (mount namespaces) and Debian's nix-bin. It
-// writes a Terraform variables file describing them, prints "ready", and
-// stops every host on SIGINT, SIGTERM or when its standard input closes.
+// -nixos-dir. -start picks which of the fixed groups start (the five SSH
+// hosts, the storage nodes, web1 and web2); -sudo-login makes the deploy
+// targets let in only a user who is not root and runs root's tools through
+// sudo. It needs root (mount namespaces) and Debian's nix-bin. It writes a
+// Terraform variables file describing them, prints "ready", and stops
+// every host on SIGINT, SIGTERM or when its standard input closes.
 //
 // It uses the project's one test-host harness, internal/sshtest and
 // internal/nixtest.
@@ -22,7 +25,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,6 +65,10 @@ type deployTarget struct {
 	Port           int    `json:"port"`
 	HostKey        string `json:"host_key"`
 	PrivateKeyFile string `json:"private_key_file"`
+	// User is the login the target lets in, and UseSudo whether it is
+	// not root and reaches root's tools through sudo (-sudo-login).
+	User    string `json:"user"`
+	UseSudo bool   `json:"use_sudo"`
 	// System and GoodSystem are store paths built at start, for a
 	// configuration that passes store paths rather than reading
 	// nixos_flake: System is what the target's configuration does (web2's
@@ -68,15 +78,82 @@ type deployTarget struct {
 	GoodSystem string `json:"good_system"`
 }
 
+// groups are the fixed hosts -start can pick, in the order they start.
+var groups = []string{"hosts", "storage", "web"}
+
+// parseStart reads -start: groups, comma-separated, or nothing.
+func parseStart(list string) (map[string]bool, error) {
+	start := map[string]bool{}
+	for _, g := range strings.Split(list, ",") {
+		g = strings.TrimSpace(g)
+		if g == "" {
+			continue
+		}
+		if !slices.Contains(groups, g) {
+			return nil, fmt.Errorf("no group %q; the groups are %s", g, strings.Join(groups, ", "))
+		}
+		start[g] = true
+	}
+	return start, nil
+}
+
+// executorHosts starts the five SSH hosts for executors and reachability.
+func executorHosts(sb *sandbox, client *sshtest.Key) map[string]host {
+	healthy := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
+	// The host was reinstalled: it serves a new key, the pin is the old one.
+	rekeyed := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
+	oldKey := sshtest.NewKey(sb)
+	blackholed := sshtest.NewServer(sb, sshtest.BlackHole)
+	downHost, downPort := sshtest.ClosedPort(sb)
+	behind := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
+	bastion := sshtest.NewServerWithKeys(sb, sshtest.Bastion, nil, client)
+	jump := fmt.Sprintf("%s@%s", healthy.User, bastion.Addr)
+	return map[string]host{
+		"healthy":    {Host: healthy.Host, Port: healthy.Port, HostKeyFingerprint: healthy.HostKeys[0].Fingerprint()},
+		"rekeyed":    {Host: rekeyed.Host, Port: rekeyed.Port, HostKeyFingerprint: oldKey.Fingerprint()},
+		"blackholed": {Host: blackholed.Host, Port: blackholed.Port, HostKeyFingerprint: sshtest.NewKey(sb).Fingerprint()},
+		"down":       {Host: downHost, Port: downPort, HostKeyFingerprint: sshtest.NewKey(sb).Fingerprint()},
+		"jumped":     {Host: behind.Host, Port: behind.Port, HostKeyFingerprint: behind.HostKeys[0].Fingerprint(), ProxyJump: &jump},
+	}
+}
+
+// deployLogin is how the deploy targets let the deployer in: the one
+// client key, for user, through sudo when sudo is set.
+type deployLogin struct {
+	key     *sshtest.Key
+	keyFile string
+	user    string
+	sudo    bool
+}
+
+// target starts a NixOS-like host that lets l in, booted into first.
+func (l deployLogin) target(sb *sandbox, first, name, sys, good string) deployTarget {
+	opts := []nixtest.Option{nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(l.key))}
+	if l.sudo {
+		opts = append(opts, nixtest.WithLoginUser(l.user))
+	}
+	tg := nixtest.NewTarget(sb, opts...)
+	tg.Boot(sb, first)
+	return deployTarget{Name: name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
+		PrivateKeyFile: l.keyFile, User: tg.User, UseSudo: l.sudo, System: sys, GoodSystem: good}
+}
+
 func main() {
 	out := flag.String("out", "sandbox.auto.tfvars.json", "where to write the variables file")
 	extra := flag.Int("deploy-hosts", 0, "NixOS-like hosts to start besides web1 and web2, named node01, node02, …")
 	failing := flag.Int("failing-hosts", 0, "how many of those (the first ones) get a system whose activation fails a unit")
 	delay := flag.Duration("activation-delay", 0, "how long each activation of their systems takes")
 	nixosDir := flag.String("nixos-dir", "", "where to write the deploy targets' NixOS configurations (default: the sandbox's own directory, removed when it stops)")
+	startFlag := flag.String("start", strings.Join(groups, ","), "which fixed hosts to start, comma-separated: hosts (the five SSH hosts for executors), storage (the storage nodes), web (web1 and web2); empty for none")
+	sudoLogin := flag.Bool("sudo-login", false, "the deploy targets let in only "+sshtest.SudoUserName+", a user who is not root and may run anything through sudo without a password; their entries say use_sudo = true")
 	flag.Parse()
 	if *extra < 0 || *failing < 0 || *failing > *extra {
 		fmt.Fprintln(os.Stderr, "fleet-sandbox: -failing-hosts must be between 0 and -deploy-hosts")
+		os.Exit(2)
+	}
+	start, err := parseStart(*startFlag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-sandbox: -start:", err)
 		os.Exit(2)
 	}
 
@@ -85,32 +162,31 @@ func main() {
 
 	client := sshtest.NewKey(sb)
 	keyFile := client.WriteFile(sb, sb.TempDir())
-
-	healthy := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
-	// The host was reinstalled: it serves a new key, the pin is the old one.
-	rekeyed := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
-	oldKey := sshtest.NewKey(sb)
-	var err error
-	blackholed := sshtest.NewServer(sb, sshtest.BlackHole)
-	downHost, downPort := sshtest.ClosedPort(sb)
-	behind := sshtest.StartSSHD(sb, sshtest.WithAuthorizedKeys(client))
-	bastion := sshtest.NewServerWithKeys(sb, sshtest.Bastion, nil, client)
-	jump := fmt.Sprintf("%s@%s", healthy.User, bastion.Addr)
-
+	me, err := user.Current()
+	if err != nil {
+		sb.Fatalf("the current user: %v", err)
+	}
 	v := vars{
-		User:           healthy.User,
+		User:           me.Username,
 		ClientKeyFile:  keyFile,
 		KnownHostsFile: filepath.Join(sb.TempDir(), "known_hosts"),
-		Hosts: map[string]host{
-			"healthy":    {Host: healthy.Host, Port: healthy.Port, HostKeyFingerprint: healthy.HostKeys[0].Fingerprint()},
-			"rekeyed":    {Host: rekeyed.Host, Port: rekeyed.Port, HostKeyFingerprint: oldKey.Fingerprint()},
-			"blackholed": {Host: blackholed.Host, Port: blackholed.Port, HostKeyFingerprint: sshtest.NewKey(sb).Fingerprint()},
-			"down":       {Host: downHost, Port: downPort, HostKeyFingerprint: sshtest.NewKey(sb).Fingerprint()},
-			"jumped":     {Host: behind.Host, Port: behind.Port, HostKeyFingerprint: behind.HostKeys[0].Fingerprint(), ProxyJump: &jump},
-		},
+		Hosts:          map[string]host{},
+		Nodes:          map[string]host{},
+		DeployTargets:  []deployTarget{},
 	}
-	v.StorageRoot, v.Nodes = storageNodes(sb, client)
-	v.Nodes["sf-down"] = v.Hosts["down"]
+	if start["hosts"] {
+		v.Hosts = executorHosts(sb, client)
+	}
+	if start["storage"] {
+		v.StorageRoot, v.Nodes = storageNodes(sb, client)
+		// A storage node that is down, as the SSH host "down" is.
+		downHost, downPort := sshtest.ClosedPort(sb)
+		v.Nodes["sf-down"] = host{Host: downHost, Port: downPort, HostKeyFingerprint: sshtest.NewKey(sb).Fingerprint()}
+	}
+	login := deployLogin{key: client, keyFile: keyFile, user: me.Username}
+	if *sudoLogin {
+		login.user, login.sudo = sshtest.SudoUser(sb), true
+	}
 	// Every deploy target takes the one client key, as every host does:
 	// credentials can live in the provider block alone.
 	repo := &nixtest.Repository{Dir: *nixosDir, Configurations: map[string]nixtest.Configuration{}}
@@ -120,7 +196,10 @@ func main() {
 	if repo.Dir, err = filepath.Abs(repo.Dir); err != nil {
 		sb.Fatalf("-nixos-dir: %v", err)
 	}
-	v.DeployTargets = append(deployTargets(sb, client, keyFile, repo), fleetTargets(sb, client, keyFile, repo, *extra, *failing, *delay)...)
+	if start["web"] {
+		v.DeployTargets = deployTargets(sb, login, repo)
+	}
+	v.DeployTargets = append(v.DeployTargets, fleetTargets(sb, login, repo, *extra, *failing, *delay)...)
 	// Written, not built: a deployment of them builds them first.
 	repo.Write(sb)
 	v.NixOSDir, v.NixOSFlake = repo.Dir, "path:"+repo.Dir
@@ -170,7 +249,7 @@ func nextSystem(sb *sandbox, b nixtest.Behaviour) string { return nixtest.System
 // deployTargets starts two NixOS-like hosts, each booted into a first
 // system, and adds their configurations to repo: a good one for web1, and
 // for web2 one whose activation fails a unit (it is rolled back).
-func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string, repo *nixtest.Repository) []deployTarget {
+func deployTargets(sb *sandbox, login deployLogin, repo *nixtest.Repository) []deployTarget {
 	first := firstSystem(sb)
 	var out []deployTarget
 	for _, t := range []struct {
@@ -180,11 +259,8 @@ func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string, repo *nixte
 		{"web1", nixtest.Behaviour{Kind: nixtest.Succeed}},
 		{"web2", nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"nginx.service"}}},
 	} {
-		tg := nixtest.NewTarget(sb, nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(client)))
-		tg.Boot(sb, first)
 		repo.Configurations[t.name] = nixtest.Configuration{System: nextSpec(t.b)}
-		out = append(out, deployTarget{Name: t.name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
-			PrivateKeyFile: keyFile, System: nextSystem(sb, t.b), GoodSystem: nextSystem(sb, nixtest.Behaviour{Kind: nixtest.Succeed})})
+		out = append(out, login.target(sb, first, t.name, nextSystem(sb, t.b), nextSystem(sb, nixtest.Behaviour{Kind: nixtest.Succeed})))
 	}
 	return out
 }
@@ -192,7 +268,7 @@ func deployTargets(sb *sandbox, client *sshtest.Key, keyFile string, repo *nixte
 // fleetTargets starts n more NixOS-like hosts for trying rollouts at
 // scale, the first failing of them given a configuration whose system
 // fails a unit.
-func fleetTargets(sb *sandbox, client *sshtest.Key, keyFile string, repo *nixtest.Repository, n, failing int, delay time.Duration) []deployTarget {
+func fleetTargets(sb *sandbox, login deployLogin, repo *nixtest.Repository, n, failing int, delay time.Duration) []deployTarget {
 	if n == 0 {
 		return nil
 	}
@@ -202,16 +278,13 @@ func fleetTargets(sb *sandbox, client *sshtest.Key, keyFile string, repo *nixtes
 	good, bad := nextSystem(sb, goodB), nextSystem(sb, badB)
 	var out []deployTarget
 	for i := range n {
-		tg := nixtest.NewTarget(sb, nixtest.WithSSHDOptions(sshtest.WithAuthorizedKeys(client)))
-		tg.Boot(sb, first)
 		name := fmt.Sprintf("node%02d", i+1)
 		sys, b := good, goodB
 		if i < failing {
 			sys, b = bad, badB
 		}
 		repo.Configurations[name] = nixtest.Configuration{System: nextSpec(b)}
-		out = append(out, deployTarget{Name: name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
-			PrivateKeyFile: keyFile, System: sys, GoodSystem: good})
+		out = append(out, login.target(sb, first, name, sys, good))
 	}
 	return out
 }

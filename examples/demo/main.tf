@@ -162,6 +162,8 @@ variable "deploy_targets" {
     port             = number
     host_key         = string
     private_key_file = string
+    user             = string
+    use_sudo         = bool
   }))
 }
 
@@ -189,7 +191,8 @@ resource "fleet_ssh_deployment" "demo" {
     system           = data.fleet_nixos_systems.deploy.systems[t.name].system
     derivation       = data.fleet_nixos_systems.deploy.systems[t.name].derivation
     host_key         = t.host_key
-    user             = var.user
+    user             = t.user
+    use_sudo         = t.use_sudo
     private_key_file = t.private_key_file
     ssh_opts         = ["Port=${t.port}"]
   }]

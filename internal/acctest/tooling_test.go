@@ -3,6 +3,7 @@ package acctest
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -97,14 +98,30 @@ func TestNamedMakeTargetsExist(t *testing.T) {
 	}
 }
 
-// make sandbox runs the demo's sandbox alone, as the README says: it writes
-// the variables file SANDBOX_OUT names with the hosts and deploy targets
-// and the flake of the targets' configurations (one per target, not
-// built), prints ready, and stops, its hosts with it, when its standard
-// input closes.
-func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
+// sandboxVars is what make sandbox writes to SANDBOX_OUT, as far as the
+// tests read it.
+type sandboxVars struct {
+	Hosts         map[string]any `json:"hosts"`
+	Nodes         map[string]any `json:"nodes"`
+	DeployTargets []struct {
+		Name           string `json:"name"`
+		Host           string `json:"host"`
+		Port           int    `json:"port"`
+		PrivateKeyFile string `json:"private_key_file"`
+		User           string `json:"user"`
+		UseSudo        bool   `json:"use_sudo"`
+	} `json:"deploy_targets"`
+	NixOSFlake string `json:"nixos_flake"`
+	NixOSDir   string `json:"nixos_dir"`
+}
+
+// startSandbox runs make sandbox with SANDBOX_FLAGS flags until it prints
+// ready, and returns what it wrote and a stop that closes its standard
+// input and checks that it ends.
+func startSandbox(t *testing.T, flags string) (sandboxVars, []byte, func()) {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "sandbox.auto.tfvars.json")
-	cmd := exec.Command("make", "--no-print-directory", "sandbox", "SANDBOX_OUT="+out)
+	cmd := exec.Command("make", "--no-print-directory", "sandbox", "SANDBOX_OUT="+out, "SANDBOX_FLAGS="+flags)
 	cmd.Dir = repoRoot(t)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -144,22 +161,44 @@ func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
 		_ = cmd.Wait()
 		t.Fatalf("make sandbox ended without printing ready:\n%s\n%s", printed, stderr.String())
 	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = stdin.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("make sandbox after its standard input closed: %v\n%s", err, stderr.String())
+			}
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			t.Errorf("make sandbox did not stop within a minute of its standard input closing")
+		}
+	}
+	t.Cleanup(stop)
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatalf("make sandbox printed ready without writing SANDBOX_OUT: %v", err)
 	}
-	var vars struct {
-		Hosts         map[string]any `json:"hosts"`
-		Nodes         map[string]any `json:"nodes"`
-		DeployTargets []struct {
-			Name string `json:"name"`
-		} `json:"deploy_targets"`
-		NixOSFlake string `json:"nixos_flake"`
-		NixOSDir   string `json:"nixos_dir"`
-	}
+	var vars sandboxVars
 	if err := json.Unmarshal(b, &vars); err != nil {
 		t.Fatalf("SANDBOX_OUT is not JSON: %v\n%s", err, b)
 	}
+	return vars, b, stop
+}
+
+// make sandbox runs the demo's sandbox alone, as the README says: it writes
+// the variables file SANDBOX_OUT names with the hosts and deploy targets
+// and the flake of the targets' configurations (one per target, not
+// built), prints ready, and stops, its hosts with it, when its standard
+// input closes.
+func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
+	vars, b, stop := startSandbox(t, "")
 	if len(vars.Hosts) != 5 || len(vars.Nodes) != 4 || len(vars.DeployTargets) < 2 {
 		t.Errorf("the sandbox's variables: %d hosts, %d storage nodes, %d deploy targets; want 5, 4, at least 2:\n%s", len(vars.Hosts), len(vars.Nodes), len(vars.DeployTargets), b)
 	}
@@ -184,16 +223,36 @@ func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
 	if _, serr := os.Stat(system); err != nil || !strings.HasSuffix(system, "-nixos-system-web1") || serr == nil {
 		t.Errorf("web1's system %q (%v) is built already, or is not web1's: the sandbox leaves it to the deployment to build", system, err)
 	}
-	_ = stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("make sandbox after its standard input closed: %v\n%s", err, stderr.String())
+	stop()
+}
+
+// make sandbox starts only the hosts asked for (-start, -deploy-hosts),
+// and with -sudo-login its deploy targets let in only a user who is not
+// root and reaches root through sudo without a password, as a host that
+// refuses root logins does: the entries say that user and use_sudo.
+func TestMakeSandboxStartsOnlyWhatIsAskedFor(t *testing.T) {
+	vars, b, _ := startSandbox(t, "-start= -deploy-hosts 2 -sudo-login")
+	if len(vars.Hosts) != 0 || len(vars.Nodes) != 0 || len(vars.DeployTargets) != 2 || vars.DeployTargets[0].Name != "node01" {
+		t.Fatalf("-start= -deploy-hosts 2: %d hosts, %d storage nodes, %d deploy targets; want 0, 0 and node01, node02:\n%s", len(vars.Hosts), len(vars.Nodes), len(vars.DeployTargets), b)
+	}
+	for _, d := range vars.DeployTargets {
+		login := func(user, command string) (string, error) {
+			out, err := exec.Command("ssh", "-F", "none", "-i", d.PrivateKeyFile, "-p", fmt.Sprint(d.Port),
+				"-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+				user+"@"+d.Host, command).CombinedOutput()
+			return strings.TrimSpace(string(out)), err
 		}
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatalf("make sandbox did not stop within a minute of its standard input closing")
+		if d.User == "root" || !d.UseSudo {
+			t.Errorf("%s: user %q, use_sudo %v; want a user who is not root, and use_sudo", d.Name, d.User, d.UseSudo)
+		}
+		if out, err := login(d.User, "id -u; sudo -n id -u"); err != nil || len(strings.Fields(out)) != 2 || strings.Fields(out)[0] == "0" || strings.Fields(out)[1] != "0" {
+			t.Errorf("%s: as %s, id -u then sudo -n id -u printed %q (%v); want a user who is not root, then 0", d.Name, d.User, out, err)
+		}
+		if out, err := login("root", "true"); err == nil {
+			t.Errorf("%s let root in (%q): -sudo-login leaves only the sudo user", d.Name, out)
+		}
+	}
+	if out, err := exec.Command("make", "-C", repoRoot(t), "--no-print-directory", "sandbox", "SANDBOX_FLAGS=-start=hosts,mail").CombinedOutput(); err == nil || !strings.Contains(string(out), `no group "mail"; the groups are hosts, storage, web`) {
+		t.Errorf("make sandbox with -start=hosts,mail: %v\n%s\nwant an error naming the groups", err, out)
 	}
 }
