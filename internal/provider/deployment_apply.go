@@ -51,6 +51,33 @@ func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequ
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
+// keptRecord is the record of node n whose last outcome stands: state's,
+// with host_key_seen as keySeen says.
+func keptRecord(n deployNodeModel, p priorNode) deployStatusModel {
+	rec := p.record
+	rec.HostKeySeen = types.StringValue(keySeen(n, p, ""))
+	return rec
+}
+
+// keySeen is node n's host_key_seen when this run saw seen ("" when it
+// did not reach the host): what it saw; else a host_key the configuration
+// pins now (the apply that re-pins a re-keyed host records its new key,
+// not a run later: a node is held to its pin); else what state recorded
+// at the same host; else nothing. The plan and the apply say it alike.
+func keySeen(n deployNodeModel, p priorNode, seen string) string {
+	if seen != "" {
+		return seen
+	}
+	host := orStr(n.Host.ValueString(), n.Name.ValueString())
+	if p.host != host {
+		return ""
+	}
+	if f := strings.Fields(n.HostKey.ValueString()); len(f) >= 2 {
+		return f[0] + " " + f[1]
+	}
+	return p.hostKeySeen
+}
+
 // heldMessage is the message of a node held back.
 const heldMessage = "held: listed in this deployment's hold"
 
@@ -228,7 +255,7 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 		// Nothing to do, and nothing new to record (still held, or its
 		// last outcome stands): the record is written back untouched,
 		// as the plan showed it.
-		return p.record, p.action, nil
+		return keptRecord(n, p), p.action, nil
 	case a.hold[name]:
 		res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: heldMessage,
 			CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
@@ -264,10 +291,7 @@ func (a applyPlan) resultRecord(n deployNodeModel, res deploy.Result, action str
 		return deployStatusModel{}, fmt.Errorf("its conditions: %v", d)
 	}
 	host := orStr(n.Host.ValueString(), name)
-	seen := res.HostKeySeen
-	if seen == "" && p.host == host {
-		seen = p.hostKeySeen // not reached this time: the recorded key stands
-	}
+	seen := keySeen(n, p, res.HostKeySeen)
 	exit := types.Int64Value(int64(res.ExitCode))
 	if res.Phase == deploy.PhasePending {
 		exit = types.Int64Null() // never started: no step failed or passed

@@ -513,7 +513,7 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 	for _, n := range nodes {
 		name := n.Name.ValueString()
 		p := priors[name]
-		rec := p.record
+		rec := keptRecord(n, p)
 		if !kept[name] {
 			a, _ := actions[name].(types.String)
 			rec = r.successRecord(ctx, plan, n, p, a.ValueString(), goal)
@@ -583,10 +583,7 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 	case actionNone:
 		// Not deployed: the record's key stands (at the same host).
 		rec.CurrentSystem, rec.VerifiedSystem = types.StringValue(p.current), types.StringValue(p.verified)
-		rec.HostKeySeen = types.StringValue("")
-		if p.host == rec.Host.ValueString() {
-			rec.HostKeySeen = types.StringValue(p.hostKeySeen)
-		}
+		rec.HostKeySeen = types.StringValue(keySeen(n, p, ""))
 	default:
 		// A node that succeeded runs its system (switch, test) and
 		// records it as verified (switch, test, boot).

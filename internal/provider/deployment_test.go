@@ -322,6 +322,71 @@ resource "fleet_ssh_deployment" "prod" {
 	}
 }
 
+// A host rebuilt with a new key at the same address, already running the
+// configured system: the apply that pins its new key records that key as
+// host_key_seen, not a run later (issue 24 point 8), and the plan after it
+// is empty.
+func TestDeploymentRecordsARePinnedKeyInTheApplyThatPinsIt(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg, rebuilt := nixtest.NewTarget(t), nixtest.NewTarget(t)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+			rebuilt.Boot(t, sys)
+			if tg.Host != rebuilt.Host {
+				t.Fatalf("the two targets listen at %s and %s: the test needs one address", tg.Host, rebuilt.Host)
+			}
+			config := func(at *nixtest.Target, hostKey string) string {
+				return fmt.Sprintf(`
+resource "fleet_ssh_deployment" "prod" {
+  known_hosts_file = %q
+  nodes = [{
+    name             = "web1"
+    host             = %q
+    system           = %q
+    host_key         = %s
+    user             = %q
+    private_key_file = %q
+    ssh_opts         = ["Port=%d"]
+  }]
+  verdict = {
+    confirm_timeout = "3s"
+    settle_timeout  = "2s"
+  }
+}
+`, t.TempDir()+"/known_hosts", at.Host, sys, hostKey, at.User, at.ClientKeyFile, at.Port)
+			}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(config(tg, "null"))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			keySeen := func() string {
+				st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any)
+				if len(st) != 1 {
+					t.Fatalf("status: %v", st)
+				}
+				k, _ := st[0].(map[string]any)["host_key_seen"].(string)
+				return k
+			}
+			if got, want := keySeen(), strings.Join(strings.Fields(tg.HostKey)[:2], " "); got != want {
+				t.Fatalf("host_key_seen %q, want %q", got, want)
+			}
+
+			// The rebuilt host, pinned by its new key; it runs sys already.
+			s.WriteConfig(config(rebuilt, fmt.Sprintf("%q", rebuilt.HostKey)))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if len(rebuilt.Calls()) != 0 {
+				t.Errorf("the rebuilt host, already on its system, was switched: %v", rebuilt.Calls())
+			}
+			if got, want := keySeen(), strings.Join(strings.Fields(rebuilt.HostKey)[:2], " "); got != want {
+				t.Errorf("host_key_seen after the apply that pins the new key %q, want %q", got, want)
+			}
+			s.WantNoChanges()
+		})
+	}
+}
+
 // A plan logs in to a node it will switch once: the refresh reads it, and
 // the plan's probe then leaves it alone; without a refresh, the probe is
 // the one login. A node whose connection changed since is probed anew.
