@@ -101,6 +101,10 @@ type Options struct {
 	// Builder is the Nix that builds the systems this machine's store
 	// lacks; Env is its environment too.
 	Builder nixos.Nix
+	// DryActivations is a private directory where previews keep what a
+	// dry activation said, for the apply's own plan (see
+	// dryActivationFresh); none kept when empty.
+	DryActivations string
 	// Log receives every node's start and end and every step's start and
 	// end (tflog in the provider; tests also act on them).
 	Log func(Event)

@@ -168,8 +168,16 @@ func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, op
 		p.Inhibited = true
 	}
 	if opts.DryActivate {
+		// The apply's own plan, seconds after the plan's, finds the
+		// answer kept (see dryActivationFresh).
+		key := dryActivationKey(c, sess.Current.HostKey, p.Current, system)
+		if units, ok := d.keptDryActivationOf(key); ok {
+			p.Units, p.UnitsFrom = units, "dry activation"
+			return p, nil
+		}
 		units, err := d.dryActivate(ctx, c, system)
 		if err == nil {
+			d.keepDryActivation(key, units)
 			p.Units, p.UnitsFrom = units, "dry activation"
 			return p, nil
 		}

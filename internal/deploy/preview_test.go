@@ -211,3 +211,64 @@ func TestPreviewOfTheSystemTheHostRuns(t *testing.T) {
 		t.Errorf("preview:\n%s", text)
 	}
 }
+
+// A dry activation's answer is kept (Options.DryActivations): the same
+// host on the same system asked again about the same new system, as the
+// apply's own plan asks seconds after the plan, is answered without
+// logging in to dry-activate again; a host whose running system changed
+// since, or another new system, is asked again; and a directory others
+// can write is not used.
+func TestPreviewKeepsADryActivation(t *testing.T) {
+	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
+	tg := nixtest.NewTarget(t)
+	old := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"a.service": "1", "b.service": "b"}})
+	other := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"a.service": "0"}})
+	tg.Boot(t, old)
+	sys := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"a.service": "2", "c.service": "c"}})
+	dir := filepath.Join(t.TempDir(), "dry-activations")
+	d := deployer(t, deploy.Options{DryActivations: dir})
+	dryRuns := func() int {
+		n := 0
+		for _, c := range tg.Calls() {
+			if strings.HasPrefix(c, "dry-activate ") {
+				n++
+			}
+		}
+		return n
+	}
+	preview := func(system string) string {
+		t.Helper()
+		sess, err := d.OpenSession(context.Background(), targetOf(tg, "web1", system).Settings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		p, err := d.Preview(context.Background(), sess, system, deploy.PreviewOptions{DryActivate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Text()
+	}
+	want := "units (advisory, from the new system's dry activation): restart a.service; start c.service; stop b.service\n"
+	for i := 1; i <= 3; i++ {
+		if text := preview(sys); !strings.Contains(text+"\n", want) || dryRuns() != 1 {
+			t.Fatalf("preview %d: %d dry activations, want 1 (the first one's answer kept):\n%s", i, dryRuns(), text)
+		}
+	}
+	// The host runs another system now: the kept answer is not its.
+	tg.Boot(t, other)
+	if text := preview(sys); dryRuns() != 2 || !strings.Contains(text, "restart a.service; start c.service\n") {
+		t.Errorf("after the host changed system: %d dry activations, want 2:\n%s", dryRuns(), text)
+	}
+	// Another new system is asked about.
+	if preview(old); dryRuns() != 3 {
+		t.Errorf("another new system: %d dry activations, want 3", dryRuns())
+	}
+	// A directory others can write could hold any answer: not used.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if preview(old); dryRuns() != 4 {
+		t.Errorf("with the directory writable by others: %d dry activations, want 4", dryRuns())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -340,6 +341,11 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 			}
 			tflog.Info(ctx, e.Message, fields)
 		},
+	}
+	if dir, ok := deploy.StateDir(); ok {
+		// A plan's dry activations are kept there for the apply's own
+		// plan (see deploy.Options.DryActivations).
+		opts.DryActivations = filepath.Join(dir, "dry-activations")
 	}
 	if !m.MaxFailures.IsNull() && !m.MaxFailures.IsUnknown() {
 		budget := int(m.MaxFailures.ValueInt64())

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
@@ -115,4 +116,54 @@ func storeLines(t testing.TB, args ...string) []string {
 		t.Fatalf("nix-store %v: %v", args, err)
 	}
 	return strings.Fields(string(out))
+}
+
+// Issue 24 point 7: with plan_dry_activate, an apply (its plan, then its
+// own plan of the resource just before the switch, each walk a provider
+// process of its own, as the CLIs start the installed binary)
+// dry-activates each node once, not twice: the apply's plan finds the
+// plan's answer kept, and says the same. Both CLIs, four nodes.
+func TestDeploymentApplyDoesNotDryActivateTwice(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	binary := acctest.ProviderBinary(t)
+	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
+	old := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"nginx.service": "1", "cron.service": "c"}})
+	next := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"nginx.service": "2"}})
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			var tgs []*nixtest.Target
+			systems := []string{}
+			for range 4 {
+				tg := nixtest.NewTarget(t)
+				tg.Boot(t, old)
+				tgs, systems = append(tgs, tg), append(systems, old)
+			}
+			// The binary is a development override: no init.
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.WriteConfig(deploymentConfig(tgs, systems, "  plan_dry_activate = true\n"))
+			s.Run("apply", "-auto-approve", "-input=false")
+			for i := range systems {
+				systems[i] = next
+			}
+			s.WriteConfig(deploymentConfig(tgs, systems, "  plan_dry_activate = true\n"))
+			start := time.Now()
+			out, _ := s.Run("apply", "-auto-approve", "-input=false", "-no-color")
+			t.Logf("%s: the apply of 4 switches with plan_dry_activate took %s", cli.Name, time.Since(start).Round(time.Millisecond))
+			if !strings.Contains(out, "units (advisory, from the new system's dry activation): restart nginx.service; stop cron.service") {
+				t.Errorf("the apply's plan does not say the dry activation's units:\n%s", out)
+			}
+			for i, tg := range tgs {
+				n := 0
+				for _, c := range tg.Calls() {
+					if c == "dry-activate "+next {
+						n++
+					}
+				}
+				if n != 1 || tg.CurrentSystem() != next {
+					t.Errorf("n%d: dry-activated %d times, runs %s; want once, and %s: calls %q", i+1, n, tg.CurrentSystem(), next, tg.Calls())
+				}
+			}
+		})
+	}
 }

@@ -178,6 +178,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"plan_dry_activate": schema.BoolAttribute{Optional: true,
 				MarkdownDescription: "Whether a plan asks each node it switches what the switch will restart, start, stop and reload by running the new system's own `switch-to-configuration dry-activate` on the host, as `nixos-rebuild dry-activate` does. " +
 					"That needs the closure on the host: the plan copies it there first (the running system is not touched; the apply then finds it copied) and dry-activates under the host's deploy lock. " +
+					"The answer is kept for ten minutes (in `terraform-provider-fleet/dry-activations` under `$XDG_STATE_HOME`, else `~/.local/state`) for the same host on the same running system, so the apply's own plan does not dry-activate again. " +
 					"Default `false`: the plan compares the two systems' unit files instead, a lower bound. Either way the plan says, per switching node, what is copied, how the packages change and whether a reboot is needed.",
 			},
 			"activation_timeout": optionalString("How long an activation may take, as a Go duration of at least 1s. Default `5m`.", durationValidator{least: time.Second}),
