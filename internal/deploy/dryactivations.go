@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/atomicfile"
 )
 
 // A plan with plan_dry_activate dry-activates each switching node; the
@@ -67,8 +69,7 @@ func (d *Deployer) keptDryActivationOf(key string) (UnitChanges, bool) {
 	return k.Units, true
 }
 
-// keepDryActivation keeps units under key, through a new file renamed in
-// place, and removes the answers no longer fresh.
+// keepDryActivation keeps units under key, in one step, and removes the answers no longer fresh.
 func (d *Deployer) keepDryActivation(key string, units UnitChanges) {
 	dir := d.dryActivationsDir()
 	if dir == "" {
@@ -78,20 +79,7 @@ func (d *Deployer) keepDryActivation(key string, units UnitChanges) {
 	if err != nil {
 		return
 	}
-	f, err := os.CreateTemp(dir, ".new-*")
-	if err != nil {
-		return
-	}
-	_, werr := f.Write(b)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), filepath.Join(dir, key))
-	}
-	if werr != nil {
-		_ = os.Remove(f.Name())
-	}
+	_ = atomicfile.Write(filepath.Join(dir, key), b)
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > dryActivationFresh {

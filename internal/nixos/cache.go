@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/atomicfile"
 )
 
 // A flake's evaluation is kept, so that a plan of an unchanged repository
@@ -77,8 +79,7 @@ func (n Nix) kept(key string) []System {
 	return systems
 }
 
-// keep writes an evaluation under key, through a new file renamed in
-// place.
+// keep writes an evaluation under key, in one step.
 func (n Nix) keep(key string, systems []System) error {
 	if key == "" {
 		return nil
@@ -87,21 +88,7 @@ func (n Nix) keep(key string, systems []System) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(n.CacheDir, ".new-*")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(b)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), filepath.Join(n.CacheDir, key+".json"))
-	}
-	if werr != nil {
-		_ = os.Remove(f.Name())
-	}
-	return werr
+	return atomicfile.Write(filepath.Join(n.CacheDir, key+".json"), b)
 }
 
 // CheckCacheDir makes dir (0700) when missing and refuses it when it is
