@@ -544,8 +544,18 @@ func without(paths []string, path string) []string {
 // Text is the preview as the plan shows it. Its lines are indented: a
 // CLI wraps a diagnostic's paragraphs, not its indented lines.
 func (p Preview) Text() string {
-	return fmt.Sprintf("Node %s will switch:\n%s", p.Node, p.Body())
+	does := "will switch"
+	if p.Recorded() {
+		does = "already runs its system"
+	}
+	return fmt.Sprintf("Node %s %s:\n%s", p.Node, does, p.Body())
 }
+
+// Recorded is whether the host already runs the system after a deploy
+// of it passed its verdict there: the apply records it and switches
+// nothing (the plan after a failed first apply, whose replacement has no
+// records, plans such nodes).
+func (p Preview) Recorded() bool { return p.Current == p.System && p.Verified }
 
 // Body is what Text says of the switch, without the node's name: nodes
 // whose switches do the same have the same Body.
@@ -553,7 +563,7 @@ func (p Preview) Body() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  to   %s\n", p.System)
 	switch {
-	case p.Current == p.System && p.Verified:
+	case p.Recorded():
 		b.WriteString("  from the same system, which a deploy of it left there: the apply records it without activating it again\n")
 	case p.Current == p.System:
 		b.WriteString("  from the same system, which no deploy of it has judged there: the apply activates it again and judges it\n")
