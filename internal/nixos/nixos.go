@@ -157,6 +157,13 @@ func errorHead(stderr string) string {
 			continue
 		}
 		head = append(head, t)
+		if strings.HasPrefix(t, "error: program '") {
+			// A program Nix ran (git, for a git+file source) said why
+			// before Nix said that it failed: its first word is the cause.
+			if said := programSaid(lines[:i]); said != "" {
+				head = append(head, "("+said+")")
+			}
+		}
 		for _, m := range lines[i+1:] {
 			m = strings.TrimSpace(m)
 			switch {
@@ -177,6 +184,17 @@ func errorHead(stderr string) string {
 		return lastLines(t, 3)
 	}
 	return "Nix printed no error"
+}
+
+// programSaid is the first line a program printed before Nix's error,
+// Nix's own warnings passed over.
+func programSaid(before []string) string {
+	for _, l := range before {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "warning:") {
+			return l
+		}
+	}
+	return ""
 }
 
 var colour = regexp.MustCompile("\x1b\\[[0-9;]*m")

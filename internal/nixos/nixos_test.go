@@ -163,6 +163,8 @@ func TestEvaluateBlamesABrokenSourceNotItsConfigurations(t *testing.T) {
 	cases := map[nixos.Source]string{
 		{Flake: "path:" + r.Dir}: "error: syntax error",
 		{File: filepath.Join(r.Dir, "absent.nix"), Attribute: "nixosConfigurations"}: "absent.nix",
+		// Not a git repository: git's own word, not only that git failed.
+		{Flake: "git+file://" + r.Dir}: "does not appear to be a git repository",
 	}
 	for src, want := range cases {
 		for _, opts := range []nixos.EvaluateOptions{{}, {KeepGoing: true}} {
