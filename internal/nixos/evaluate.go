@@ -322,7 +322,11 @@ type MissingError struct {
 }
 
 func (e *MissingError) Error() string {
-	return fmt.Sprintf("%s has no configuration %s; it has %s", e.Source, strings.Join(quoteAll(e.Missing), ", "), orNoneList(quoteAll(e.Existing)))
+	what := "configuration"
+	if len(e.Missing) > 1 {
+		what = "configurations"
+	}
+	return fmt.Sprintf("%s has no %s %s; it has %s", e.Source, what, strings.Join(quoteAll(e.Missing), ", "), orNoneList(quoteAll(e.Existing)))
 }
 
 func quoteAll(names []string) []string {

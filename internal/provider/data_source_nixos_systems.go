@@ -257,8 +257,11 @@ func (r nixosRead) evaluate(ctx context.Context, names []string) []nixos.System 
 			fmt.Sprintf("The evaluation of %s was interrupted (%v); nothing was read.", r.src, context.Cause(ctx)))
 		return nil
 	case errors.As(err, &missing):
-		r.diags.AddAttributeError(path.Root("names"), "No such NixOS configuration",
-			err.Error()+". Remove it from names, or add the configuration.")
+		fix := ". Remove it from names, or add the configuration."
+		if len(missing.Missing) > 1 {
+			fix = ". Remove them from names, or add the configurations."
+		}
+		r.diags.AddAttributeError(path.Root("names"), "No such NixOS configuration", err.Error()+fix)
 		return nil
 	case errors.As(err, &errs):
 		for _, e := range errs {
@@ -268,8 +271,7 @@ func (r nixosRead) evaluate(ctx context.Context, names []string) []nixos.System 
 		}
 		return nil
 	case err != nil:
-		r.diags.AddAttributeError(r.at, "NixOS configurations not read",
-			fmt.Sprintf("%v\n\nCheck %s (a relative path is relative to the directory Terraform runs in).", err, r.at))
+		r.diags.AddAttributeError(r.at, "NixOS configurations not read", fmt.Sprintf("%v\n\n%s", err, r.sourceHint(err)))
 		return nil
 	}
 	for _, s := range systems {
@@ -279,6 +281,18 @@ func (r nixosRead) evaluate(ctx context.Context, names []string) []nixos.System 
 		}
 	}
 	return systems
+}
+
+// sourceHint is what to do about a source that could not be read: where
+// to look for one that is not there, else what Nix pointed at.
+func (r nixosRead) sourceHint(err error) string {
+	msg := err.Error()
+	for _, absent := range []string{"No such file or directory", "does not exist", "does not appear to be a git repository", "is not a directory"} {
+		if strings.Contains(msg, absent) {
+			return fmt.Sprintf("Check %s (a relative path is relative to the directory Terraform runs in).", r.at)
+		}
+	}
+	return "Fix what Nix names above (the error and its position) in the source."
 }
 
 // build builds, in one Nix invocation, the systems this machine's store

@@ -186,6 +186,15 @@ func TestAccNixOSSystemsNameTheFailingConfiguration(t *testing.T) {
 		steps = append(steps, resource.TestStep{Config: absent,
 			ExpectError: wrapped("NixOS configurations not read")}, resource.TestStep{Config: absent,
 			ExpectError: wrapped("file " + r.Dir + "/absent.nix: error: getting status of '" + r.Dir + "/absent.nix': No such file or directory")})
+		// A source Nix cannot parse is pointed at, not looked for elsewhere.
+		broken := t.TempDir()
+		if err := os.WriteFile(filepath.Join(broken, "flake.nix"), []byte("{ outputs = { self }: {\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, resource.TestStep{Config: fmt.Sprintf("data \"fleet_nixos_systems\" \"all\" {\n  flake = \"path:%s\"\n}\n", broken),
+			ExpectError: regexp.MustCompile(`(?s)error:[\s│]+syntax[\s│]+error.*Fix[\s│]+what[\s│]+Nix[\s│]+names[\s│]+above`)},
+			resource.TestStep{Config: fmt.Sprintf(flake, "  names = [\"web1\", \"db9\", \"db8\"]\n"),
+				ExpectError: wrapped(`has no configurations "db9", "db8"; it has "web1", "web2", "webc", "webe". Remove them from names, or add the configurations.`)})
 		for _, source := range []string{flake, file} {
 			steps = append(steps,
 				resource.TestStep{Config: fmt.Sprintf(source, "  names = [\"web1\", \"db9\"]\n"), ExpectError: wrapped(`No such NixOS configuration`)},
