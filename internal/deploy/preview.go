@@ -579,7 +579,11 @@ func (p Preview) Body() string {
 		if len(p.Pending.Fetch) > 0 {
 			fmt.Fprintf(&b, "  fetch %s from a configured substituter%s\n", paths(len(p.Pending.Fetch)), storeNames(p.Pending.Fetch, ""))
 		}
-		b.WriteString("  what the copy sends and the switch changes is known once the system is built (build = true on fleet_nixos_systems builds it at plan)")
+		if p.BuildOnHost {
+			b.WriteString("  what the switch changes is known once the host has built the system")
+		} else {
+			b.WriteString("  what the copy sends and the switch changes is known once the system is built (build = true on fleet_nixos_systems builds it at plan)")
+		}
 		return b.String()
 	}
 	if p.CopyPaths == 0 {
