@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,11 +151,20 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 			}
 		}
 	}
-	if len(nodes) == 0 {
-		resp.Diagnostics.AddAttributeWarning(path.Root("nodes"), "Deployment deploys nothing",
-			"nodes is empty: this deployment switches no host. If a for expression builds the list, check its filter.")
-	}
 	priors := priorNodes(ctx, prior, &resp.Diagnostics)
+	if len(nodes) == 0 {
+		dropped := ""
+		if len(priors) > 0 {
+			// Each record goes with its node, host_key_seen too.
+			names := strings.Join(slices.Sorted(maps.Keys(priors)), ", ")
+			dropped = fmt.Sprintf(" The apply drops the records of the %d nodes it has now (%s), their host_key_seen with them.", len(priors), names)
+			if len(priors) == 1 {
+				dropped = fmt.Sprintf(" The apply drops the record of the node it has now (%s), its host_key_seen with it.", names)
+			}
+		}
+		resp.Diagnostics.AddAttributeWarning(path.Root("nodes"), "Deployment deploys nothing",
+			"nodes is empty: this deployment switches no host. If a for expression builds the list, check its filter."+dropped)
+	}
 	actions := map[string]attr.Value{}
 	// kept are the nodes whose record the apply writes back untouched:
 	// known in the plan, so that a change to one node is a short plan.

@@ -16,7 +16,8 @@ import (
 // Quiet where nothing is wrong (issue 24 point 5), through both CLIs: a
 // hold that names nodes of other deployments (one policy's error_nodes
 // holding the nodes of several, as the guides wire it) plans with no
-// warning; an empty nodes list (a for filter gone wrong) is warned about.
+// warning; an empty nodes list (a for filter gone wrong) is warned about,
+// naming the records the apply would drop.
 func TestDeploymentPlanWarnsOnlyWhereSomethingIsWrong(t *testing.T) {
 	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	for _, cli := range acctest.CLIs(t) {
@@ -39,6 +40,21 @@ resource "fleet_ssh_deployment" "none" {
 			}
 			if got := strings.Join(summaries, "; "); got != "Deployment deploys nothing @ fleet_ssh_deployment.none" {
 				t.Errorf("plan warnings: %q, want only that fleet_ssh_deployment.none deploys nothing", got)
+			}
+			// A filter gone wrong on a deployment that has records: the
+			// warning says which records the apply drops.
+			s.WriteConfig(`
+resource "fleet_ssh_deployment" "prod" {
+  nodes = [for n in [] : n]
+}
+`)
+			out, _ = s.Run("plan", "-json", "-input=false")
+			var said []string
+			for _, w := range warnings(t, out) {
+				said = append(said, w.Summary+": "+w.Detail)
+			}
+			if got := strings.Join(said, "; "); !strings.HasPrefix(got, "Deployment deploys nothing: ") || !strings.Contains(got, "drops the record of the node it has now (n1), its host_key_seen with it") || len(said) != 1 {
+				t.Errorf("plan warnings of a deployment whose nodes went: %q, want one naming the dropped n1", got)
 			}
 		})
 	}
