@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -48,18 +50,66 @@ func (n Nix) cached(ctx context.Context, src Source, names []string) (systems []
 	return n.kept(key), key, nil
 }
 
+// flakeMetadata is what nix flake metadata says of a flake: its locked
+// content hash, the store path of its source, and where that source is
+// on this machine (a path or a local git repository).
+type flakeMetadata struct {
+	Locked struct {
+		NarHash string `json:"narHash"`
+	} `json:"locked"`
+	Path     string `json:"path"`
+	Resolved struct {
+		Type string `json:"type"`
+		Path string `json:"path"`
+		URL  string `json:"url"`
+	} `json:"resolved"`
+}
+
+func (n Nix) metadata(ctx context.Context, src Source) (flakeMetadata, bool) {
+	var meta flakeMetadata
+	stdout, _, err := n.output(ctx, "nix", "--extra-experimental-features", features, "flake", "metadata", "--json", src.ref())
+	if err != nil || json.Unmarshal([]byte(stdout), &meta) != nil {
+		return flakeMetadata{}, false
+	}
+	return meta, true
+}
+
 // narHash is the flake's locked content hash, as nix flake metadata says.
 func (n Nix) narHash(ctx context.Context, src Source) (string, bool) {
-	stdout, _, err := n.output(ctx, "nix", "--extra-experimental-features", features, "flake", "metadata", "--json", src.ref())
-	var meta struct {
-		Locked struct {
-			NarHash string `json:"narHash"`
-		} `json:"locked"`
+	meta, ok := n.metadata(ctx, src)
+	return meta.Locked.NarHash, ok && meta.Locked.NarHash != ""
+}
+
+// localiser rewrites the positions Nix gives in a flake's store copy
+// (/nix/store/…-source/configurations.nix:8:9) to the files they were
+// copied from, where those are on this machine: a path: flake's
+// directory, a local git repository's top. Other positions (an input's,
+// a flake fetched from elsewhere) are left as Nix gave them.
+func (n Nix) localiser(ctx context.Context, src Source) func(string) string {
+	same := func(s string) string { return s }
+	if src.Flake == "" {
+		return same // a file is evaluated where it is
 	}
-	if err != nil || json.Unmarshal([]byte(stdout), &meta) != nil {
-		return "", false
+	meta, ok := n.metadata(ctx, src)
+	if !ok || !strings.HasPrefix(meta.Path, "/nix/store/") {
+		return same
 	}
-	return meta.Locked.NarHash, meta.Locked.NarHash != ""
+	var local string
+	switch meta.Resolved.Type {
+	case "path":
+		local = meta.Resolved.Path
+	case "git":
+		if u, err := url.Parse(meta.Resolved.URL); err == nil && u.Scheme == "file" {
+			local = u.Path
+		}
+	}
+	if !filepath.IsAbs(local) {
+		return same
+	}
+	// Positions only (file:line:col): a file the copy lacks (one Git does
+	// not track yet) is named as Nix looked for it, in the copy.
+	at := regexp.MustCompile(regexp.QuoteMeta(meta.Path) + `/(\S+?:\d+:\d+)`)
+	return func(s string) string { return at.ReplaceAllString(s, filepath.Clean(local)+"/$1") }
 }
 
 // kept is the evaluation kept under key, nil when there is none or one of

@@ -3,6 +3,7 @@ package nixos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -206,7 +207,10 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 	// and its listing says so with Nix's words.
 	all, lerr := n.Names(ctx, src)
 	if lerr != nil {
-		return nil, lerr
+		if ctx.Err() != nil {
+			return nil, lerr
+		}
+		return nil, errors.New(n.localiser(ctx, src)(lerr.Error()))
 	}
 	if names == nil {
 		names = all
@@ -220,9 +224,13 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 	if ctx.Err() != nil {
 		return nil, interrupted(ctx, err)
 	}
+	local := n.localiser(ctx, src)
 	if len(bad) == 0 {
 		// Together they fail, apart they do not: say what Nix said.
-		return nil, fmt.Errorf("%s: %s", src, errorHead(stderr))
+		return nil, fmt.Errorf("%s: %s", src, local(errorHead(stderr)))
+	}
+	for i := range bad {
+		bad[i].Message = local(bad[i].Message)
 	}
 	if !opts.KeepGoing {
 		return nil, bad

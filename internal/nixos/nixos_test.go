@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -120,9 +121,27 @@ func TestEvaluateNamesTheConfigurationThatFails(t *testing.T) {
 	if !strings.HasPrefix(errs[0].Message, "error: webc's module is broken on purpose") {
 		t.Errorf("webc's error %q is not Nix's error line", errs[0].Message)
 	}
-	// Nix gives no position for a throw, but does for this one.
-	if m := errs[1].Message; !strings.HasPrefix(m, "error: cannot add a string to an integer") || !strings.Contains(m, "configurations.nix:") {
-		t.Errorf("webe's error %q does not hold Nix's error line and position", m)
+	// Nix gives no position for a throw, but does for this one: in the
+	// repository's file, not in the flake's copy in the store.
+	if m := errs[1].Message; !strings.HasPrefix(m, "error: cannot add a string to an integer") || !strings.Contains(m, " at "+r.Dir+"/configurations.nix:") {
+		t.Errorf("webe's error %q does not hold Nix's error line and its position in %s", m, r.Dir)
+	}
+	// A local git repository's flake, in a directory of it, alike.
+	top := t.TempDir()
+	if err := os.Rename(r.Dir, filepath.Join(top, "nixos")); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}} {
+		if out, err := exec.Command("git", append([]string{"-C", top}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	_, err = n.Evaluate(context.Background(), nixos.Source{Flake: "git+file://" + top + "?dir=nixos"}, []string{"webe"}, nixos.EvaluateOptions{})
+	if !errors.As(err, &errs) || len(errs) != 1 || !strings.Contains(errs[0].Message, " at "+top+"/nixos/configurations.nix:") {
+		t.Errorf("a git repository's flake: %v, want webe's error at its position in %s/nixos", err, top)
+	}
+	if err := os.Rename(filepath.Join(top, "nixos"), r.Dir); err != nil {
+		t.Fatal(err)
 	}
 	systems, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{KeepGoing: true})
 	if err != nil || len(systems) != 6 {

@@ -176,7 +176,7 @@ func TestAccNixOSSystemsNameTheFailingConfiguration(t *testing.T) {
 		steps := []resource.TestStep{
 			{Config: fmt.Sprintf(flake, ""), ExpectError: wrapped("NixOS configuration webc does not evaluate")},
 			{Config: fmt.Sprintf(flake, ""), ExpectError: wrapped("Configuration webc of flake path:" + r.Dir + "#nixosConfigurations: error: webc's module is broken on purpose")},
-			{Config: fmt.Sprintf(flake, ""), ExpectError: regexp.MustCompile(`(?s)NixOS configuration webe does not evaluate.*error: cannot add a string to an integer.*at[\s│]+/nix/store/\S+-source/configurations\.nix:\d+:\d+`)},
+			{Config: fmt.Sprintf(flake, ""), ExpectError: regexp.MustCompile(`(?s)NixOS configuration webe does not evaluate.*error: cannot add a string to an integer.*at[\s│]+` + regexp.QuoteMeta(r.Dir) + `/configurations\.nix:\d+:\d+`)},
 			{Config: fmt.Sprintf(flake, ""), ExpectError: wrapped("keep_going = true")},
 			{Config: fmt.Sprintf(file, "  names = [\"webc\"]\n"), ExpectError: wrapped("NixOS configuration webc does not evaluate")},
 		}
