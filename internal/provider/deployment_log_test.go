@@ -114,7 +114,7 @@ func TestDeploymentPlanEndsUnaskedLoginsBeforePlanning(t *testing.T) {
 			if !strings.Contains(out, "Node n2 will switch:") || strings.Contains(out, "Node n1 will switch") {
 				t.Errorf("the plan does not ask exactly n2 what its switch will do:\n%s", out)
 			}
-			if n := sessionsOpen(t); n != 0 {
+			if n := sessionsOpen(t, tgs...); n != 0 {
 				t.Errorf("the plan left %d logins open", n)
 			}
 			b, err := os.ReadFile(path)

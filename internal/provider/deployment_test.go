@@ -421,7 +421,7 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 				if !strings.Contains(out, "Node n1 will switch:") || !strings.Contains(out, "copy 1 store path,") {
 					t.Errorf("%v does not say what the switch will do:\n%s", args, out)
 				}
-				if n := sessionsOpen(t); n != 0 {
+				if n := sessionsOpen(t, tg); n != 0 {
 					t.Errorf("%v left %d sessions open", args, n)
 				}
 			}
@@ -713,9 +713,10 @@ func TestDeploymentRevertToTheSystemTheHostRuns(t *testing.T) {
 	}
 }
 
-// sessionsOpen counts the ssh processes of this machine holding a node's
-// read login open for a plan (deploy.Session), by their remote command.
-func sessionsOpen(t *testing.T) int {
+// sessionsOpen counts the ssh processes of this machine holding a read
+// login of one of tgs open for a plan (deploy.Session), by their remote
+// command and the port they log in to.
+func sessionsOpen(t *testing.T, tgs ...*nixtest.Target) int {
 	t.Helper()
 	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {
@@ -724,8 +725,15 @@ func sessionsOpen(t *testing.T) int {
 	n := 0
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
-		if bytes.HasPrefix(b, []byte("ssh\x00")) && bytes.Contains(b, []byte("fleet-session-read")) {
-			n++
+		if !bytes.HasPrefix(b, []byte("ssh\x00")) || !bytes.Contains(b, []byte("fleet-session-read")) {
+			continue
+		}
+		// Only this test's hosts: other runs on the machine have theirs.
+		for _, tg := range tgs {
+			if bytes.Contains(b, []byte(fmt.Sprintf("Port=%d\x00", tg.Port))) {
+				n++
+				break
+			}
 		}
 	}
 	return n
