@@ -557,56 +557,106 @@ func (p Preview) Text() string {
 // records, plans such nodes).
 func (p Preview) Recorded() bool { return p.Current == p.System && p.Verified }
 
-// Body is what Text says of the switch, without the node's name: nodes
-// whose switches do the same have the same Body.
+// Body is what Text says of the switch, without the node's name: its own
+// lines (the systems, what is copied or built), then what the switch
+// does (packages, units, reboot).
 func (p Preview) Body() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "  to   %s\n", p.System)
+	return strings.Join(append(p.own(), p.does()...), "\n")
+}
+
+// own are the lines of Body that are the node's own: its systems, and
+// what is copied or built for it.
+func (p Preview) own() []string {
+	lines := []string{"  to   " + p.System}
 	switch {
 	case p.Recorded():
-		b.WriteString("  from the same system, which a deploy of it left there: the apply records it without activating it again\n")
+		lines = append(lines, "  from the same system, which a deploy of it left there: the apply records it without activating it again")
 	case p.Current == p.System:
-		b.WriteString("  from the same system, which no deploy of it has judged there: the apply activates it again and judges it\n")
+		lines = append(lines, "  from the same system, which no deploy of it has judged there: the apply activates it again and judges it")
 	case p.Current != "":
-		fmt.Fprintf(&b, "  from %s\n", p.Current)
+		lines = append(lines, "  from "+p.Current)
 	}
 	if p.Unbuilt {
 		where := "on this machine"
 		if p.BuildOnHost {
 			where = "on the host, once the derivations are copied there"
 		}
-		fmt.Fprintf(&b, "  build %s %s%s\n", derivations(len(p.Pending.Build)), where, storeNames(p.Pending.Build, ".drv"))
+		lines = append(lines, fmt.Sprintf("  build %s %s%s", derivations(len(p.Pending.Build)), where, storeNames(p.Pending.Build, ".drv")))
 		if len(p.Pending.Fetch) > 0 {
-			fmt.Fprintf(&b, "  fetch %s from a configured substituter%s\n", paths(len(p.Pending.Fetch)), storeNames(p.Pending.Fetch, ""))
+			lines = append(lines, fmt.Sprintf("  fetch %s from a configured substituter%s", paths(len(p.Pending.Fetch)), storeNames(p.Pending.Fetch, "")))
 		}
-		if p.BuildOnHost {
-			b.WriteString("  what the switch changes is known once the host has built the system")
-		} else {
-			b.WriteString("  what the copy sends and the switch changes is known once the system is built (build = true on fleet_nixos_systems builds it at plan)")
-		}
-		return b.String()
+		return lines
 	}
 	if p.CopyPaths == 0 {
-		fmt.Fprintf(&b, "  copy nothing: the whole closure (%s, %s) is already on the host\n", paths(p.ClosurePaths), Bytes(p.ClosureBytes))
-	} else {
-		rest := "; the rest is already on the host"
-		if p.CopyPaths == p.ClosurePaths {
-			rest = "; the host has none of it"
+		return append(lines, fmt.Sprintf("  copy nothing: the whole closure (%s, %s) is already on the host", paths(p.ClosurePaths), Bytes(p.ClosureBytes)))
+	}
+	rest := "; the rest is already on the host"
+	if p.CopyPaths == p.ClosurePaths {
+		rest = "; the host has none of it"
+	}
+	return append(lines, fmt.Sprintf("  copy %s, %s (of a %s closure%s)", paths(p.CopyPaths), Bytes(p.CopyBytes), Bytes(p.ClosureBytes), rest))
+}
+
+// does are the lines of Body that say what the switch does to the host,
+// which a fleet-wide change has the same for many nodes.
+func (p Preview) does() []string {
+	if p.Unbuilt {
+		if p.BuildOnHost {
+			return []string{"  what the switch changes is known once the host has built the system"}
 		}
-		fmt.Fprintf(&b, "  copy %s, %s (of a %s closure%s)\n", paths(p.CopyPaths), Bytes(p.CopyBytes), Bytes(p.ClosureBytes), rest)
+		return []string{"  what the copy sends and the switch changes is known once the system is built (build = true on fleet_nixos_systems builds it at plan)"}
 	}
+	var lines []string
 	if p.PackagesKnown {
-		b.WriteString("  " + p.packagesLine() + "\n")
+		lines = append(lines, "  "+p.packagesLine())
 	}
-	b.WriteString("  " + p.unitsLine() + "\n")
-	b.WriteString("  " + p.rebootLine() + "\n")
+	lines = append(lines, "  "+p.unitsLine(), "  "+p.rebootLine())
 	if p.Inhibited {
-		b.WriteString("  switch inhibitors changed: NixOS refuses to switch to this system live; it takes a boot (goal = \"boot\", then a reboot)\n")
+		lines = append(lines, "  switch inhibitors changed: NixOS refuses to switch to this system live; it takes a boot (goal = \"boot\", then a reboot)")
 	}
 	for _, n := range p.Notes {
-		b.WriteString("  note: " + n + "\n")
+		lines = append(lines, "  note: "+n)
 	}
-	return strings.TrimRight(b.String(), "\n")
+	return lines
+}
+
+// Alike is what previews share when they can be said together: nodes
+// whose switches do the same to their hosts (a fleet-wide package
+// upgrade, each host to a system of its own) and that either all switch
+// or all are recorded without a switch.
+func (p Preview) Alike() string {
+	return fmt.Sprint(p.Recorded(), "\x00", strings.Join(p.does(), "\n"))
+}
+
+// Together is what a plan says of previews that are Alike, without the
+// nodes' names in front: what the switches do, said once, then each
+// node's own lines under its name; previews whose own lines are the same
+// too (the same systems) are one Body.
+func Together(ps []Preview) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	first := strings.Join(ps[0].own(), "\n")
+	same := true
+	width := 0
+	for _, p := range ps {
+		same = same && strings.Join(p.own(), "\n") == first
+		width = max(width, len(p.Node))
+	}
+	if same {
+		return ps[0].Body()
+	}
+	lines := ps[0].does()
+	for _, p := range ps {
+		for i, l := range p.own() {
+			name := ""
+			if i == 0 {
+				name = p.Node
+			}
+			lines = append(lines, fmt.Sprintf("  %-*s  %s", width, name, strings.TrimPrefix(l, "  ")))
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func derivations(n int) string {

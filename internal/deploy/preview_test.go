@@ -272,3 +272,52 @@ func TestPreviewKeepsADryActivation(t *testing.T) {
 		t.Errorf("with the directory writable by others: %d dry activations, want 4", dryRuns())
 	}
 }
+
+// A fleet-wide upgrade, each host to a system of its own, is said once:
+// what the switches do, then each node's systems and copy under its name;
+// previews of the same systems are one body, and a switch that does
+// something else is not alike.
+func TestPreviewsOfAFleetWideUpgradeAreSaidTogether(t *testing.T) {
+	preview := func(node string) deploy.Preview {
+		return deploy.Preview{Node: node, System: "/nix/store/new-" + node, Current: "/nix/store/old-" + node,
+			CopyPaths: 3, CopyBytes: 9216, ClosurePaths: 40, ClosureBytes: 1 << 20,
+			Packages: []deploy.PackageChange{{Name: "openssl", Old: []string{"3.0.13"}, New: []string{"3.0.15"}}}, PackagesKnown: true,
+			Units: deploy.UnitChanges{Restart: []string{"nginx.service"}}, UnitsFrom: "unit files", RebootKnown: true}
+	}
+	web1, db12 := preview("web1"), preview("db12")
+	db12.CopyPaths = 4
+	if web1.Alike() != db12.Alike() {
+		t.Fatalf("two hosts upgrading openssl are not alike:\n%s\n%s", web1.Body(), db12.Body())
+	}
+	want := strings.Join([]string{
+		"  packages: 1 changed, 0 added, 0 removed; closure +0 B: openssl 3.0.13 → 3.0.15",
+		"  units (advisory, from the unit files; plan_dry_activate asks the new system itself): restart nginx.service",
+		"  reboot required: no (kernel and initrd unchanged)",
+		"  web1  to   /nix/store/new-web1",
+		"        from /nix/store/old-web1",
+		"        copy 3 store paths, 9.0 KiB (of a 1.0 MiB closure; the rest is already on the host)",
+		"  db12  to   /nix/store/new-db12",
+		"        from /nix/store/old-db12",
+		"        copy 4 store paths, 9.0 KiB (of a 1.0 MiB closure; the rest is already on the host)",
+	}, "\n")
+	if got := deploy.Together([]deploy.Preview{web1, db12}); got != want {
+		t.Errorf("together:\n%s\nwant:\n%s", got, want)
+	}
+	if got := deploy.Together([]deploy.Preview{web1}); got != web1.Body() {
+		t.Errorf("one preview together:\n%s\nwant its body:\n%s", got, web1.Body())
+	}
+	same := web1
+	same.Node = "web2"
+	if got := deploy.Together([]deploy.Preview{web1, same}); got != web1.Body() {
+		t.Errorf("two previews of the same systems together:\n%s\nwant one body:\n%s", got, web1.Body())
+	}
+	other := preview("web3")
+	other.Units.Restart = []string{"postgresql.service"}
+	recorded := preview("web4")
+	recorded.Current, recorded.Verified = recorded.System, true
+	for _, p := range []deploy.Preview{other, recorded} {
+		if p.Alike() == web1.Alike() {
+			t.Errorf("%s is alike web1:\n%s", p.Node, p.Body())
+		}
+	}
+}

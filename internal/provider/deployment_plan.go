@@ -350,14 +350,15 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 	})
 	// Each warning points at its node's own element of nodes (a literal
 	// list shows that element's lines, a for expression the expression),
-	// and nodes whose switches do the same (a fleet-wide upgrade) are said
-	// once, naming them all, at the first of them.
+	// and nodes whose switches do the same to their hosts (a fleet-wide
+	// upgrade) are said once, naming them all, at the first of them.
 	type group struct {
 		at       int
 		names    []string
+		previews []deploy.Preview
 		recorded bool
 	}
-	var bodies []string
+	var kinds []string
 	groups := map[string]*group{}
 	for _, p := range todo {
 		name := p.node.Name.ValueString()
@@ -372,18 +373,19 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 			diags.AddAttributeWarning(at, "Node "+name+" will switch",
 				fmt.Sprintf("Node %s will switch to %s; what the switch will do to the host is not known: %s.", name, p.node.System.ValueString(), strings.TrimRight(p.unknown.Error(), ".")))
 		case p.preview != nil:
-			body := p.preview.Body()
-			g, ok := groups[body]
+			kind := p.preview.Alike()
+			g, ok := groups[kind]
 			if !ok {
 				g = &group{at: p.index, recorded: p.preview.Recorded()}
-				groups[body] = g
-				bodies = append(bodies, body)
+				groups[kind] = g
+				kinds = append(kinds, kind)
 			}
 			g.names = append(g.names, name)
+			g.previews = append(g.previews, *p.preview)
 		}
 	}
-	for _, body := range bodies {
-		g := groups[body]
+	for _, kind := range kinds {
+		g := groups[kind]
 		who, does := "Node "+g.names[0], " will switch"
 		if g.recorded {
 			// Nothing switches: a reviewer's filter for switches leaves it out.
@@ -395,7 +397,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 				does = " already run their systems"
 			}
 		}
-		diags.AddAttributeWarning(path.Root("nodes").AtListIndex(g.at), who+does, who+does+":\n"+body)
+		diags.AddAttributeWarning(path.Root("nodes").AtListIndex(g.at), who+does, who+does+":\n"+deploy.Together(g.previews))
 	}
 }
 
