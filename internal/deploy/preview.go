@@ -544,11 +544,30 @@ func without(paths []string, path string) []string {
 // Text is the preview as the plan shows it. Its lines are indented: a
 // CLI wraps a diagnostic's paragraphs, not its indented lines.
 func (p Preview) Text() string {
-	does := "will switch"
-	if p.Recorded() {
-		does = "already runs its system"
+	return Heading([]Preview{p}) + ":\n" + p.Body()
+}
+
+// Heading is the title of what a plan says of previews that are Alike:
+// "Node web1 will switch", "Nodes web1, web2 will switch"; nodes whose
+// hosts already run their systems say so, so that a reviewer's filter for
+// switches leaves them out.
+func Heading(ps []Preview) string {
+	if len(ps) == 0 {
+		return ""
 	}
-	return fmt.Sprintf("Node %s %s:\n%s", p.Node, does, p.Body())
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Node
+	}
+	switch recorded := ps[0].Recorded(); {
+	case len(ps) == 1 && recorded:
+		return "Node " + names[0] + " already runs its system"
+	case len(ps) == 1:
+		return "Node " + names[0] + " will switch"
+	case recorded:
+		return "Nodes " + strings.Join(names, ", ") + " already run their systems"
+	}
+	return "Nodes " + strings.Join(names, ", ") + " will switch"
 }
 
 // Recorded is whether the host already runs the system after a deploy

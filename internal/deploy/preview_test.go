@@ -303,6 +303,9 @@ func TestPreviewsOfAFleetWideUpgradeAreSaidTogether(t *testing.T) {
 	if got := deploy.Together([]deploy.Preview{web1, db12}); got != want {
 		t.Errorf("together:\n%s\nwant:\n%s", got, want)
 	}
+	if got := deploy.Heading([]deploy.Preview{web1, db12}); got != "Nodes web1, db12 will switch" {
+		t.Errorf("heading %q", got)
+	}
 	if got := deploy.Together([]deploy.Preview{web1}); got != web1.Body() {
 		t.Errorf("one preview together:\n%s\nwant its body:\n%s", got, web1.Body())
 	}
@@ -315,6 +318,9 @@ func TestPreviewsOfAFleetWideUpgradeAreSaidTogether(t *testing.T) {
 	other.Units.Restart = []string{"postgresql.service"}
 	recorded := preview("web4")
 	recorded.Current, recorded.Verified = recorded.System, true
+	if got := deploy.Heading([]deploy.Preview{recorded}); got != "Node web4 already runs its system" {
+		t.Errorf("heading of a node whose host runs its system: %q", got)
+	}
 	for _, p := range []deploy.Preview{other, recorded} {
 		if p.Alike() == web1.Alike() {
 			t.Errorf("%s is alike web1:\n%s", p.Node, p.Body())

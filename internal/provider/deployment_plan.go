@@ -354,9 +354,7 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 	// upgrade) are said once, naming them all, at the first of them.
 	type group struct {
 		at       int
-		names    []string
 		previews []deploy.Preview
-		recorded bool
 	}
 	var kinds []string
 	groups := map[string]*group{}
@@ -376,28 +374,17 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 			kind := p.preview.Alike()
 			g, ok := groups[kind]
 			if !ok {
-				g = &group{at: p.index, recorded: p.preview.Recorded()}
+				g = &group{at: p.index}
 				groups[kind] = g
 				kinds = append(kinds, kind)
 			}
-			g.names = append(g.names, name)
 			g.previews = append(g.previews, *p.preview)
 		}
 	}
 	for _, kind := range kinds {
 		g := groups[kind]
-		who, does := "Node "+g.names[0], " will switch"
-		if g.recorded {
-			// Nothing switches: a reviewer's filter for switches leaves it out.
-			does = " already runs its system"
-		}
-		if len(g.names) > 1 {
-			who = "Nodes " + strings.Join(g.names, ", ")
-			if g.recorded {
-				does = " already run their systems"
-			}
-		}
-		diags.AddAttributeWarning(path.Root("nodes").AtListIndex(g.at), who+does, who+does+":\n"+deploy.Together(g.previews))
+		title := deploy.Heading(g.previews)
+		diags.AddAttributeWarning(path.Root("nodes").AtListIndex(g.at), title, title+":\n"+deploy.Together(g.previews))
 	}
 }
 
