@@ -109,7 +109,11 @@ func (n Nix) localiser(ctx context.Context, src Source) func(string) string {
 	// Positions only (file:line:col): a file the copy lacks (one Git does
 	// not track yet) is named as Nix looked for it, in the copy.
 	at := regexp.MustCompile(regexp.QuoteMeta(meta.Path) + `/(\S+?:\d+:\d+)`)
-	return func(s string) string { return at.ReplaceAllString(s, filepath.Clean(local)+"/$1") }
+	top := filepath.Clean(local) + "/"
+	return func(s string) string {
+		// The local path is taken as it is: a "$" in it is no group.
+		return at.ReplaceAllStringFunc(s, func(m string) string { return top + strings.TrimPrefix(m, meta.Path+"/") })
+	}
 }
 
 // kept is the evaluation kept under key, nil when there is none or one of

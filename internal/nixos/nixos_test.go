@@ -126,8 +126,12 @@ func TestEvaluateNamesTheConfigurationThatFails(t *testing.T) {
 	if m := errs[1].Message; !strings.HasPrefix(m, "error: cannot add a string to an integer") || !strings.Contains(m, " at "+r.Dir+"/configurations.nix:") {
 		t.Errorf("webe's error %q does not hold Nix's error line and its position in %s", m, r.Dir)
 	}
-	// A local git repository's flake, in a directory of it, alike.
-	top := t.TempDir()
+	// A local git repository's flake, in a directory of it, alike; its
+	// path is the repository's as it is, a "$" and all.
+	top := filepath.Join(t.TempDir(), "infra$HOME$1")
+	if err := os.Mkdir(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Rename(r.Dir, filepath.Join(top, "nixos")); err != nil {
 		t.Fatal(err)
 	}
