@@ -718,6 +718,9 @@ func TestDeploymentRevertToTheSystemTheHostRuns(t *testing.T) {
 // command and the port they log in to.
 func sessionsOpen(t *testing.T, tgs ...*nixtest.Target) int {
 	t.Helper()
+	if len(tgs) == 0 {
+		t.Fatal("sessionsOpen of no host counts nothing")
+	}
 	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {
 		t.Fatal(err)
