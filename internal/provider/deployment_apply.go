@@ -286,10 +286,7 @@ func (a applyPlan) resultRecord(n deployNodeModel, res deploy.Result, action str
 	if err != nil {
 		return deployStatusModel{}, err
 	}
-	cv, d := conditionsValue(conds)
-	if d.HasError() {
-		return deployStatusModel{}, fmt.Errorf("its conditions: %v", d)
-	}
+	cv := nodeConditionsValue(conds, false)
 	host := orStr(n.Host.ValueString(), name)
 	seen := keySeen(n, p, res.HostKeySeen)
 	exit := types.Int64Value(int64(res.ExitCode))
@@ -303,7 +300,7 @@ func (a applyPlan) resultRecord(n deployNodeModel, res deploy.Result, action str
 		HostKeySeen: types.StringValue(seen), ExitCode: exit,
 		Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
 		StartedAt: types.StringValue(timeString(res.Started)), FinishedAt: types.StringValue(timeString(res.Finished)),
-		Conditions: cv,
+		ObservedGeneration: types.Int64Value(generation), Conditions: cv,
 	}, nil
 }
 
@@ -323,13 +320,13 @@ func (a applyPlan) standing(n deployNodeModel, generation int64, now time.Time) 
 	}
 	// Not even that (a name conditions refuse): no conditions, which read
 	// Pending.
-	cv, _ := conditionsValue(nil)
+	cv := nodeConditionsValue(nil, false)
 	return deployStatusModel{
 		Name: n.Name, Host: types.StringValue(orStr(n.Host.ValueString(), name)), Action: types.StringValue(actionPending),
 		Phase: types.StringValue(string(deploy.NodePhase(nil))), System: n.System, CurrentSystem: types.StringValue(""),
 		PreviousSystem: types.StringValue(""), VerifiedSystem: types.StringValue(""), HostKeySeen: types.StringValue(""),
 		ExitCode: types.Int64Null(), Message: types.StringValue(res.Message), Hint: types.StringValue(""),
-		StartedAt: types.StringValue(""), FinishedAt: types.StringValue(""), Conditions: cv,
+		StartedAt: types.StringValue(""), FinishedAt: types.StringValue(""), ObservedGeneration: types.Int64Value(generation), Conditions: cv,
 	}, actionPending
 }
 

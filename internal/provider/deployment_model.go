@@ -141,7 +141,7 @@ var deployStatusAttrTypes = map[string]attr.Type{
 	"verified_system": types.StringType, "host_key_seen": types.StringType,
 	"exit_code": types.Int64Type, "message": types.StringType, "hint": types.StringType,
 	"started_at": types.StringType, "finished_at": types.StringType,
-	"conditions": types.ListType{ElemType: conditionObjectType},
+	"observed_generation": types.Int64Type, "conditions": types.ListType{ElemType: nodeConditionObjectType},
 }
 
 // deployStatusModel is one node's record in status.
@@ -160,7 +160,10 @@ type deployStatusModel struct {
 	Hint           types.String `tfsdk:"hint"`
 	StartedAt      types.String `tfsdk:"started_at"`
 	FinishedAt     types.String `tfsdk:"finished_at"`
-	Conditions     types.List   `tfsdk:"conditions"`
+	// The generation the node's conditions were observed at: its last
+	// deploy's (or hold's).
+	ObservedGeneration types.Int64 `tfsdk:"observed_generation"`
+	Conditions         types.List  `tfsdk:"conditions"`
 }
 
 // statusRecords reads status; nil when it is null or unknown.
@@ -206,7 +209,7 @@ func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics
 		p := priorNode{action: actions[name], phase: rec.Phase.ValueString(), system: rec.System.ValueString(), current: rec.CurrentSystem.ValueString(),
 			previous: rec.PreviousSystem.ValueString(), verified: rec.VerifiedSystem.ValueString(), host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString(),
 			record: rec}
-		p.conds, _ = conditionsFrom(ctx, rec.Conditions)
+		p.conds, _ = nodeConditionsFrom(ctx, rec.Conditions, rec.ObservedGeneration)
 		out[name] = p
 	}
 	return out

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/terraform-plugin-framework-timetypes/timetypes"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -388,23 +387,6 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 	}
 }
 
-// plannedConditionsValue is conditions as a plan shows them: a time not
-// known yet (zero) is unknown.
-func plannedConditionsValue(cs []conditions.Condition) types.List {
-	elems := make([]attr.Value, 0, len(cs))
-	for _, c := range cs {
-		t := timestamp(c.LastTransitionTime)
-		if c.LastTransitionTime.IsZero() {
-			t = timetypes.NewRFC3339Unknown()
-		}
-		elems = append(elems, types.ObjectValueMust(conditionAttrTypes, map[string]attr.Value{
-			"type": types.StringValue(c.Type), "status": types.StringValue(string(c.Status)), "reason": types.StringValue(c.Reason),
-			"message": types.StringValue(c.Message), "last_transition_time": t, "observed_generation": types.Int64Value(c.ObservedGeneration),
-		}))
-	}
-	return types.ListValueMust(conditionObjectType, elems)
-}
-
 // plannedKeySeen is the key a successful switch of n records as
 // host_key_seen, when a plan can know it: its pin, or the key it was held
 // to, at the same host, when no ssh_opts or config file could change which
@@ -569,7 +551,7 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 		Name: n.Name, Host: types.StringValue(orStr(n.Host.ValueString(), name)), Action: types.StringValue(action), System: n.System,
 		Phase: types.StringValue(string(deploy.PhaseSucceeded)), ExitCode: types.Int64Value(0), Hint: types.StringValue(""),
 		CurrentSystem: unknown, PreviousSystem: unknown, VerifiedSystem: unknown, HostKeySeen: r.plannedKeySeen(ctx, plan, n, p), Message: unknown,
-		StartedAt: unknown, FinishedAt: unknown, Conditions: types.ListUnknown(conditionObjectType),
+		StartedAt: unknown, FinishedAt: unknown, ObservedGeneration: plan.Generation, Conditions: types.ListUnknown(nodeConditionObjectType),
 	}
 	if !plan.Generation.IsUnknown() {
 		var conds []conditions.Condition
@@ -581,7 +563,7 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 			conds, err = deploy.SucceededConditions(p.conds, name, goal, plan.Generation.ValueInt64(), time.Time{})
 		}
 		if err == nil {
-			rec.Conditions = plannedConditionsValue(conds)
+			rec.Conditions = nodeConditionsValue(conds, true)
 		}
 	}
 	switch action {

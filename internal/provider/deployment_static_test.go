@@ -134,56 +134,82 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 }
 
 // A state written by schema version 0, whose nested inputs were typed
-// (every key present, null when unset; the verdict's default written), is
-// upgraded: the same configuration plans no change, and applies.
-func TestDeploymentStateUpgradesFromVersion0(t *testing.T) {
+// (every key present, null when unset; the verdict's default written), or
+// by version 1, is upgraded: the generation each node condition held is
+// its record's observed_generation, the same configuration plans no
+// change, and applies.
+func TestDeploymentStateUpgradesFromVersions0And1(t *testing.T) {
 	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	for _, cli := range acctest.CLIs(t) {
-		t.Run(cli.Name, func(t *testing.T) {
-			tg := nixtest.NewTarget(t)
-			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-			tg.Boot(t, sys)
-			s := acctest.NewSession(t, cli, server())
-			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, ""))
-			s.Run("init", "-input=false")
-			s.Run("apply", "-auto-approve", "-input=false")
-			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+		for _, version := range []int{0, 1} {
+			t.Run(fmt.Sprintf("%s/version=%d", cli.Name, version), func(t *testing.T) {
+				tg := nixtest.NewTarget(t)
+				sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+				tg.Boot(t, sys)
+				s := acctest.NewSession(t, cli, server())
+				s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, ""))
+				s.Run("init", "-input=false")
+				s.Run("apply", "-auto-approve", "-input=false")
+				s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
 
-			var state map[string]any
-			if err := json.Unmarshal(s.State(), &state); err != nil {
-				t.Fatal(err)
-			}
-			inst := state["resources"].([]any)[0].(map[string]any)["instances"].([]any)[0].(map[string]any)
-			attrs := inst["attributes"].(map[string]any)
-			typed := func(v any, keys ...string) any {
-				o, _ := v.(map[string]any)
-				out := map[string]any{}
-				for _, k := range keys {
-					out[k] = o[k]
+				var state map[string]any
+				if err := json.Unmarshal(s.State(), &state); err != nil {
+					t.Fatal(err)
 				}
-				return out
-			}
-			var nodes []any
-			for _, n := range attrs["nodes"].(map[string]any)["value"].([]any) {
-				nodes = append(nodes, typed(n, "name", "system", "host", "host_key", "user", "private_key_file", "ssh_opts"))
-			}
-			verdict := typed(attrs["verdict"].(map[string]any)["value"], "confirm_timeout", "settle_timeout", "allow_failed_units", "allow_reboot_required", "http", "tcp", "command")
-			verdict.(map[string]any)["allow_reboot_required"] = false
-			attrs["nodes"], attrs["verdict"], attrs["defaults"] = nodes, verdict, nil
-			inst["schema_version"] = 0
-			b, err := json.MarshalIndent(state, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(s.Dir, "terraform.tfstate"), b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			s.WantNoChanges()
-			s.Run("apply", "-auto-approve", "-input=false")
-			if v := s.Values("fleet_ssh_deployment.prod"); fmt.Sprint(v["actions"]) != "map[n1:switch]" || fmt.Sprint(v["generation"]) != "1" {
-				t.Errorf("actions after the upgrade: %v, generation %v", v["actions"], v["generation"])
-			}
-		})
+				inst := state["resources"].([]any)[0].(map[string]any)["instances"].([]any)[0].(map[string]any)
+				attrs := inst["attributes"].(map[string]any)
+				typed := func(v any, keys ...string) any {
+					o, _ := v.(map[string]any)
+					out := map[string]any{}
+					for _, k := range keys {
+						out[k] = o[k]
+					}
+					return out
+				}
+				var nodes []any
+				for _, n := range attrs["nodes"].(map[string]any)["value"].([]any) {
+					nodes = append(nodes, typed(n, "name", "system", "host", "host_key", "user", "private_key_file", "ssh_opts"))
+				}
+				// Versions 0 and 1: each node condition held the generation
+				// (here 7, which no apply of this test writes), the record none.
+				for _, rec := range attrs["status"].([]any) {
+					rec := rec.(map[string]any)
+					if rec["observed_generation"] == nil {
+						t.Fatalf("a node record without observed_generation: %v", rec)
+					}
+					delete(rec, "observed_generation")
+					for _, c := range rec["conditions"].([]any) {
+						c.(map[string]any)["observed_generation"] = 7
+					}
+				}
+				if version == 0 {
+					verdict := typed(attrs["verdict"].(map[string]any)["value"], "confirm_timeout", "settle_timeout", "allow_failed_units", "allow_reboot_required", "http", "tcp", "command")
+					verdict.(map[string]any)["allow_reboot_required"] = false
+					attrs["nodes"], attrs["verdict"], attrs["defaults"] = nodes, verdict, nil
+				}
+				inst["schema_version"] = version
+				b, err := json.MarshalIndent(state, "", "  ")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(s.Dir, "terraform.tfstate"), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				s.WantNoChanges()
+				s.Run("apply", "-auto-approve", "-input=false")
+				v := s.Values("fleet_ssh_deployment.prod")
+				if fmt.Sprint(v["actions"]) != "map[n1:switch]" || fmt.Sprint(v["generation"]) != "1" {
+					t.Errorf("actions after the upgrade: %v, generation %v", v["actions"], v["generation"])
+				}
+				rec := v["status"].([]any)[0].(map[string]any)
+				if fmt.Sprint(rec["observed_generation"]) != "7" {
+					t.Errorf("the node's observed_generation after the upgrade: %v, want the 7 its conditions held", rec["observed_generation"])
+				}
+				if _, has := rec["conditions"].([]any)[0].(map[string]any)["observed_generation"]; has {
+					t.Errorf("a node condition still holds a generation: %v", rec["conditions"])
+				}
+			})
+		}
 	}
 }
 

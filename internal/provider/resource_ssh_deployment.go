@@ -2,12 +2,15 @@ package provider
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
@@ -117,19 +120,20 @@ var (
 )
 
 func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	resp.Schema = r.schema(ctx, 1)
+	resp.Schema = r.schema(ctx, 2)
 }
 
 // schema is the resource's schema at a version: 0 took the nested inputs
 // as nested attributes, which Terraform converts to their type before the
 // provider sees them, dropping misspelt keys; 1 takes them as dynamic
-// attributes that nestedInput checks.
+// attributes that nestedInput checks; 2 says a node's generation once in
+// its record (observed_generation), not in each of its conditions.
 func (r *deploymentResource) schema(ctx context.Context, version int64) schema.Schema {
 	computedStr := func(desc string) schema.StringAttribute {
 		return schema.StringAttribute{Computed: true, MarkdownDescription: desc}
 	}
 	input := func(in nestedInput, required bool, desc string) schema.Attribute {
-		if version == 1 {
+		if version >= 1 {
 			return in.attribute(required, desc)
 		}
 		switch d := in.decl.(type) {
@@ -201,7 +205,8 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success; 130 when an interrupt or an expired `timeouts` block stopped it; null for a node never started (`Pending`)."},
 					"message":   computedStr("What happened."), "hint": computedStr("How to fix a failure, where one helps."),
 					"started_at": computedStr("When the node's deploy started (RFC 3339)."), "finished_at": computedStr("When it ended."),
-					"conditions": conditionsAttribute("`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`"),
+					"observed_generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` the node's conditions were observed at: that of its last deploy (or hold)."},
+					"conditions":          nodeConditionsAttribute(nodeConditionKinds),
 				}}},
 			"succeeded_nodes": schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy succeeded."},
 			"failed_nodes":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy failed, or that an interrupted apply did not start."},
@@ -209,10 +214,15 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"phase": schema.StringAttribute{Computed: true, MarkdownDescription: "Derived from the deployment's `Ready` condition: `Succeeded` when every node is, " +
 				"`Failed` when one failed or was not started, else (a node held) `Partial`."},
 			"generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "Starts at 1 and increases by one whenever an input changes what the deployment does " +
-				"(`nodes`, `defaults`, `verdict`, `goal`, `hold`, the timeouts and files); each node's conditions carry the generation of that node's last deploy."},
+				"(`nodes`, `defaults`, `verdict`, `goal`, `hold`, the timeouts and files); each node's record says the generation of that node's last deploy (its `observed_generation`)."},
 			"observed_generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` the last apply deployed."},
 			"conditions":          conditionsAttribute("`Ready`"),
 		},
+	}
+	if version < 2 {
+		rec := s.Attributes["status"].(schema.ListNestedAttribute)
+		delete(rec.NestedObject.Attributes, "observed_generation")
+		rec.NestedObject.Attributes["conditions"] = conditionsAttribute(nodeConditionKinds)
 	}
 	if version == 0 {
 		// Added in version 1, with no change of version: a plan-time
@@ -221,6 +231,8 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 	}
 	return s
 }
+
+const nodeConditionKinds = "`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`"
 
 func (r *deploymentResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.data = configuredData(req.ProviderData, &resp.Diagnostics)
@@ -261,10 +273,21 @@ type deploymentModelV0 struct {
 
 // UpgradeState turns a version 0 state's nested inputs into the values a
 // configuration writes (a tuple of objects holding the keys that were set),
-// so that a configuration unchanged since plans no change.
+// so that a configuration unchanged since plans no change; and the
+// generation each node condition of versions 0 and 1 held into its
+// record's observed_generation.
 func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resource.StateUpgrader {
-	prior := r.schema(ctx, 0)
-	return map[int64]resource.StateUpgrader{0: {PriorSchema: &prior,
+	prior, prior1 := r.schema(ctx, 0), r.schema(ctx, 1)
+	return map[int64]resource.StateUpgrader{1: {PriorSchema: &prior1,
+		StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
+			var m deploymentModel
+			resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+			if resp.Diagnostics.HasError() {
+				return
+			}
+			m.Status = recordsWithGeneration(m.Status, &resp.Diagnostics)
+			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+		}}, 0: {PriorSchema: &prior,
 		StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
 			var old deploymentModelV0
 			resp.Diagnostics.Append(req.State.Get(ctx, &old)...)
@@ -282,7 +305,50 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 			}
 			m := deploymentModel{deploymentState: old.deploymentState, deploymentStatus: old.deploymentStatus,
 				DefaultsInput: writtenValue(old.Defaults), NodesInput: writtenValue(old.Nodes), VerdictInput: writtenValue(verdict)}
+			m.Status = recordsWithGeneration(m.Status, &resp.Diagnostics)
 			completeStatus(ctx, &m, &resp.Diagnostics)
 			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 		}}}
+}
+
+// recordsWithGeneration is a status of schema versions 0 and 1, whose
+// node conditions each held their generation, as version 2 has it: the
+// generation in the record, once (the six were always written together;
+// null for a record without conditions).
+func recordsWithGeneration(status types.List, diags *diag.Diagnostics) types.List {
+	if status.IsNull() || status.IsUnknown() {
+		return types.ListNull(deployStatusType)
+	}
+	var records []attr.Value
+	for _, e := range status.Elements() {
+		rec, ok := e.(types.Object)
+		if !ok || rec.IsNull() || rec.IsUnknown() {
+			continue
+		}
+		attrs := maps.Clone(rec.Attributes())
+		gen := types.Int64Null()
+		var conds []attr.Value
+		if l, ok := attrs["conditions"].(types.List); ok && !l.IsNull() && !l.IsUnknown() {
+			for _, ce := range l.Elements() {
+				c, ok := ce.(types.Object)
+				if !ok || c.IsNull() || c.IsUnknown() {
+					continue
+				}
+				ca := maps.Clone(c.Attributes())
+				if g, ok := ca["observed_generation"].(types.Int64); ok && gen.IsNull() {
+					gen = g
+				}
+				delete(ca, "observed_generation")
+				conds = append(conds, types.ObjectValueMust(nodeConditionAttrTypes, ca))
+			}
+		}
+		attrs["observed_generation"] = gen
+		attrs["conditions"] = types.ListValueMust(nodeConditionObjectType, orEmpty(conds))
+		v, d := types.ObjectValue(deployStatusAttrTypes, attrs)
+		diags.Append(d...)
+		records = append(records, v)
+	}
+	l, d := types.ListValue(deployStatusType, orEmpty(records))
+	diags.Append(d...)
+	return l
 }

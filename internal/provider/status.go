@@ -48,7 +48,34 @@ var conditionAttrTypes = map[string]attr.Type{
 
 var conditionObjectType = types.ObjectType{AttrTypes: conditionAttrTypes}
 
+// A deployment's node records hold their conditions without a generation
+// each: the six are always observed together, at the node's last deploy,
+// and the record says that generation once (its observed_generation), as
+// a resource's status does for its own conditions. A switch that succeeds
+// then plans as one changed number, not six.
+var nodeConditionAttrTypes = withoutGeneration(conditionAttrTypes)
+
+var nodeConditionObjectType = types.ObjectType{AttrTypes: nodeConditionAttrTypes}
+
+func withoutGeneration(m map[string]attr.Type) map[string]attr.Type {
+	out := map[string]attr.Type{}
+	for k, v := range m {
+		if k != "observed_generation" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 func conditionsAttribute(kinds string) rschema.ListNestedAttribute {
+	a := nodeConditionsAttribute(kinds)
+	a.NestedObject.Attributes["observed_generation"] = rschema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` this condition was observed at."}
+	return a
+}
+
+// nodeConditionsAttribute is a deployment node's conditions, whose
+// generation their record holds.
+func nodeConditionsAttribute(kinds string) rschema.ListNestedAttribute {
 	return rschema.ListNestedAttribute{
 		Computed: true,
 		MarkdownDescription: "Kubernetes-style conditions (metav1.Condition), always in the fixed order " + kinds +
@@ -59,24 +86,44 @@ func conditionsAttribute(kinds string) rschema.ListNestedAttribute {
 			"reason":               rschema.StringAttribute{Computed: true, MarkdownDescription: "Machine-readable CamelCase reason, e.g. `HostKeyMismatch`."},
 			"message":              rschema.StringAttribute{Computed: true, MarkdownDescription: "Human-readable message naming the host."},
 			"last_transition_time": rschema.StringAttribute{Computed: true, CustomType: timetypes.RFC3339Type{}, MarkdownDescription: "When `status` last changed (RFC 3339, UTC)."},
-			"observed_generation":  rschema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` this condition was observed at."},
 		}},
 	}
 }
 
 func conditionsValue(cs []conditions.Condition) (types.List, diag.Diagnostics) {
+	return conditionsList(cs, true, false), nil
+}
+
+// nodeConditionsValue is a deployment node's conditions (no generation
+// each); planned, a time not known yet (zero) is unknown.
+func nodeConditionsValue(cs []conditions.Condition, planned bool) types.List {
+	return conditionsList(cs, false, planned)
+}
+
+func conditionsList(cs []conditions.Condition, generation, planned bool) types.List {
+	typ := conditionObjectType
+	if !generation {
+		typ = nodeConditionObjectType
+	}
 	elems := make([]attr.Value, 0, len(cs))
 	for _, c := range cs {
-		elems = append(elems, types.ObjectValueMust(conditionAttrTypes, map[string]attr.Value{
+		t := timestamp(c.LastTransitionTime)
+		if planned && c.LastTransitionTime.IsZero() {
+			t = timetypes.NewRFC3339Unknown()
+		}
+		attrs := map[string]attr.Value{
 			"type":                 types.StringValue(c.Type),
 			"status":               types.StringValue(string(c.Status)),
 			"reason":               types.StringValue(c.Reason),
 			"message":              types.StringValue(c.Message),
-			"last_transition_time": timestamp(c.LastTransitionTime),
-			"observed_generation":  types.Int64Value(c.ObservedGeneration),
-		}))
+			"last_transition_time": t,
+		}
+		if generation {
+			attrs["observed_generation"] = types.Int64Value(c.ObservedGeneration)
+		}
+		elems = append(elems, types.ObjectValueMust(typ.AttrTypes, attrs))
 	}
-	return types.ListValue(conditionObjectType, elems)
+	return types.ListValueMust(typ, elems)
 }
 
 type conditionModel struct {
@@ -100,6 +147,34 @@ func conditionsFrom(ctx context.Context, l types.List) ([]conditions.Condition, 
 			Type: m.Type.ValueString(), Status: conditions.Status(m.Status.ValueString()),
 			Reason: m.Reason.ValueString(), Message: m.Message.ValueString(),
 			LastTransitionTime: parseTimestamp(m.LastTransitionTime), ObservedGeneration: m.ObservedGeneration.ValueInt64(),
+		})
+	}
+	return out, diags
+}
+
+// nodeConditionModel is a conditionModel without its generation.
+type nodeConditionModel struct {
+	Type               types.String      `tfsdk:"type"`
+	Status             types.String      `tfsdk:"status"`
+	Reason             types.String      `tfsdk:"reason"`
+	Message            types.String      `tfsdk:"message"`
+	LastTransitionTime timetypes.RFC3339 `tfsdk:"last_transition_time"`
+}
+
+// nodeConditionsFrom reads a deployment node's conditions, each at the
+// generation gen its record holds.
+func nodeConditionsFrom(ctx context.Context, l types.List, gen types.Int64) ([]conditions.Condition, diag.Diagnostics) {
+	if l.IsNull() || l.IsUnknown() {
+		return nil, nil
+	}
+	var ms []nodeConditionModel
+	diags := l.ElementsAs(ctx, &ms, false)
+	out := make([]conditions.Condition, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, conditions.Condition{
+			Type: m.Type.ValueString(), Status: conditions.Status(m.Status.ValueString()),
+			Reason: m.Reason.ValueString(), Message: m.Message.ValueString(),
+			LastTransitionTime: parseTimestamp(m.LastTransitionTime), ObservedGeneration: gen.ValueInt64(),
 		})
 	}
 	return out, diags
