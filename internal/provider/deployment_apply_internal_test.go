@@ -50,7 +50,7 @@ func priorOf(t *testing.T, n deployNodeModel, res deploy.Result, action string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	conds, d := conditionsFrom(context.Background(), rec.Conditions)
+	conds, d := nodeConditionsFrom(context.Background(), rec.Conditions, rec.ObservedGeneration)
 	if d.HasError() {
 		t.Fatal(d)
 	}
