@@ -126,13 +126,27 @@ func conditionsList(cs []conditions.Condition, generation, planned bool) types.L
 	return types.ListValueMust(typ, elems)
 }
 
-type conditionModel struct {
+// nodeConditionModel is a condition in state but its generation, which a
+// deployment node's record holds for all its conditions.
+type nodeConditionModel struct {
 	Type               types.String      `tfsdk:"type"`
 	Status             types.String      `tfsdk:"status"`
 	Reason             types.String      `tfsdk:"reason"`
 	Message            types.String      `tfsdk:"message"`
 	LastTransitionTime timetypes.RFC3339 `tfsdk:"last_transition_time"`
-	ObservedGeneration types.Int64       `tfsdk:"observed_generation"`
+}
+
+type conditionModel struct {
+	nodeConditionModel
+	ObservedGeneration types.Int64 `tfsdk:"observed_generation"`
+}
+
+func (m nodeConditionModel) condition(gen types.Int64) conditions.Condition {
+	return conditions.Condition{
+		Type: m.Type.ValueString(), Status: conditions.Status(m.Status.ValueString()),
+		Reason: m.Reason.ValueString(), Message: m.Message.ValueString(),
+		LastTransitionTime: parseTimestamp(m.LastTransitionTime), ObservedGeneration: gen.ValueInt64(),
+	}
 }
 
 func conditionsFrom(ctx context.Context, l types.List) ([]conditions.Condition, diag.Diagnostics) {
@@ -143,22 +157,9 @@ func conditionsFrom(ctx context.Context, l types.List) ([]conditions.Condition, 
 	diags := l.ElementsAs(ctx, &ms, false)
 	out := make([]conditions.Condition, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, conditions.Condition{
-			Type: m.Type.ValueString(), Status: conditions.Status(m.Status.ValueString()),
-			Reason: m.Reason.ValueString(), Message: m.Message.ValueString(),
-			LastTransitionTime: parseTimestamp(m.LastTransitionTime), ObservedGeneration: m.ObservedGeneration.ValueInt64(),
-		})
+		out = append(out, m.condition(m.ObservedGeneration))
 	}
 	return out, diags
-}
-
-// nodeConditionModel is a conditionModel without its generation.
-type nodeConditionModel struct {
-	Type               types.String      `tfsdk:"type"`
-	Status             types.String      `tfsdk:"status"`
-	Reason             types.String      `tfsdk:"reason"`
-	Message            types.String      `tfsdk:"message"`
-	LastTransitionTime timetypes.RFC3339 `tfsdk:"last_transition_time"`
 }
 
 // nodeConditionsFrom reads a deployment node's conditions, each at the
@@ -171,11 +172,7 @@ func nodeConditionsFrom(ctx context.Context, l types.List, gen types.Int64) ([]c
 	diags := l.ElementsAs(ctx, &ms, false)
 	out := make([]conditions.Condition, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, conditions.Condition{
-			Type: m.Type.ValueString(), Status: conditions.Status(m.Status.ValueString()),
-			Reason: m.Reason.ValueString(), Message: m.Message.ValueString(),
-			LastTransitionTime: parseTimestamp(m.LastTransitionTime), ObservedGeneration: gen.ValueInt64(),
-		})
+		out = append(out, m.condition(gen))
 	}
 	return out, diags
 }
