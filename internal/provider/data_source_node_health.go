@@ -148,9 +148,7 @@ func (d *nodeHealthDataSource) Read(ctx context.Context, req datasource.ReadRequ
 			resp.Diagnostics.AddError("Node health not recorded", fmt.Sprintf("node %s: %s; this is a bug in the provider", rep.Node, err))
 			return
 		}
-		v, diags := nodeStatusValue(p, rep, rec)
-		resp.Diagnostics.Append(diags...)
-		status[rep.Node], states[rep.Node] = v, rec.State
+		status[rep.Node], states[rep.Node] = nodeStatusValue(p, rep, rec), rec.State
 	}
 	m.Status = types.MapValueMust(nodeStatusType, status)
 	m.HealthyNodes, m.SchedulableNodes, m.ErrorNodes, m.MissingNodes = summaries(states)

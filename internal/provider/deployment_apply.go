@@ -234,9 +234,7 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 	} else {
 		m.ObservedGeneration = m.Generation
 	}
-	dcv, dd := conditionsValue(conds)
-	diags.Append(dd...)
-	m.Conditions = dcv
+	m.Conditions = conditionsValue(conds)
 	m.Phase = deploymentPhase(conds)
 	if len(summary) > 0 {
 		tflog.Info(ctx, "deployment summary\n"+strings.Join(summary, "\n"))

@@ -472,9 +472,7 @@ func completeStatus(ctx context.Context, m *deploymentModel, diags *diag.Diagnos
 		diags.AddError("Deployment conditions not written", err.Error())
 		return
 	}
-	cv, d := conditionsValue(conds)
-	diags.Append(d...)
-	m.Conditions = cv
+	m.Conditions = conditionsValue(conds)
 }
 
 // deploymentPhase is the deployment's phase, derived from its conditions

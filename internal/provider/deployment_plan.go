@@ -530,9 +530,7 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 	if c, ok := conditions.Find(conds, deploy.ConditionReady); err != nil || !ok || c.LastTransitionTime.IsZero() {
 		plan.Conditions = types.ListUnknown(conditionObjectType)
 	} else {
-		cv, d := conditionsValue(conds)
-		diags.Append(d...)
-		plan.Conditions = cv
+		plan.Conditions = conditionsValue(conds)
 	}
 	plan.Phase = deploymentPhase(conds)
 }

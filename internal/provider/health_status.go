@@ -130,7 +130,7 @@ func stringList(s []string) types.List {
 }
 
 // nodeStatusValue is a node's record as the status object.
-func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) (types.Object, diag.Diagnostics) {
+func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) types.Object {
 	checks := make([]attr.Value, len(r.Planned))
 	for i, pl := range r.Planned {
 		res := r.Results[i]
@@ -159,7 +159,7 @@ func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) (type
 	if rec.LastClear != nil {
 		lastClear = types.ObjectValueMust(lastClearAttrTypes, map[string]attr.Value{"note": types.StringValue(rec.LastClear.Note), "at": timestamp(rec.LastClear.At)})
 	}
-	conds, diags := conditionsValue(rec.Conditions)
+	conds := conditionsValue(rec.Conditions)
 	return types.ObjectValueMust(nodeStatusAttrTypes, map[string]attr.Value{
 		"state": types.StringValue(string(rec.State)), "reason": types.StringValue(rec.Reason), "roles": stringList(r.Roles),
 		"checks":             types.ListValueMust(types.ObjectType{AttrTypes: checkStatusAttrTypes}, checks),
@@ -171,7 +171,7 @@ func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) (type
 		"unreachable_streak": types.Int64Value(int64(rec.UnreachableStreak)),
 		"evaluated_at":       timestamp(r.EvaluatedAt),
 		"conditions":         conds,
-	}), diags
+	})
 }
 
 // settled reports whether a node's new status says what its prior one

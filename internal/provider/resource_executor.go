@@ -269,7 +269,7 @@ func (r *executorResource) Create(ctx context.Context, req resource.CreateReques
 		rec, conds, _ = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), "", rec, conds)
 		r.warn(&resp.Diagnostics, plan, rec, conds, true)
 	}
-	r.store(&resp.Diagnostics, &plan, rec, conds)
+	r.store(&plan, rec, conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(writePrivateCredentials(ctx, resp.Private, credentialsOf(config))...)
 }
@@ -318,7 +318,7 @@ func (r *executorResource) Read(ctx context.Context, req resource.ReadRequest, r
 	// leaves it so: encoding the whole executor again is most of what a
 	// refresh with no probe due would cost the provider in a large fleet.
 	stored := state
-	r.store(&resp.Diagnostics, &stored, rec, conds)
+	r.store(&stored, rec, conds)
 	if probed || !stored.Reachability.Equal(state.Reachability) || !stored.Conditions.Equal(state.Conditions) {
 		resp.Diagnostics.Append(resp.State.Set(ctx, &stored)...)
 	}
@@ -360,7 +360,7 @@ func (r *executorResource) Update(ctx context.Context, req resource.UpdateReques
 		}
 		rec, conds, _ = r.probe(ctx, &resp.Diagnostics, plan, withSecrets(plan, config), "", rec, conds)
 		plan.ObservedGeneration = types.Int64Value(gen)
-		r.store(&resp.Diagnostics, &plan, rec, conds)
+		r.store(&plan, rec, conds)
 		r.warn(&resp.Diagnostics, plan, rec, conds, true)
 	}
 	// Otherwise the plan carries the record, conditions and observed
@@ -421,7 +421,7 @@ func (r *executorResource) ImportState(ctx context.Context, req resource.ImportS
 		resp.Diagnostics.AddError("Internal error building conditions", err.Error())
 		return
 	}
-	r.store(&resp.Diagnostics, &m, reachability.Reset(imp.host), conds)
+	r.store(&m, reachability.Reset(imp.host), conds)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	// The refresh that follows probes the imported executor without knowing
 	// its credentials (an inline key, a passphrase): what it cannot check
@@ -507,11 +507,9 @@ func (r *executorResource) probe(ctx context.Context, diags *diag.Diagnostics, m
 // not stored: a probe that confirms a record writes nothing, so the record's
 // age says nothing of when the host was last looked at; the run that reads
 // the record decides it (reachability.Seen), in its warnings.
-func (r *executorResource) store(diags *diag.Diagnostics, m *executorModel, rec reachability.Record, conds []conditions.Condition) {
+func (r *executorResource) store(m *executorModel, rec reachability.Record, conds []conditions.Condition) {
 	m.Reachability = recordValue(rec, false)
-	cv, d := conditionsValue(conds)
-	diags.Append(d...)
-	m.Conditions = cv
+	m.Conditions = conditionsValue(conds)
 }
 
 // warn adds the warning for a record that needs a reviewer's eye (see

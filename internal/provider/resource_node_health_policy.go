@@ -308,8 +308,7 @@ func (r *nodeHealthPolicyResource) evaluate(ctx context.Context, m *nodeHealthPo
 				fmt.Sprintf("The checks of node %s still fail, so its error stands: %s\nChange the note in clear_errors[%q] again once they pass.", rep.Node, rec.Reason, rep.Node))
 		}
 		tflog.Debug(ctx, "node evaluated", map[string]any{"node": rep.Node, "state": string(rec.State), "reason": rec.Reason})
-		v, d := nodeStatusValue(p, rep, rec)
-		diags.Append(d...)
+		v := nodeStatusValue(p, rep, rec)
 		if o, ok := priorElems[rep.Node].(types.Object); ok && settled(o, v) {
 			v = o // what the refresh found is what state says: nothing is written
 		}

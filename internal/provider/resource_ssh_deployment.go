@@ -220,9 +220,10 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 		},
 	}
 	if version < 2 {
-		rec := s.Attributes["status"].(schema.ListNestedAttribute)
-		delete(rec.NestedObject.Attributes, "observed_generation")
-		rec.NestedObject.Attributes["conditions"] = conditionsAttribute(nodeConditionKinds)
+		if rec, ok := s.Attributes["status"].(schema.ListNestedAttribute); ok {
+			delete(rec.NestedObject.Attributes, "observed_generation")
+			rec.NestedObject.Attributes["conditions"] = conditionsAttribute(nodeConditionKinds)
+		}
 	}
 	if version == 0 {
 		// Added in version 1, with no change of version: a plan-time

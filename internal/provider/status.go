@@ -90,8 +90,8 @@ func nodeConditionsAttribute(kinds string) rschema.ListNestedAttribute {
 	}
 }
 
-func conditionsValue(cs []conditions.Condition) (types.List, diag.Diagnostics) {
-	return conditionsList(cs, true, false), nil
+func conditionsValue(cs []conditions.Condition) types.List {
+	return conditionsList(cs, true, false)
 }
 
 // nodeConditionsValue is a deployment node's conditions (no generation

@@ -15,7 +15,7 @@ import (
 func TestConditionsRoundTripThroughState(t *testing.T) {
 	in := []conditions.Condition{{Type: "Ready", Status: conditions.True, Reason: "Switched", Message: "node n1 runs its system",
 		LastTransitionTime: time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), ObservedGeneration: 3}}
-	l, _ := conditionsValue(in)
+	l := conditionsValue(in)
 	if out, d := conditionsFrom(context.Background(), l); d.HasError() || len(out) != 1 || out[0] != in[0] {
 		t.Errorf("a resource's conditions back from state: %v %v, want %v", out, d, in)
 	}
