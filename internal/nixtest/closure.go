@@ -208,6 +208,12 @@ switch|boot|test|dry-activate) ;;
 	;;
 esac
 printf '%s %s\n' "$action" "$self" >> "$state/switch.log"
+# The event log (Target.Events): what each call changed, when, and for
+# which transient unit ($NIXTEST_UNIT, set by the unit runner; empty for a
+# call straight from a session). One line per event, appended whole.
+event() {
+	printf '%s %s %s\n' "$(date +%s.%N)" "$$" "$*" >> "$state/events.log"
+}
 # The journal keeps what the last activation logged.
 : > "$state/activation.log"
 log() {
@@ -227,7 +233,7 @@ locked() {
 
 # replace_link TARGET LINK, atomically, as NixOS does.
 replace_link() {
-	ln -sfn "$1" "$2.nixtest.$$" && mv -T "$2.nixtest.$$" "$2"
+	ln -sfn "$1" "$2.nixtest.$$" && mv -T "$2.nixtest.$$" "$2" && event set-current "$1"
 }
 
 install_bootloader() {
@@ -240,7 +246,7 @@ install_bootloader() {
 		exec sleep 3600
 	fi
 	printf '%s\n' "$self" > "$state/boot-entry.nixtest.$$"
-	mv "$state/boot-entry.nixtest.$$" "$state/boot-entry"
+	mv "$state/boot-entry.nixtest.$$" "$state/boot-entry" && event set-boot "$self"
 }
 
 activate() {
@@ -281,6 +287,11 @@ if locked "$action"; then
 	log "Could not acquire lock"
 	exit 11
 fi
+case "$action" in test|boot|switch)
+	event start "$action" "$self" "$(readlink -f /run/current-system)" "${NIXTEST_UNIT:--}"
+	trap 'event end "$?"' EXIT
+	;;
+esac
 case "$action" in
 test)
 	activate

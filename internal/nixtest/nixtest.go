@@ -361,6 +361,25 @@ func (t *Target) processes() []int {
 	return pids
 }
 
+// Leftovers lists the command lines of what runs in the target besides
+// its sshd and the sessions sshd serves: what a deploy left behind (a
+// watchdog, an activation, a lock's script).
+func (t *Target) Leftovers() []string {
+	var out []string
+	for _, pid := range t.processes() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil || len(b) == 0 {
+			continue // ended meanwhile, or a zombie
+		}
+		cmdline := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+		if strings.HasPrefix(cmdline, "sshd:") || strings.HasPrefix(cmdline, "/usr/sbin/sshd ") {
+			continue
+		}
+		out = append(out, strconv.Itoa(pid)+" "+cmdline)
+	}
+	return out
+}
+
 // gateMode runs on the gate's goroutines, so it cannot fail the test: an
 // unreadable cut file leaves the gate open.
 func (t *Target) gateMode() sshtest.GateMode {
@@ -525,6 +544,59 @@ func (t *Target) BootEntry() string { return strings.TrimSpace(t.readFile("boot-
 // Calls lists every switch-to-configuration call on the target, in order,
 // as "<action> <store path>".
 func (t *Target) Calls() []string { return lines(t.readFile("switch.log")) }
+
+// Event is one thing a switch-to-configuration call did on the target, as
+// its event log says: a call's start (with what the host ran then and the
+// transient unit it ran in), a change of the running system or of the boot
+// entry, and its end.
+type Event struct {
+	Time time.Time
+	PID  int    // the call's: its events share it
+	Kind string // "start", "set-current", "set-boot", "end"
+	// Action and Before are the start's: test, boot or switch, and what
+	// /run/current-system was.
+	Action, Before string
+	// System is the closure called (start) or made current or the boot
+	// entry (set-current, set-boot).
+	System string
+	// Unit is the transient unit the call ran in ("fleet-activate-….service"),
+	// empty for a call straight from a session.
+	Unit string
+	RC   int // end's exit status
+}
+
+// Events lists what every switch-to-configuration call (test, boot,
+// switch) did on the target, in the order it happened.
+func (t *Target) Events() []Event {
+	var out []Event
+	for _, line := range lines(t.readFile("events.log")) {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			t.tb.Fatalf("nixtest: events.log line %q", line)
+		}
+		sec, err := strconv.ParseFloat(f[0], 64)
+		pid, perr := strconv.Atoi(f[1])
+		if err != nil || perr != nil {
+			t.tb.Fatalf("nixtest: events.log line %q", line)
+		}
+		e := Event{Time: time.Unix(0, int64(sec*1e9)), PID: pid, Kind: f[2]}
+		switch {
+		case e.Kind == "start" && len(f) == 7:
+			e.Action, e.System, e.Before, e.Unit = f[3], f[4], f[5], strings.TrimPrefix(f[6], "-")
+		case (e.Kind == "set-current" || e.Kind == "set-boot") && len(f) == 4:
+			e.System = f[3]
+		case e.Kind == "end" && len(f) == 4:
+			e.RC, err = strconv.Atoi(f[3])
+		default:
+			err = errors.New("unknown event")
+		}
+		if err != nil {
+			t.tb.Fatalf("nixtest: events.log line %q: %v", line, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
 
 // Journal is what the last activation logged (what journalctl prints).
 func (t *Target) Journal() string { return t.readFile("activation.log") }

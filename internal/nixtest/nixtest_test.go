@@ -3,6 +3,7 @@ package nixtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,9 +174,35 @@ func TestDeploySequence(t *testing.T) {
 	if !strings.Contains(tg.Journal(), "updating the boot entry") {
 		t.Errorf("journal after boot: %q", tg.Journal())
 	}
-	// copy, nix-env, readlink, test, readlink, boot: a connection each.
-	if got := tg.AcceptedConnections(); got != 6 {
-		t.Errorf("AcceptedConnections() = %d, want 6 (one per ssh and nix-copy-closure)\n%s", got, tg.SSHD.Log())
+	// Back to the first system in a transient unit: the event log names it.
+	d.must("systemd-run --collect --pipe --quiet --service-type=exec --unit=back " + old + "/bin/switch-to-configuration test")
+	var got []string
+	for _, e := range tg.Events() {
+		got = append(got, strings.TrimSpace(fmt.Sprintf("%s %s %s %s %s", e.Kind, e.Action, e.System, e.Before, e.Unit)))
+		if e.Kind == "end" {
+			got[len(got)-1] += fmt.Sprintf(" rc=%d", e.RC)
+		}
+		if time.Since(e.Time) > time.Minute || time.Until(e.Time) > 0 {
+			t.Errorf("event %+v: its time is not now", e)
+		}
+	}
+	want := []string{
+		"start test " + next + " " + old, "set-current  " + next, "end rc=0",
+		"start boot " + next + " " + next, "set-boot  " + next, "end rc=0",
+		"start test " + old + " " + next + " back.service", "set-current  " + old, "end rc=0",
+	}
+	for i := range want {
+		want[i] = strings.Join(strings.Fields(want[i]), " ")
+	}
+	for i := range got {
+		got[i] = strings.Join(strings.Fields(got[i]), " ")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Events():\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// copy, nix-env, readlink, test, readlink, boot, the unit's test: a connection each.
+	if got := tg.AcceptedConnections(); got != 7 {
+		t.Errorf("AcceptedConnections() = %d, want 7 (one per ssh and nix-copy-closure)\n%s", got, tg.SSHD.Log())
 	}
 }
 

@@ -148,6 +148,8 @@ unit=${dir##*/}
 while IFS= read -r kv; do
 	export "$kv"
 done < "$dir/env"
+# Which unit a switch-to-configuration ran in, for Target.Events.
+export NIXTEST_UNIT="$unit"
 # An asynchronous command gets /dev/null as stdin unless told otherwise.
 exec 3<&0
 # timeout puts the command in a process group of its own, which
