@@ -123,7 +123,7 @@ var remoteBuildStep = &step{
 		defer func() { _ = w.Close() }()
 		cmd := nr.c.Command(ctx, remote(remoteBuildScript(nr.n.Derivation)))
 		cmd.Stdin = r
-		out, err := nr.d.output(cmd)
+		out, err := output(cmd)
 		_ = r.Close()
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -22,6 +22,9 @@ const (
 	ReasonInterrupted  = "Interrupted"
 	ReasonSkipped      = "Skipped"
 	ReasonNotStarted   = "NotStarted"
+	// ReasonOutcomeUnknown: the deployer could not learn how the deploy
+	// ended; the next refresh reads the host and settles it.
+	ReasonOutcomeUnknown = "OutcomeUnknown"
 )
 
 // NodePhases is the ladder a node's recorded phase is derived from, by
@@ -29,6 +32,7 @@ const (
 var NodePhases = []conditions.Rung{
 	{Phase: string(PhaseSucceeded), Type: ConditionReady, Status: conditions.True},
 	{Phase: string(PhaseSkipped), Type: ConditionReady, Status: conditions.Unknown, Reason: ReasonSkipped},
+	{Phase: string(PhaseUnknown), Type: ConditionReady, Status: conditions.Unknown, Reason: ReasonOutcomeUnknown},
 	{Phase: string(PhaseRolledBack), Type: ConditionReady, Status: conditions.False, Reason: ReasonRolledBack},
 	{Phase: string(PhaseFailed), Type: ConditionReady, Status: conditions.False},
 }
@@ -68,6 +72,8 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 		ready.Status, ready.Reason = conditions.Unknown, ReasonSkipped
 	case r.Phase == PhaseRolledBack:
 		ready.Status, ready.Reason = conditions.False, ReasonRolledBack
+	case r.Phase == PhaseUnknown:
+		ready.Status, ready.Reason = conditions.Unknown, ReasonOutcomeUnknown
 	case r.Interrupted:
 		ready.Status, ready.Reason = conditions.False, ReasonInterrupted
 	case r.Phase == PhaseFailed:
@@ -146,7 +152,7 @@ func DeploymentConditions(prev []conditions.Condition, nodes []string, phases []
 	var failed, held []string
 	for i, p := range phases {
 		switch p {
-		case PhaseFailed, PhaseRolledBack, PhasePending:
+		case PhaseFailed, PhaseRolledBack, PhasePending, PhaseUnknown:
 			failed = append(failed, nodes[i])
 		case PhaseSkipped:
 			held = append(held, nodes[i])
@@ -157,7 +163,7 @@ func DeploymentConditions(prev []conditions.Condition, nodes []string, phases []
 		Message: fmt.Sprintf("every node (%d) runs its system after a passing verdict", len(nodes)), ObservedGeneration: generation}
 	switch {
 	case len(failed) > 0:
-		c.Status, c.Reason, c.Message = conditions.False, "NodesFailed", fmt.Sprintf("%d of %d nodes failed or were not started: %s", len(failed), len(nodes), strings.Join(failed, ", "))
+		c.Status, c.Reason, c.Message = conditions.False, "NodesFailed", fmt.Sprintf("%d of %d nodes failed, were not started or have an outcome not known: %s", len(failed), len(nodes), strings.Join(failed, ", "))
 	case len(held) > 0:
 		c.Status, c.Reason, c.Message = conditions.Unknown, "NodesHeld", fmt.Sprintf("%d of %d nodes are held: %s", len(held), len(nodes), strings.Join(held, ", "))
 	}

@@ -35,6 +35,10 @@ const (
 	PhaseFailed     Phase = "Failed"
 	PhaseRolledBack Phase = "RolledBack"
 	PhaseSkipped    Phase = "Skipped"
+	// PhaseUnknown: the deployer cannot know how the deploy ended (the
+	// host stopped answering between its decision and its answer, and
+	// could not be asked); the next refresh reads the host and settles it.
+	PhaseUnknown Phase = "Unknown"
 )
 
 // Condition is a condition type of a node: what one or more steps
@@ -208,8 +212,11 @@ type Result struct {
 	AlreadyCurrent bool
 }
 
-// Failed reports whether the node's deploy failed (a rollback is a failure).
-func (r Result) Failed() bool { return r.Phase == PhaseFailed || r.Phase == PhaseRolledBack }
+// Failed reports whether the node's deploy failed, or did not surely
+// succeed: a rollback is a failure, and so is an outcome not known.
+func (r Result) Failed() bool {
+	return r.Phase == PhaseFailed || r.Phase == PhaseRolledBack || r.Phase == PhaseUnknown
+}
 
 // Deployer deploys nodes over a transport.
 type Deployer struct {

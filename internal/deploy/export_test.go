@@ -30,10 +30,10 @@ func (d *Deployer) HoldLock(ctx context.Context, s Settings) (release func(), er
 		c.Close()
 		return nil, fmt.Errorf("master: exit %d: %s", exit, msg)
 	}
-	l, err := d.takeLock(ctx, c, nil)
+	l, _, err := d.takeLock(ctx, c, d.Options.LockTimeout, nil)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	return func() { l.release(); c.Close() }, nil
+	return func() { l.Release(); c.Close() }, nil
 }

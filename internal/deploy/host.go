@@ -3,15 +3,13 @@ package deploy
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,83 +42,6 @@ func (d *Deployer) startMaster(ctx context.Context, c *Conn) (int, string) {
 	return exitOf(err, string(b))
 }
 
-// lockSession holds the host's deploy lock: a remote command over the
-// master that took it and keeps it while the deployer speaks (see
-// lockScript and words.go), until its standard input closes.
-type lockSession struct {
-	*hostSession
-	words
-}
-
-// takeLock takes the host's deploy lock, waiting up to lock_timeout for
-// another deployment to let go of it, or until ctx ends. The session's
-// own context is not ctx: once held, the lock is kept until release, so
-// that an interrupted node still holds it while its record is made.
-// onWait, when not nil, is called once another deployment is found to
-// hold the lock and the wait has begun. Once held, the deployer speaks
-// to the host over it (words) until release.
-func (d *Deployer) takeLock(ctx context.Context, c *Conn, onWait func()) (*lockSession, error) {
-	wait := max(int(d.Options.LockTimeout/time.Second), 0)
-	lease := int(d.Transport.remoteExecTimeout() / time.Second)
-	hs, err := startHostSession(context.WithoutCancel(ctx), c.Command, lockScript(d.Options.Holder, wait, lease))
-	if err != nil {
-		return nil, err
-	}
-	l := &lockSession{hostSession: hs}
-	line, err := l.next(ctx)
-	if err != nil && ctx.Err() == nil {
-		// The script ended before its first line: it could not even
-		// open the lock, which is what root's rights are needed for.
-		l.end()
-		return nil, c.rightsFailure(err)
-	}
-	waited := false
-	var noted time.Time
-	for err == nil {
-		holder, waiting := strings.CutPrefix(line, "wait")
-		if !waiting {
-			break
-		}
-		if time.Since(noted) >= lockWaitNoteEvery {
-			noted = time.Now()
-			d.note(c.s.Name, StepLock, "waiting for the host's deploy lock, held by %s (lock_timeout %s)", orNone(strings.TrimSpace(holder)), d.Options.LockTimeout)
-			if onWait != nil {
-				onWait()
-			}
-		}
-		waited = true
-		line, err = l.next(ctx)
-	}
-	switch {
-	case err != nil && ctx.Err() == nil && waited:
-		l.end()
-		return nil, fail(255, "LockFailed", fmt.Sprintf("the connection to the host ended while this deployment waited for its deploy lock: the host stopped answering for remote_exec_timeout (%s), or dropped the connection (%s)",
-			d.Transport.remoteExecTimeout(), orNone(strings.TrimSpace(l.stderr.String()))), "check the host; the next apply retries this node")
-	case err != nil:
-		l.end()
-		return nil, err
-	case line == "locked":
-		l.start(c, hs, d.wordEvery())
-		return l, nil
-	}
-	l.end()
-	if holder, busy := strings.CutPrefix(line, "busy"); busy {
-		holder = strings.TrimSpace(holder)
-		hint := "another deployment of this host is running: retry once it ends, or give this deployment a lock_timeout long enough to wait for it"
-		if strings.HasPrefix(holder, guardHolder) {
-			// No deployment holds the lock: an activation or a watchdog
-			// of one that stopped before they ended (interrupted, or
-			// gone), which end within confirm_timeout of that deploy's
-			// last word once the activation has.
-			hint = "it ends once that activation has ended and its deployer has confirmed it or said nothing for its verdict.confirm_timeout: retry then, or give this deployment a lock_timeout at least that long"
-		}
-		return nil, &failure{exit: 3, reason: "DeployLockBusy",
-			message: fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(holder), d.Options.LockTimeout),
-			hint:    hint}
-	}
-	return nil, fail(1, "LockFailed", "cannot take the host's deploy lock: "+strings.TrimSpace(line+" "+l.stderr.String()), "")
-}
-
 // rightsFailure is the failure of a lock session that ended at once:
 // when the login user lacks root's rights (no sudo, or sudo that asks for
 // a password), the node fails naming the right before anything changed.
@@ -143,57 +64,6 @@ func (c *Conn) rightsFailure(err error) error {
 			"check the host; the next apply retries this node")
 	}
 	return fail(1, "LockFailed", "cannot take the host's deploy lock: "+msg, "")
-}
-
-// lockWaitNoteEvery is how often the log says who holds the lock a node
-// waits for.
-const lockWaitNoteEvery = 30 * time.Second
-
-// read returns what readScript printed in the session once it held the
-// lock.
-func (l *lockSession) read(ctx context.Context) ([]string, error) {
-	var lines []string
-	for {
-		line, err := l.next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, err
-			}
-			return nil, fail(1, "ReadFailed", "cannot read the current system: "+err.Error(), "")
-		}
-		if line == readEnd {
-			return lines, nil
-		}
-		lines = append(lines, line)
-	}
-}
-
-// release lets the lock go: the deployer stops speaking, standard input
-// closes, the remote script removes the holder's name and ends; a session
-// that does not end within half a second (the host stopped answering) is
-// killed, which ends it on the host too.
-func (l *lockSession) release() {
-	l.stop()
-	l.end()
-}
-
-// lockedBuffer is a bytes.Buffer safe for the copying goroutine of
-// os/exec and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // percentEncode encodes every byte of s but letters, digits and "-._~" as
@@ -271,80 +141,6 @@ func (j *copyJob) abandon() {
 	<-j.done
 }
 
-// startWatchdog runs the watchdog script on the host in the background, as
-// a transient unit where systemd runs, so that it survives the SSH
-// session, and waits up to ten seconds for it to hold GuardFile (it
-// touches guarded then): from then on the next deployment of the host
-// waits for it.
-func (d *Deployer) startWatchdog(run string, systemd bool, script string) string {
-	dir := shell.Quote(stateDir + "/" + run)
-	start := "mkdir -p " + dir + " || exit 1; "
-	if systemd {
-		start += "systemd-run --collect --quiet --no-ask-password --unit=" + shell.Quote("fleet-watchdog-"+run) + " sh -c " + shell.Quote(pathFallback+script) + " || exit 1"
-	} else {
-		// Only the background command itself, with every stream
-		// redirected: a backgrounded list would keep the session's
-		// output open.
-		start += "nohup sh -c " + shell.Quote(pathFallback+script) + " </dev/null >/dev/null 2>&1 &"
-	}
-	return start + "\nn=0; while [ ! -e " + dir + "/guarded ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done; [ -e " + dir + "/guarded ]"
-}
-
-// activate runs switch-to-configuration test, through systemd-run where
-// systemd runs (RuntimeMaxSec=180 in a container, FR-009), retrying exit
-// 11 like the boot lock. It returns the exit status (-1 when the session
-// dropped: the host decides) and what happened. prepare runs first, in the
-// same round trip as the first attempt.
-func (d *Deployer) activate(ctx context.Context, c *Conn, run, system string, systemd, container bool, prepare string) (exit int, msg string, timedOut bool) {
-	cmd := "sh -c " + shell.Quote(activationScript(run, system, "test"))
-	if systemd {
-		props := ""
-		if container {
-			props = " -p RuntimeMaxSec=180"
-		}
-		cmd = "systemd-run --collect --pipe --quiet --no-ask-password --service-type=exec --unit=" + shell.Quote("fleet-activate-"+run) + props + " " + cmd
-	}
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, d.activationTimeout())
-		first := ""
-		if attempt == 1 {
-			first = prepare
-		}
-		out, err := d.output(c.Command(actx, remote(first+cmd)))
-		expired := actx.Err() != nil && ctx.Err() == nil
-		cancel()
-		if ctx.Err() != nil {
-			return -1, "", false
-		}
-		if attempt == 1 && err != nil && (strings.Contains(out, profileFailed) || strings.Contains(out, prepareFailed)) {
-			exit, msg := exitOf(err, out)
-			return exit, msg + " (" + strings.TrimSpace(out) + ")", false
-		}
-		if expired {
-			msg := fmt.Sprintf("the activation did not finish within activation_timeout (%s)", d.activationTimeout())
-			if systemd {
-				msg += "; " + d.stopActivation(c, run)
-			}
-			return 1, msg, true
-		}
-		exit, msg := exitOf(err, out)
-		if exit == 255 {
-			return -1, "the SSH session dropped during activation: " + msg, false
-		}
-		if exit == ExitSwitchLocked && attempt < d.bootLockAttempts() {
-			d.note(c.s.Name, StepActivate, "switch lock held (exit 11); attempt %d of %d", attempt, d.bootLockAttempts())
-			if !sleep(ctx, d.bootLockInterval()) {
-				return -1, "", false
-			}
-			continue
-		}
-		if exit == 0 {
-			return 0, "switch-to-configuration test succeeded", false
-		}
-		return exit, fmt.Sprintf("switch-to-configuration test exited %d: %s", exit, msg), false
-	}
-}
-
 // stopActivation stops the transient unit of an activation that outlived
 // activation_timeout, so that what hangs in it does not run on beside the
 // rollback, and says how that went.
@@ -352,7 +148,7 @@ func (d *Deployer) stopActivation(c *Conn, run string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), stopActivationTimeout)
 	defer cancel()
 	unit := "fleet-activate-" + run + ".service"
-	if out, err := d.output(c.Command(ctx, remote("systemctl stop "+shell.Quote(unit)))); err != nil {
+	if out, err := output(c.Command(ctx, remote("systemctl stop "+shell.Quote(unit)))); err != nil {
 		_, msg := exitOf(err, out)
 		return "stopping its unit " + unit + " failed: " + msg
 	}
@@ -378,28 +174,6 @@ func activationReason(exit int) string {
 	return "ActivationFailed"
 }
 
-// activationExit waits, over new connections, for the exit status the
-// activation of run records on the host, up to activation_timeout, and
-// returns it with the activation's last words; false when none comes (no
-// systemd kept the activation alive, the host cannot be reached, or ctx
-// ended).
-func (d *Deployer) activationExit(ctx context.Context, c *Conn, run string) (int, string, bool) {
-	dir := stateDir + "/" + run
-	deadline := time.Now().Add(d.activationTimeout())
-	for {
-		out, err := d.output(c.FreshCommand(ctx, remote("cat "+shell.Quote(dir+"/activated")+" 2>/dev/null || echo pending; tail -n 3 "+shell.Quote(dir+"/output")+" 2>/dev/null")))
-		if err == nil {
-			first, rest, _ := strings.Cut(out, "\n")
-			if n, err := strconv.Atoi(strings.TrimSpace(first)); err == nil {
-				return n, lastLines(rest, 3), true
-			}
-		}
-		if time.Now().After(deadline) || !sleep(ctx, time.Second) {
-			return -1, "", false
-		}
-	}
-}
-
 // observe gathers the verdict's inputs: a new connection must succeed, and
 // the current system, the system state within the settle timeout and the
 // failed units are read, then the user checks run.
@@ -419,7 +193,7 @@ systemctl --failed --plain --no-legend 2>/dev/null`, settle)
 	}
 	// The reading is the new login's command: one session on the host
 	// for both.
-	out, err := d.output(c.FreshCommand(ctx, remote(script)))
+	out, err := output(c.FreshCommand(ctx, remote(script)))
 	if err != nil {
 		_, o.ReconnectError = exitOf(err, out)
 		return o
@@ -454,7 +228,7 @@ func (d *Deployer) userChecks(ctx context.Context, c *Conn) []string {
 	var failures []string
 	spec := d.Options.Verdict
 	for _, cmd := range spec.Command {
-		if out, err := d.output(c.Command(ctx, remote(cmd))); err != nil {
+		if out, err := output(c.Command(ctx, remote(cmd))); err != nil {
 			exit, msg := exitOf(err, out)
 			failures = append(failures, fmt.Sprintf("command %q exited %d: %s", cmd, exit, msg))
 		}
@@ -507,77 +281,11 @@ func httpCheck(ctx context.Context, h HTTPCheck) string {
 	return ""
 }
 
-// rollback asks the host's watchdog to switch back now (when SSH still
-// works) and waits for it to have done so and let go of the host; without
-// SSH the host rolls itself back once confirm_timeout has passed since the
-// deployer's last word.
-func (d *Deployer) rollback(ctx context.Context, c *Conn, run string, r *Result, reachable bool) {
-	dir := stateDir + "/" + run
-	if !reachable {
-		r.Phase = PhaseRolledBack
-		r.RolledBack = true
-		r.Message += fmt.Sprintf("; the host rolls itself back to %s once confirm_timeout (%s) has passed without a confirmation: it could not be confirmed over SSH",
-			r.PreviousSystem, d.confirmTimeout())
-		return
-	}
-	// The watchdog switches back with the previous system's own
-	// activation, which activation_timeout bounds.
-	bound := int((d.activationTimeout() + 30*time.Second) / time.Second)
-	out, err := d.output(c.FreshCommand(ctx, remote(decideScript(run, decisionRollback)+"; "+releasedScript(bound)+
-		"; fleet_rc=; read -r fleet_rc < "+shell.Quote(dir+"/rolledback")+" 2>/dev/null; echo \"rolledback=$fleet_rc\"; echo \"current=$(readlink -f /run/current-system)\"")))
-	if ctx.Err() != nil {
-		return
-	}
-	var decision, rc, current string
-	released := false
-	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case i == 0:
-			decision = line
-		case line == "released":
-			released = true
-		case strings.HasPrefix(line, "rolledback="):
-			rc = strings.TrimPrefix(line, "rolledback=")
-		case strings.HasPrefix(line, "current="):
-			current = strings.TrimPrefix(line, "current=")
-		}
-	}
-	if current != "" {
-		r.CurrentSystem = current
-	}
-	switch {
-	case err != nil && current == "":
-		_, msg := exitOf(err, out)
-		r.Message += fmt.Sprintf("; the rollback could not be asked for (%s): unless the request arrived, the host's watchdog switches back to %s once confirm_timeout (%s) has passed", msg, r.PreviousSystem, d.confirmTimeout())
-	case decision == decisionConfirm:
-		r.Message += "; the host's watchdog had already taken a confirmation: the new system stays active"
-	case !released:
-		r.Message += fmt.Sprintf("; the rollback was not seen to finish within %ds", bound)
-	case rc == "0" && current == r.PreviousSystem:
-		r.Phase, r.RolledBack = PhaseRolledBack, true
-		r.Message += "; rolled back to " + r.PreviousSystem
-	default:
-		r.Message += fmt.Sprintf("; the rollback to %s failed (exit %s; the host runs %s)", r.PreviousSystem, orNone(rc), orNone(current))
-	}
-}
-
-// decision asks the host, over a new connection, what was decided for
-// run: decisionConfirm, decisionRollback, or "" when nothing was decided
-// yet; false when the host could not be asked.
-func (d *Deployer) decision(ctx context.Context, c *Conn, run string) (string, bool) {
-	out, err := d.output(c.FreshCommand(ctx, remote("readlink "+shell.Quote(stateDir+"/"+run+"/decision")+" 2>/dev/null; echo .")))
-	if err != nil {
-		return "", false
-	}
-	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(out), ".")), true
-}
-
 // hostState says what the host runs now, over a new connection.
 func (d *Deployer) hostState(c *Conn, system string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	out, err := d.output(c.FreshCommand(ctx, remote(readCurrentScript)))
+	out, err := output(c.FreshCommand(ctx, remote(agreement.ReadCurrentScript)))
 	if err != nil {
 		return "the host could not be read"
 	}
@@ -601,7 +309,7 @@ func (d *Deployer) run(cmd *exec.Cmd) (string, error) {
 
 // output runs cmd and returns its standard output; on failure, what it
 // printed on standard error too.
-func (d *Deployer) output(cmd *exec.Cmd) (string, error) {
+func output(cmd *exec.Cmd) (string, error) {
 	stdout, stderr, err := capture(cmd, false)
 	if err != nil {
 		return stdout + stderr, err
@@ -751,10 +459,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-func runID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -291,18 +291,29 @@ func TestDeployTCPCheckGoesTheWaySSHDoes(t *testing.T) {
 
 // A host that stops answering during its activation (it froze, or the
 // network to it died) is given up on once it has not answered for
-// confirm_timeout: no confirmation could reach it in time, and it switches
-// itself back when its activation ends, which it does here. The deploy
-// does not wait for activation_timeout or for keepalives. A host that
-// answers again before that is judged as usual.
+// confirm_timeout and a tick: no confirmation could reach it in time. The
+// deployer then asks it, over new logins, what its watchdog did: a host
+// that answers again within AskFor says it switched back (RolledBack, as
+// it happened); one that does not is recorded as not known, and a refresh
+// once it answers settles it. The deploy waits for neither
+// activation_timeout nor keepalives. A host that answers again before
+// confirm_timeout is judged as usual.
 func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
-	for _, stall := range []time.Duration{time.Hour, 500 * time.Millisecond} {
-		t.Run("stall="+stall.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		stall time.Duration
+		phase deploy.Phase
+		says  []string
+	}{
+		{time.Hour, deploy.PhaseUnknown, []string{"stopped answering during the activate step", "could not be asked", "switches it back to "}},
+		{6 * time.Second, deploy.PhaseRolledBack, []string{"stopped answering during the activate step", "rolled back to "}},
+		{500 * time.Millisecond, deploy.PhaseSucceeded, nil},
+	} {
+		t.Run("stall="+c.stall.String(), func(t *testing.T) {
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)
 			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 4 * time.Second})
-			opts := deploy.Options{ActivationTimeout: time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 2 * time.Second}}
+			opts := deploy.Options{ActivationTimeout: 2 * time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 2 * time.Second}}
 			d := deployer(t, opts)
 			log := d.Options.Log
 			frozen := make(chan time.Time, 1)
@@ -313,7 +324,7 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 						tg.CutSSH(t, nixtest.CutBlackHole)
 						tg.Gate.Stall(true)
 						frozen <- time.Now()
-						time.AfterFunc(stall, func() { tg.Gate.Stall(false); tg.RestoreSSH(t) })
+						time.AfterFunc(c.stall, func() { tg.Gate.Stall(false); tg.RestoreSSH(t) })
 					})
 				}
 			}
@@ -326,15 +337,14 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 			default:
 				t.Fatalf("the host was never frozen: %+v", r)
 			}
-			if stall < time.Minute {
-				wantPhase(t, r, deploy.PhaseSucceeded)
+			wantPhase(t, r, c.phase, c.says...)
+			if c.phase == deploy.PhaseSucceeded {
 				return
 			}
-			wantPhase(t, r, deploy.PhaseRolledBack, "stopped answering during the activate step", "switches it back to "+old)
-			// confirm_timeout, a second for the watchdog's tick, and the
-			// teardown: far from activation_timeout.
+			// confirm_timeout and a tick, then asking for AskFor (each ask
+			// up to ConnectTimeout): far from activation_timeout.
 			if took > opts.ActivationTimeout/4 {
-				t.Errorf("the deploy ended %s after the host froze, want about confirm_timeout (%s), far below activation_timeout (%s)", took, opts.Verdict.ConfirmTimeout, opts.ActivationTimeout)
+				t.Errorf("the deploy ended %s after the host froze, want well within activation_timeout (%s)", took, opts.ActivationTimeout)
 			}
 			tg.Gate.Stall(false)
 			tg.RestoreSSH(t)
@@ -344,6 +354,14 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 			}
 			if tg.CurrentSystem() != old {
 				t.Errorf("the host did not switch itself back: it runs %s, want %s", tg.CurrentSystem(), old)
+			}
+			// A refresh settles what the deploy could not know.
+			cur, err := d.ReadCurrent(context.Background(), targetOf(tg, "web1", sys).Settings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if phase, msg := deploy.Settle(deploy.GoalSwitch, sys, r.PreviousSystem, cur); phase != deploy.PhaseRolledBack {
+				t.Errorf("settled by a refresh: %s, %s; want RolledBack", phase, msg)
 			}
 		})
 	}

@@ -2,8 +2,10 @@ package deploy
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"sync"
 	"time"
 )
@@ -78,17 +80,18 @@ type nodeRun struct {
 	begun func()
 
 	c      *Conn
-	lock   *lockSession
+	lock   *agreement.Lease
+	read   []string // what the take read of the host
 	copy   *copyJob
 	builds *localBuilds // the rollout's builds on this machine
 
 	container, systemd bool
-	run                string // the activation's name on the host
-	watch              bool   // the host's watchdog switches an unconfirmed activation back
+	watch              bool // the host's watchdog switches an unconfirmed activation back
 	activation         activationState
+	attempt            int  // the activation's attempt (act.<attempt> on the host)
 	exit               int  // the activation's exit status; -1 while not known
 	sshWorks           bool // the host still takes logins (false once the verdict's new login failed)
-	silent             bool // the host stopped answering while the activation was judged
+	silent             bool // the host stopped answering while the activation was judged: its outcome is settled
 }
 
 // activationState is how far the activation got, for the record of an
@@ -251,7 +254,7 @@ func (nr *nodeRun) release() {
 		wg.Go(nr.copy.abandon)
 	}
 	if nr.lock != nil {
-		wg.Go(nr.lock.release)
+		wg.Go(nr.lock.Release)
 	}
 	wg.Wait()
 	if nr.c != nil {

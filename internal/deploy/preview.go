@@ -127,7 +127,7 @@ func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, op
 	}
 	cmd := c.Command(ctx, remote(previewScript))
 	cmd.Stdin = strings.NewReader(wantOld + "\n" + strings.Join(closure, "\n") + "\n")
-	out, err := d.output(cmd)
+	out, err := output(cmd)
 	if err != nil {
 		if ctx.Err() != nil {
 			return p, fmt.Errorf("%s while the host was asked", cause(ctx))
@@ -293,7 +293,7 @@ func (d *Deployer) nixStore() string {
 func (d *Deployer) localLines(ctx context.Context, args ...string) ([]string, error) {
 	cmd := command(ctx, d.nixStore(), args...)
 	cmd.Env = shell.Environ(d.Options.Env...)
-	out, err := d.output(cmd)
+	out, err := output(cmd)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s while this machine's store was read", cause(ctx))
@@ -428,11 +428,11 @@ func localInhibitors(system string) string {
 // dryActivate copies system to the host and runs its
 // switch-to-configuration dry-activate under the host's deploy lock.
 func (d *Deployer) dryActivate(ctx context.Context, c *Conn, system string) (UnitChanges, error) {
-	lock, err := d.takeLock(ctx, c, nil)
+	lock, _, err := d.takeLock(ctx, c, d.Options.LockTimeout, nil)
 	if err != nil {
 		return UnitChanges{}, err
 	}
-	defer lock.release()
+	defer lock.Release()
 	if err := d.startCopy(ctx, c, Target{Settings: c.s, System: system}).wait(ctx); err != nil {
 		return UnitChanges{}, err
 	}

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"fmt"
 	"strings"
 )
 
@@ -34,4 +35,32 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 func parseCurrent(out string) Current {
 	lines := strings.Split(strings.TrimSpace(out)+"\n", "\n")
 	return Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1])}
+}
+
+// Settle is what a refresh makes of a node whose last deploy's outcome was
+// not known (PhaseUnknown), from what its host runs now: Succeeded when it
+// runs the node's system and a deploy of it passed its verdict there (its
+// boot entry made, for goals that make one; for goal boot, the boot entry
+// made); RolledBack when it runs the
+// system it ran before the deploy; otherwise Failed: it runs the new
+// system without a finished deploy (the next apply finishes it), or
+// something else.
+func Settle(goal Goal, system, previous string, cur Current) (Phase, string) {
+	if goal == GoalBoot {
+		// The running system stays: what counts is the boot entry, which a
+		// deploy records once made.
+		if cur.Succeeded == system {
+			return PhaseSucceeded, fmt.Sprintf("settled by a refresh: %s is the host's boot default", system)
+		}
+		return PhaseFailed, fmt.Sprintf("settled by a refresh: the host has no record of %s made its boot default: the next apply makes it", system)
+	}
+	switch {
+	case cur.Runs(system):
+		return PhaseSucceeded, fmt.Sprintf("settled by a refresh: the host runs %s, which passed its verdict there", system)
+	case cur.System == previous:
+		return PhaseRolledBack, fmt.Sprintf("settled by a refresh: the host runs %s, the system it ran before this deploy (rolled back to %s)", orNone(previous), orNone(previous))
+	case cur.System == system:
+		return PhaseFailed, fmt.Sprintf("settled by a refresh: the host runs %s, but no deploy of it finished there (its boot entry was not made): the next apply finishes it", system)
+	}
+	return PhaseFailed, fmt.Sprintf("settled by a refresh: the host runs %s, neither %s nor the system it ran before (%s)", orNone(cur.System), system, orNone(previous))
 }

@@ -21,6 +21,9 @@ type lockRun struct {
 	r        deploy.Result
 	notes    []string      // the step's notes, in order
 	took     time.Duration // how long the step took, as its end event says
+	// first is how long the first attempt took: from the step's start to
+	// its first note of a held lock.
+	first time.Duration
 }
 
 // calls is how many times the host was asked to run action on the new
@@ -43,6 +46,7 @@ func deployLocked(t *testing.T, action string, step deploy.StepName, locked int,
 	opts.Verdict = deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}
 	d := deployer(t, opts)
 	var mu sync.Mutex
+	var started time.Time
 	logged := d.Options.Log
 	d.Options.Log = func(e deploy.Event) {
 		logged(e)
@@ -50,7 +54,12 @@ func deployLocked(t *testing.T, action string, step deploy.StepName, locked int,
 		defer mu.Unlock()
 		switch {
 		case e.Step != step:
+		case e.Kind == deploy.EventStepStarted:
+			started = time.Now()
 		case e.Kind == deploy.EventNote && strings.Contains(e.Message, "exit 11"):
+			if len(l.notes) == 0 {
+				l.first = time.Since(started)
+			}
 			l.notes = append(l.notes, e.Message)
 		case e.Kind == deploy.EventStepEnded:
 			l.took = e.Took
@@ -84,9 +93,9 @@ func wantAttemptNotes(t *testing.T, notes []string, retries, attempts int) {
 // lock held (exit 11) is tried exactly N times, in the activation's loop
 // and in the boot default's alike. A lock let go before the Nth attempt
 // is taken on it; one held through the Nth fails the node after N
-// attempts, no more (the message says how many), and costs at most N
-// intervals, as SC-003 bounds it, having waited the N-1 intervals
-// between them.
+// attempts, no more (the message says how many), and costs the N-1
+// intervals between them and the N attempts (SC-003: within N intervals,
+// as an attempt is short beside one).
 func TestDeploySwitchLockIsTriedExactlyTheAttemptsItIsGiven(t *testing.T) {
 	const attempts = 4
 	// The interval is long beside one attempt (a command over the node's
@@ -124,9 +133,14 @@ func TestDeploySwitchLockIsTriedExactlyTheAttemptsItIsGiven(t *testing.T) {
 			if l.r.ExitCode != deploy.ExitSwitchLocked {
 				t.Errorf("exit %d, want %d", l.r.ExitCode, deploy.ExitSwitchLocked)
 			}
-			if l.took < (attempts-1)*interval || l.took > attempts*interval {
-				t.Errorf("the %s step took %s with the lock held: want at least the %d intervals between %d attempts (%s) and at most %d intervals (%s, SC-003)",
-					c.step, l.took, attempts-1, attempts, (attempts-1)*interval, attempts, attempts*interval)
+			// SC-003: the intervals between the attempts, and the attempts
+			// themselves (each about as long as the first, measured: a busy
+			// machine makes them longer), with half an interval to spare:
+			// less than one more interval, which a fifth attempt would add.
+			bound := (attempts-1)*interval + attempts*l.first + interval/2
+			if l.took < (attempts-1)*interval || l.took > bound {
+				t.Errorf("the %s step took %s with the lock held: want at least the %d intervals between %d attempts (%s) and at most those and %d attempts of %s each (%s, SC-003)",
+					c.step, l.took, attempts-1, attempts, (attempts-1)*interval, attempts, l.first, bound)
 			}
 			if l.tg.BootEntry() != l.old || c.action == "test" && l.tg.CurrentSystem() != l.old {
 				t.Errorf("after the lock held: current %s, boot %s; want the boot entry (and, when the activation never ran, the current system) still %s",

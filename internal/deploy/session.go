@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,7 +75,7 @@ func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error
 		return nil, err
 	}
 	args := c.recording(c.args("ControlMaster=yes", c.control, "ControlPersist=no"))
-	script := remote(readCurrentScript + "\necho " + sessionEnd + "\n" + waitForEOF)
+	script := remote(agreement.ReadCurrentScript + "\necho " + sessionEnd + "\n" + waitForEOF)
 	// Not ctx: the session lives on after the read; Close ends it.
 	sess.cmd = t.command(context.Background(), t.ssh(), append(args, "--", script)...)
 	var in, out, w *os.File

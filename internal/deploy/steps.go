@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
@@ -59,11 +59,12 @@ var lockStep = &step{
 		// whoever holds the lock: it runs while the lock is taken, and is
 		// abandoned if the lock is not.
 		nr.copy = nr.d.startCopy(ctx, nr.c, nr.n)
-		l, err := nr.d.takeLock(ctx, nr.c, nr.begun)
+		l, lines, err := nr.d.takeLock(ctx, nr.c, nr.d.Options.LockTimeout, nr.begun)
 		if err != nil {
 			return err
 		}
-		nr.lock = l
+		nr.lock, nr.read = l, lines
+		nr.d.note(nr.n.Name, StepLock, "run %s holds the host's deploy lock (its units on the host: %s, %s)", l.Run(), agreement.ActivationUnit(l.Run()), agreement.WatchdogUnit(l.Run()))
 		return nil
 	},
 	leaves: func(nr *nodeRun, _ bool) string {
@@ -74,10 +75,10 @@ var lockStep = &step{
 var readStep = &step{
 	name: StepRead, does: "reading what the host runs", cond: CondReachable,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		lines, err := nr.lock.read(ctx)
-		if err != nil {
-			return err
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
+		lines := nr.read
 		for len(lines) < 4 {
 			lines = append(lines, "")
 		}
@@ -129,12 +130,7 @@ var profileStep = &step{
 		if err := nr.holdsLock(); err != nil {
 			return err
 		}
-		if out, err := nr.d.output(nr.c.Command(ctx, remote(profileScript(nr.n.System)))); err != nil {
-			exit, msg := exitOf(err, out)
-			return fail(exit, "ProfileFailed", "nix-env --set failed: "+msg, "")
-		}
-		nr.pass(CondActivated, "ProfileSet", "the system profile points at the new system")
-		return nil
+		return nr.setProfile(ctx)
 	},
 	leaves: func(nr *nodeRun, during bool) string {
 		if !during {
@@ -150,7 +146,7 @@ var dryActivateStep = &step{
 		if err := nr.holdsLock(); err != nil {
 			return err
 		}
-		out, err := nr.d.output(nr.c.Command(ctx, remote(shell.Quote(nr.n.System)+"/bin/switch-to-configuration dry-activate")))
+		out, err := output(nr.c.Command(ctx, remote(shell.Quote(nr.n.System)+"/bin/switch-to-configuration dry-activate")))
 		if err != nil {
 			exit, msg := exitOf(err, out)
 			return fail(exit, "DryActivationFailed", "dry-activate failed: "+msg, "")
@@ -169,41 +165,91 @@ var activateStep = &step{
 		if err := nr.holdsLock(); err != nil {
 			return err
 		}
-		nr.run = runID()
 		nr.watch = !nr.d.Options.Keep && nr.r.PreviousSystem != "" && nr.r.PreviousSystem != nr.n.System
-		if nr.watch {
-			nr.lock.speakFor(nr.run)
-		}
+		nr.lock.Watch(nr.watch)
 		return nr.listening(ctx, StepActivate, nr.activate)
 	},
 	leaves: (*nodeRun).leavesActivation,
 }
 
-// holdsLock fails the node, before anything changes on the host, when the
-// host's deploy lock was lost: its session ended (the connection dropped,
-// or the host ended the lease of a deployer it had not heard from).
+// holdsLock fails the node, before anything changes on the host, when its
+// lease on the host's deploy lock is known to have ended: its session
+// ended (the connection dropped, or the host heard nothing from this
+// deployer for remote_exec_timeout and ended the lease). The host fences
+// whatever comes later anyway; this only says so before sending it.
 func (nr *nodeRun) holdsLock() error {
-	if nr.lock != nil && nr.lock.lost() {
-		return fail(1, "DeployLockLost", "the host's deploy lock was lost before the system was changed (its session ended: the connection dropped, or the host heard nothing from this deployer for remote_exec_timeout and ended the lease): nothing was changed on the host",
+	if nr.lock != nil && nr.lock.Lost() {
+		return fail(1, "LeaseLost", "the host's deploy lock was lost before the system was changed (its session ended: the connection dropped, or the host heard nothing from this deployer for remote_exec_timeout and ended the lease): nothing was changed on the host",
 			"the next apply retries this node")
 	}
 	return nil
 }
 
+// run is the name of this node's deploy on the host.
+func (nr *nodeRun) run() string { return nr.lock.Run() }
+
+// ask asks the host over new logins what became of this run, until done,
+// or the host has not answered for AskFor, or total has passed (see
+// agreement.Await), cancelling first the actions named that have not
+// started.
+func (nr *nodeRun) ask(ctx context.Context, total time.Duration, done func(agreement.View) bool, cancel ...string) (agreement.View, bool) {
+	return agreement.Await(ctx, host{nr.c}, nr.run(), nr.d.timing().AskFor(), total, done, cancel...)
+}
+
+// setProfile points the system profile at the new system (goal boot),
+// fenced by the host.
+func (nr *nodeRun) setProfile(ctx context.Context) error {
+	out, err := output(nr.c.Command(ctx, agreement.ProfileScript(nr.run(), nr.n.System)))
+	if err == nil {
+		nr.pass(CondActivated, "ProfileSet", "the system profile points at the new system")
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	exit, msg := exitOf(err, out)
+	if why, ok := fenced(exit, out); ok {
+		return leaseLost("to point its system profile at "+nr.n.System, why, "nothing was changed on the host")
+	}
+	if exit == 255 {
+		// The answer was lost: the host says whether it was set.
+		v, answered := nr.ask(ctx, nr.d.timing().AskFor(), func(agreement.View) bool { return true }, "profile")
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !answered:
+			return unknown(fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s, and the host could not be asked whether it was (for %s): the running system is unchanged either way", nr.n.System, nr.d.timing().AskFor()))
+		case v.Fate("profile") == agreement.FateCancelled:
+			return fail(255, "ConnectionLost", "the SSH session dropped before the system profile was changed (the request is cancelled on the host): nothing was changed on the host", "the next apply retries this node")
+		case v.Profile == nr.n.System:
+			nr.pass(CondActivated, "ProfileSet", "the system profile points at the new system")
+			return nil
+		}
+	}
+	return fail(exit, "ProfileFailed", "nix-env --set failed: "+msg, "")
+}
+
+// unknown is the failure of a node whose outcome this deployer cannot
+// know: the record says so, and the next refresh reads the host.
+func unknown(message string) *failure {
+	f := fail(1, "OutcomeUnknown", message, "the next refresh reads what the host runs and settles this node's record; the next apply retries it unless the host runs its system with its boot entry made")
+	f.phase = PhaseUnknown
+	return f
+}
+
 // listening runs the work of a step between the activation and the
 // decision on it, while the host must keep acknowledging the deployer's
-// words. Once it has not for longer than confirm_timeout (and a second,
-// the watchdog's tick), no confirmation could reach it in time: whatever
-// its activation does, the host switches itself back once it has ended.
-// The step then ends with that outcome, instead of waiting for
-// connections to time out.
+// words (on its lock session, or a spare one). Once it has not for
+// Timing.HostGivesUp, no confirmation could reach it in time: the step
+// ends, and its outcome is asked of the host (hostWentSilent). Work that
+// ended well stands, whenever the silence began.
 func (nr *nodeRun) listening(ctx context.Context, step StepName, work func(context.Context) error) error {
 	if !nr.watch {
 		return work(ctx)
 	}
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	limit := nr.d.confirmTimeout() + time.Second
+	limit := nr.d.timing().HostGivesUp()
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -214,7 +260,7 @@ func (nr *nodeRun) listening(ctx context.Context, step StepName, work func(conte
 			case <-stop:
 				return
 			case <-tick.C:
-				if nr.lock.quiet() > limit {
+				if nr.lock.Quiet() > limit {
 					cancel(errHostSilent)
 					return
 				}
@@ -224,72 +270,215 @@ func (nr *nodeRun) listening(ctx context.Context, step StepName, work func(conte
 	err := work(lctx)
 	close(stop)
 	<-done
+	if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(lctx), errHostSilent) {
+		return err
+	}
+	return nr.hostWentSilent(ctx, step)
+}
+
+// hostWentSilent records a node whose host answered no word for
+// HostGivesUp during step: the deployer stops naming the run, so that the
+// host's watchdog decides (it switches back: no confirmation was sent),
+// and asks the host what it did.
+func (nr *nodeRun) hostWentSilent(ctx context.Context, step StepName) error {
+	nr.lock.Watch(false)
+	nr.silent = true
+	t := nr.d.timing()
+	nr.d.note(nr.n.Name, step, "the host answered no word for %s: asking it, over new logins, what its watchdog did", t.HostGivesUp())
+	why := fmt.Sprintf("the host stopped answering during the %s step: nothing came back from it for longer than confirm_timeout (%s)", step, nr.d.confirmTimeout())
+	o, err := nr.settle(ctx, false)
 	if err != nil {
-		nr.lock.hush()
+		return err
 	}
-	if ctx.Err() == nil && errors.Is(context.Cause(lctx), errHostSilent) {
-		nr.silent, nr.sshWorks = true, false
-		f := fail(1, "HostStoppedAnswering", fmt.Sprintf("the host stopped answering during the %s step: nothing came back from it for longer than confirm_timeout (%s), so no confirmation can reach it in time; "+
-			"its watchdog switches it back to %s once the activation has ended, and nothing more is waited for", step, nr.d.confirmTimeout(), orNone(nr.r.PreviousSystem)),
-			"the host froze, went down or was cut off from this machine during the deploy: check it; the next refresh reads which system it runs")
-		f.rollback = true
-		return f
+	f := fail(1, "HostStoppedAnswering", why+"; "+o.text, "the host froze, went down or was cut off from this machine during the deploy: check it")
+	f.phase = o.phase
+	if o.phase == PhaseUnknown {
+		f.hint = "the host froze, went down or was cut off from this machine during the deploy: check it; the next refresh reads which system it runs and settles this node's record"
 	}
-	return err
+	return f
+}
+
+// settled is what became of an activation the deployer no longer speaks
+// for, as the host said.
+type settled struct {
+	phase     Phase
+	text      string // what happened, for the node's message
+	confirmed bool   // a confirmation reached the host: the new system stays
+}
+
+// settle asks the host what its watchdog did with this run's activation,
+// until it has ended (see ask), and says so. confirmSent says a
+// confirmation was sent, which may have reached the host.
+func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error) {
+	t := nr.d.timing()
+	prev, sys := orNone(nr.r.PreviousSystem), nr.n.System
+	act := fmt.Sprintf("act.%d", max(nr.attempt, 1))
+	v, answered := nr.ask(ctx, t.AskFor()+nr.d.activationTimeout(), func(v agreement.View) bool {
+		return v.Decision == agreement.DecisionConfirm || v.RolledBack != "" || v.Watchdog == "refused" || v.Fate(act) == agreement.FateCancelled
+	}, act)
+	if ctx.Err() != nil {
+		return settled{}, ctx.Err()
+	}
+	if v.Current != "" {
+		nr.r.CurrentSystem = v.Current
+	}
+	switch {
+	case !answered && confirmSent:
+		return settled{phase: PhaseUnknown, text: fmt.Sprintf("it could not be asked (for %s) whether the confirmation reached it: if it did, the host keeps %s, with its boot entry not made; if not, its watchdog switches it back to %s once confirm_timeout (%s) has passed since this deployer's last word",
+			t.AskFor(), sys, prev, nr.d.confirmTimeout())}, nil
+	case !answered:
+		return settled{phase: PhaseUnknown, text: fmt.Sprintf("it could not be asked what it did (for %s): unless it fails, its watchdog switches it back to %s once the activation has ended and confirm_timeout (%s) has passed since this deployer's last word",
+			t.AskFor(), prev, nr.d.confirmTimeout())}, nil
+	case v.Fate(act) == agreement.FateCancelled || v.Watchdog == "refused":
+		nr.activation = notActivated
+		return settled{phase: PhaseFailed, text: "the activation never started on the host (it is cancelled there): nothing was activated; the host runs " + orNone(v.Current)}, nil
+	case v.Decision == agreement.DecisionConfirm:
+		return settled{phase: PhaseFailed, confirmed: true, text: fmt.Sprintf("the host took this deployer's confirmation: %s stays active", sys)}, nil
+	case v.RolledBack == "0" && v.Current == nr.r.PreviousSystem:
+		nr.r.RolledBack = true
+		return settled{phase: PhaseRolledBack, text: "rolled back to " + prev + " by its watchdog"}, nil
+	case strings.HasPrefix(v.RolledBack, "kept"):
+		return settled{phase: PhaseFailed, text: fmt.Sprintf("its watchdog found the host running %s, not %s, and switched nothing", orNone(strings.TrimSpace(strings.TrimPrefix(v.RolledBack, "kept"))), sys)}, nil
+	case v.RolledBack != "":
+		return settled{phase: PhaseFailed, text: fmt.Sprintf("its watchdog's switch back to %s failed (exit %s; the host runs %s)", prev, v.RolledBack, orNone(v.Current))}, nil
+	}
+	state := v.Watchdog
+	if state == "" {
+		state = "not started"
+	}
+	return settled{phase: PhaseUnknown, text: fmt.Sprintf("its watchdog had not finished when this deployer stopped asking (it was %s; the host runs %s): unless a confirmation reached it, it switches the host back to %s",
+		state, orNone(v.Current), prev)}, nil
 }
 
 // activate runs switch-to-configuration test, after the system profile
 // (not for goal test, which leaves the boot default alone, as nixos-rebuild
 // test does) and the host-side watchdog that rolls an unconfirmed
-// activation back, all in one round trip.
+// activation back, all in one round trip, fenced by the host; a held
+// switch lock (exit 11) is retried like the boot lock.
 func (nr *nodeRun) activate(ctx context.Context) error {
-	d, prev := nr.d, nr.r.PreviousSystem
-	prepare := "mkdir -p " + shell.Quote(stateDir+"/"+nr.run)
-	if nr.watch {
-		prepare = d.startWatchdog(nr.run, nr.systemd,
-			watchdogScript(nr.run, prev, int(d.activationTimeout()/time.Second)+5, int(d.confirmTimeout()/time.Second)))
-	}
-	// A subshell: the watchdog's start exits it on failure, and the
-	// marker then names the step.
-	prepare = "(\n" + prepare + "\n) || { echo " + shell.Quote(prepareFailed) + " >&2; exit 1; }; "
-	if d.Options.Goal != GoalTest {
-		prepare = profileScript(nr.n.System) + prepare
-	}
+	d := nr.d
+	a := agreement.Activation{Run: nr.run(), System: nr.n.System, Previous: nr.r.PreviousSystem, SetProfile: d.Options.Goal != GoalTest,
+		Watch: nr.watch, Systemd: nr.systemd, Container: nr.container, Timing: d.timing()}
 	nr.activation = activationSent
-	exit, msg, timedOut := d.activate(ctx, nr.c, nr.run, nr.n.System, nr.systemd, nr.container, prepare)
-	switch {
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case exit != 0 && strings.Contains(msg, profileFailed):
-		nr.activation = notActivated
-		return fail(exit, "ProfileFailed", "nix-env --set failed: "+msg, "")
-	case exit != 0 && strings.Contains(msg, prepareFailed) && nr.watch:
-		nr.activation = notActivated
-		return fail(exit, "WatchdogFailed", "cannot start the rollback watchdog on the host: "+msg, "")
-	case exit != 0 && strings.Contains(msg, prepareFailed):
-		nr.activation = notActivated
-		return fail(exit, "ActivationFailed", "cannot prepare the activation: "+msg, "")
-	case timedOut:
-		f := fail(1, "ActivationTimedOut", msg, "a unit of the new system does not start; on a container RuntimeMaxSec=180 ends the activation first")
-		f.rollback = true
-		return f
-	}
-	nr.activation = activationEnded
-	reason := activationReason(exit)
-	if exit == -1 {
-		// Decided from the host, not from the exit status the drop lost:
-		// the activation runs on, and records its exit status there.
-		d.note(nr.n.Name, StepActivate, "%s; asking the host how the activation ended", msg)
-		if hostExit, said, ok := d.activationExit(ctx, nr.c, nr.run); ok {
-			exit, reason = hostExit, activationReason(hostExit)+"AfterSessionDropped"
-			msg = fmt.Sprintf("the SSH session dropped during activation; the host recorded exit %d: %s", exit, said)
-		} else if ctx.Err() != nil {
+	for nr.attempt = 1; ; nr.attempt++ {
+		a.Attempt = nr.attempt
+		actx, cancel := context.WithTimeout(ctx, d.activationTimeout())
+		out, err := output(nr.c.Command(actx, a.Script()))
+		expired := actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		exit, msg := exitOf(err, out)
+		if why, ok := fenced(exit, out); ok {
+			if nr.attempt == 1 {
+				nr.activation = notActivated
+				return leaseLost("the activation", why, "nothing was changed on the host by this deploy")
+			}
+			return leaseLost("the activation's retry", why, "the system profile points at the new system until this run's watchdog points it back")
+		}
+		switch {
+		case nr.attempt == 1 && exit != 0 && strings.Contains(out, agreement.ProfileFailed):
+			nr.activation = notActivated
+			return fail(exit, "ProfileFailed", "nix-env --set failed: "+msg, "")
+		case nr.attempt == 1 && exit != 0 && strings.Contains(out, agreement.PrepareFailed) && nr.watch:
+			nr.activation = notActivated
+			return fail(exit, "WatchdogFailed", "cannot start the rollback watchdog on the host: "+msg, "")
+		case nr.attempt == 1 && exit != 0 && strings.Contains(out, agreement.PrepareFailed):
+			nr.activation = notActivated
+			return fail(exit, "ActivationFailed", "cannot prepare the activation: "+msg, "")
+		case expired:
+			msg := fmt.Sprintf("the activation did not finish within activation_timeout (%s)", d.activationTimeout())
+			if nr.systemd {
+				msg += "; " + d.stopActivation(nr.c, nr.run())
+			}
+			f := fail(1, "ActivationTimedOut", msg, "a unit of the new system does not start; on a container RuntimeMaxSec=180 ends the activation first")
+			f.rollback = true
+			return f
+		case exit == ExitSwitchLocked && nr.attempt < d.bootLockAttempts():
+			d.note(nr.n.Name, StepActivate, "switch lock held (exit 11); attempt %d of %d", nr.attempt, d.bootLockAttempts())
+			if !sleep(ctx, d.bootLockInterval()) {
+				return ctx.Err()
+			}
+			continue
+		}
+		reason := activationReason(exit)
+		switch {
+		case exit == 255:
+			// Decided from the host, not from the exit status the drop
+			// lost: the activation runs on, and records its exit status
+			// there.
+			d.note(nr.n.Name, StepActivate, "the SSH session dropped during activation (%s); asking the host how the activation ended", msg)
+			var f *failure
+			if exit, msg, f = nr.activationFromHost(ctx); f != nil {
+				return f
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			reason = activationReason(exit)
+			if exit >= 0 {
+				reason += "AfterSessionDropped"
+			}
+		case exit == 0:
+			msg = "switch-to-configuration test succeeded"
+		default:
+			msg = fmt.Sprintf("switch-to-configuration test exited %d: %s", exit, msg)
+		}
+		nr.activation = activationEnded
+		nr.exit = exit
+		nr.r.Outcomes[CondActivated] = Outcome{Passed: exit == 0, Reason: reason, Message: msg}
+		return nil
 	}
-	nr.exit = exit
-	nr.r.Outcomes[CondActivated] = Outcome{Passed: exit == 0, Reason: reason, Message: msg}
-	return nil
+}
+
+// activationFromHost asks the host, over new logins, how the activation
+// of this attempt ended, once its session dropped: it runs on in its unit
+// and records its exit status there. An activation that never started
+// (the command that starts it ended first) is cancelled on the host, so
+// that it never does. Without systemd nothing outlived the session: exit
+// -1, and what the host runs decides (the verdict).
+func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, *failure) {
+	act, unit := fmt.Sprintf("act.%d", nr.attempt), fmt.Sprintf("unit.%d", nr.attempt)
+	total := nr.d.activationTimeout()
+	if !nr.systemd {
+		total = min(total, 5*time.Second)
+	}
+	v, answered := nr.ask(ctx, total, func(v agreement.View) bool {
+		return v.Activated != nil || v.Fate(act) == agreement.FateCancelled ||
+			v.Fate(act) == agreement.FateStarted && v.Fate(unit) == agreement.FateNone && !v.Acting[act]
+	}, act)
+	if answered && v.Activated == nil && v.Fate(act) == agreement.FateStarted && v.Fate(unit) == agreement.FateNone && !v.Acting[act] {
+		// The command ended before it started the activation: cancelled,
+		// unless it starts this instant, in which case its end is waited
+		// for.
+		if cv, err := agreement.Ask(ctx, host{nr.c}, nr.run(), unit); err == nil && cv.Fate(unit) == agreement.FateCancelled {
+			nr.activation = notActivated
+			f := fail(255, "ConnectionLost", "the SSH session dropped before the activation started (it is cancelled on the host): nothing was activated", "the next apply retries this node")
+			f.rollback = nr.watch // the watchdog points the system profile back
+			return -1, "", f
+		}
+		v, answered = nr.ask(ctx, total, func(v agreement.View) bool { return v.Activated != nil })
+	}
+	switch {
+	case ctx.Err() != nil:
+		return -1, "", nil
+	case !answered:
+		f := unknown(fmt.Sprintf("the SSH session dropped during the activation, and the host could not be asked how it went (for %s): %s",
+			nr.d.timing().AskFor(), nr.unconfirmed()))
+		nr.silent = true
+		return -1, "", f
+	case v.Fate(act) == agreement.FateCancelled:
+		nr.activation = notActivated
+		return -1, "", fail(255, "ConnectionLost", "the SSH session dropped before the activation reached the host (it is cancelled there): nothing was activated", "the next apply retries this node")
+	case v.Activated != nil:
+		if why, ok := fenced(*v.Activated, v.Output); ok {
+			nr.activation = notActivated
+			return -1, "", leaseLost("the activation", why, "nothing was activated")
+		}
+		return *v.Activated, fmt.Sprintf("the SSH session dropped during activation; the host recorded exit %d: %s", *v.Activated, v.Output), nil
+	}
+	return -1, "the SSH session dropped during activation; the host kept no exit status (no systemd kept the activation alive)", nil
 }
 
 func (nr *nodeRun) leavesActivation(during bool) string {
@@ -314,7 +503,7 @@ const askTimeout = 700 * time.Millisecond
 func (nr *nodeRun) hostNow() string {
 	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 	defer cancel()
-	out, err := nr.d.output(nr.c.Command(ctx, remote(readCurrentScript)))
+	out, err := output(nr.c.Command(ctx, remote(agreement.ReadCurrentScript)))
 	if err != nil {
 		return "what it runs now could not be read"
 	}
@@ -372,68 +561,75 @@ func (nr *nodeRun) unconfirmed() string {
 
 var confirmStep = &step{
 	name: StepConfirm, does: "confirming the verdict to the host's watchdog", cond: CondVerdict, phase: PhaseVerifying,
-	run:    func(ctx context.Context, nr *nodeRun) error { return nr.listening(ctx, StepConfirm, nr.confirm) },
+	run:    func(ctx context.Context, nr *nodeRun) error { return nr.confirm(ctx) },
 	leaves: (*nodeRun).leavesConfirm,
 }
 
-// confirm tells the host's watchdog the verdict passed, and waits for it
-// (and the activation) to let go of the host (releasedScript), so that a
-// deploy of the host right after this one finds nothing of this one's
-// running. Only an answer from the host that its decision is to keep the
-// new system counts: a confirmation that was not acknowledged leaves the
-// node failed, as the watchdog then switches it back.
+// confirm tells the host's watchdog the verdict passed, over the sessions
+// that carry words, and takes the decision the host answers (once the
+// confirmed watchdog has let go of the host, so that a deploy of the host
+// right after this one finds nothing of this one's running). When the
+// answer is lost, the host is asked over new logins; when it cannot be,
+// the node's outcome is not known.
 func (nr *nodeRun) confirm(ctx context.Context) error {
-	mark := ""
-	if nr.d.Options.Goal == GoalTest {
-		// Goal test ends here: the host's record of a passed deploy.
-		mark = markScript(nr.n.System) + "; "
-	}
 	if !nr.watch {
-		if mark != "" {
-			if out, err := nr.d.output(nr.c.Command(ctx, remote(mark+"true"))); err != nil {
-				_, msg := exitOf(err, out)
-				return fail(1, "RecordFailed", "the host's record of this deploy was not written: "+msg, "")
-			}
-		}
-		return nr.confirmed()
+		return nr.confirmed(ctx)
 	}
-	out, err := nr.d.output(nr.c.Command(ctx, remote(decideScript(nr.run, decisionConfirm)+
-		"; [ \"$fleet_d\" != "+decisionConfirm+" ] || { "+mark+releasedScript(watchdogLetGo)+"; }")))
-	nr.lock.hush()
+	decision, err := nr.lock.Decide(ctx, agreement.DecisionConfirm)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	decision := strings.TrimSpace(firstLine(out))
-	if decision == decisionConfirm && !strings.Contains(out, "released") {
-		nr.d.note(nr.n.Name, StepConfirm, "the host took the confirmation, but its watchdog had not ended %s later", watchdogLetGo*time.Second)
-	}
-	if err != nil && decision == "" {
+	nr.lock.Watch(false)
+	if err != nil {
 		// The answer was lost: the host says what it decided.
-		decision, _ = nr.d.decision(ctx, nr.c, nr.run)
+		nr.d.note(nr.n.Name, StepConfirm, "no answer to the confirmation (%s): asking the host, over new logins, what it decided", err)
+		nr.silent = true
+		o, err := nr.settle(ctx, true)
+		switch {
+		case err != nil:
+			return err
+		case o.confirmed:
+			nr.silent = false
+			return nr.confirmed(ctx)
+		}
+		f := fail(1, "ConfirmUnanswered", "the host did not answer the confirmation: "+o.text, "the host froze, went down or was cut off from this machine during the deploy: check it")
+		if o.phase == PhaseRolledBack {
+			f.reason = "ConfirmTooLate"
+		}
+		f.phase = o.phase
+		return f
+	}
+	switch decision {
+	case agreement.DecisionConfirm:
+		return nr.confirmed(ctx)
+	case agreement.DecisionRollback:
+		nr.silent = true
+		why := fmt.Sprintf("the host's watchdog had already decided to switch back to %s: the verdict took longer than confirm_timeout (%s)", orNone(nr.r.PreviousSystem), nr.d.confirmTimeout())
+		o, err := nr.settle(ctx, false)
+		if err != nil {
+			return err
+		}
+		f := fail(1, "ConfirmTooLate", why+"; "+o.text, "raise verdict.confirm_timeout")
+		f.phase = o.phase
+		return f
+	}
+	return fail(1, "ConfirmFailed", fmt.Sprintf("the host has no record of this deploy's activation (it answered %q to the confirmation)", decision), "")
+}
+
+// confirmed ends goal test, with the host's record of a passed deploy.
+func (nr *nodeRun) confirmed(ctx context.Context) error {
+	if nr.d.Options.Goal != GoalTest {
+		return nil
+	}
+	if out, err := output(nr.c.Command(ctx, remote(agreement.MarkScript(nr.n.System)))); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		_, msg := exitOf(err, out)
+		return fail(1, "RecordFailed", "the host's record of this deploy was not written: "+msg, "")
 	}
-	switch decision {
-	case decisionConfirm:
-		return nr.confirmed()
-	case decisionRollback:
-		f := fail(1, "ConfirmTooLate", fmt.Sprintf("the host's watchdog had already decided to switch back to %s: the verdict took longer than confirm_timeout (%s)",
-			orNone(nr.r.PreviousSystem), nr.d.confirmTimeout()), "raise verdict.confirm_timeout")
-		f.phase = PhaseRolledBack
-		nr.r.RolledBack = true
-		return f
-	}
-	_, msg := exitOf(err, out)
-	return fail(1, "ConfirmFailed", fmt.Sprintf("the confirmation was not acknowledged by the host (%s): unless it arrived, the host's watchdog switches %s back to %s once confirm_timeout (%s) has passed since this deployer's last word",
-		orNone(msg), nr.n.System, orNone(nr.r.PreviousSystem), nr.d.confirmTimeout()), "the next refresh reads which system the host runs")
-}
-
-func (nr *nodeRun) confirmed() error {
-	if nr.d.Options.Goal == GoalTest {
-		nr.r.Phase, nr.r.Message = PhaseSucceeded, "activated and verified (goal test: the boot default is unchanged)"
-		nr.r.VerifiedSystem = nr.n.System
-	}
+	nr.r.Phase, nr.r.Message = PhaseSucceeded, "activated and verified (goal test: the boot default is unchanged)"
+	nr.r.VerifiedSystem = nr.n.System
 	return nil
 }
 
@@ -443,13 +639,13 @@ func (nr *nodeRun) leavesConfirm(during bool) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 	defer cancel()
-	decision, asked := nr.d.decision(ctx, nr.c, nr.run)
+	v, err := agreement.Ask(ctx, host{nr.c}, nr.run())
 	switch {
-	case decision == decisionConfirm:
+	case err == nil && v.Decision == agreement.DecisionConfirm:
 		return fmt.Sprintf("the host took the confirmation: %s stays active, and its boot entry is not made yet (the next apply makes it)", nr.n.System)
-	case decision == decisionRollback:
+	case err == nil && v.Decision == agreement.DecisionRollback:
 		return fmt.Sprintf("the host's watchdog had already decided to switch back to %s", orNone(nr.r.PreviousSystem))
-	case asked:
+	case err == nil:
 		return "the confirmation did not reach the host: " + nr.unconfirmed()
 	}
 	return fmt.Sprintf("whether the confirmation reached the host is not known: if it did not, the host's watchdog switches %s back to %s once confirm_timeout (%s) has passed since this deployer's last word; the next refresh reads which system it runs",
@@ -468,19 +664,64 @@ var finaliseStep = &step{
 }
 
 // finalise makes the system the boot default: switch-to-configuration boot
-// under timeout 120, exit 11 retried every interval up to the attempts
-// (FR-010); then the host's record of a passed deploy.
+// under timeout 120, fenced by the host, exit 11 retried every interval up
+// to the attempts (FR-010); then the host's record of a passed deploy.
+// When the answer is lost, the host says whether the boot entry was made
+// (a request that had not reached it is cancelled there, and tried again
+// while the lease holds).
 func (nr *nodeRun) finalise(ctx context.Context) error {
 	d := nr.d
-	// A shared hold of the guard: a deployment that took the lock after
-	// this node lost it (a dropped session) waits for the boot entry too.
-	boot := guardScript + " || exit 1; timeout " + strconv.FormatFloat(d.bootBound().Seconds(), 'f', -1, 64) + " " + shell.Quote(nr.n.System) + "/bin/switch-to-configuration boot; rc=$?; [ $rc -ne 0 ] || " + markScript(nr.n.System) + "; exit $rc"
+	kept := nr.n.System + " is active and confirmed"
+	if d.Options.Goal == GoalBoot {
+		kept = "the system profile points at " + nr.n.System
+	}
+	relocked := false
 	for attempt := 1; ; attempt++ {
-		out, err := d.output(nr.c.Command(ctx, remote(boot)))
+		if nr.lock.Lost() && !relocked {
+			relocked = true
+			if err := nr.relock(ctx, kept); err != nil {
+				return err
+			}
+		}
+		out, err := output(nr.c.Command(ctx, agreement.BootScript(nr.run(), nr.n.System, attempt, d.bootBound().Seconds())))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		exit, msg := exitOf(err, out)
+		if why, ok := fenced(exit, out); ok {
+			if !relocked {
+				relocked = true
+				d.note(nr.n.Name, StepFinalise, "the host refused the boot entry (%s): taking its deploy lock again", why)
+				if err := nr.relock(ctx, kept); err != nil {
+					return err
+				}
+				continue
+			}
+			return leaseLost("the boot entry", why, kept+"; the boot entry still points at the old system (the next apply makes it the boot default)")
+		}
+		if exit == 255 {
+			boot := fmt.Sprintf("boot.%d", attempt)
+			d.note(nr.n.Name, StepFinalise, "the SSH session dropped during the boot entry's update (%s); asking the host how it ended", msg)
+			v, answered := nr.ask(ctx, d.timing().AskFor()+d.bootBound(), func(v agreement.View) bool {
+				_, booted := v.Booted[attempt]
+				return booted || v.Fate(boot) == agreement.FateCancelled
+			}, boot)
+			rc, booted := v.Booted[attempt]
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case !answered:
+				return unknown(fmt.Sprintf("%s; the SSH session dropped while its boot entry was made, and the host could not be asked (for %s) whether it was", kept, d.timing().AskFor()))
+			case booted:
+				exit, msg = rc, "the host recorded exit "+fmt.Sprint(rc)+" after the session dropped"
+			case v.Fate(boot) == agreement.FateCancelled && !nr.lock.Lost() && attempt < d.bootLockAttempts():
+				continue // it never reached the host: again
+			case v.Fate(boot) == agreement.FateCancelled:
+				return fail(255, "BootloaderFailed", kept+"; the boot entry's update never reached the host (it is cancelled there): the boot entry still points at the old system (the next apply makes it the boot default)", "")
+			default:
+				return unknown(fmt.Sprintf("%s; the boot entry's update had not ended when this deployer stopped asking", kept))
+			}
+		}
 		if exit == 0 {
 			nr.pass(CondBootloader, "BootDefault", "the boot entry points at the new system")
 			nr.r.Phase, nr.r.Message, nr.r.VerifiedSystem = PhaseSucceeded, fmt.Sprintf("switched to %s", nr.n.System), nr.n.System
@@ -506,34 +747,73 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 			hint = "another switch is running on the host"
 		case exitTimedOut:
 			msg = fmt.Sprintf("it did not finish within %s: %s", d.bootBound(), msg)
-		case 255:
-			msg += "; the host decides: " + d.hostState(nr.c, nr.n.System)
 		}
 		return fail(exit, "BootloaderFailed", "switch-to-configuration boot failed: "+msg, hint)
 	}
 }
 
+// relock takes the host's deploy lock again, as a new run, for a node
+// whose lease ended after its activation was confirmed, so that its boot
+// entry is made under a lease: only while the host still runs the new
+// system (nobody switched it since). kept says what the host keeps, for
+// the message of a failure.
+func (nr *nodeRun) relock(ctx context.Context, kept string) error {
+	old := nr.run()
+	// The old lease lets go first (a spare session says so to the host);
+	// else the host ends it once its lock session has been silent for
+	// remote_exec_timeout, which the take waits for at least.
+	nr.lock.Release()
+	l, lines, err := nr.d.takeLock(ctx, nr.c, max(nr.d.Options.LockTimeout, nr.d.Transport.remoteExecTimeout()+5*time.Second), nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		f := leaseLost("the boot entry", "this deployer's lease on its deploy lock had ended, and taking it again failed: "+err.Error(),
+			kept+"; the boot entry still points at the old system (the next apply makes it the boot default)")
+		var taken *failure
+		if errors.As(err, &taken) && taken.hint != "" {
+			f.hint = taken.hint
+		}
+		return f
+	}
+	current := ""
+	if len(lines) > 0 {
+		current = strings.TrimSpace(lines[0])
+	}
+	if nr.d.Options.Goal != GoalBoot && current != nr.n.System {
+		l.Release()
+		nr.r.CurrentSystem = current
+		return leaseLost("the boot entry", fmt.Sprintf("this deployer's lease on its deploy lock had ended, and the host runs %s now, not %s: something switched it since", orNone(current), nr.n.System),
+			"the boot entry was not made")
+	}
+	nr.lock = l
+	nr.d.note(nr.n.Name, StepFinalise, "the lease of run %s had ended; run %s holds the host's deploy lock now, to make the boot entry", old, l.Run())
+	return nil
+}
+
 var rollbackStep = &step{
 	name: StepRollback, does: "switching the host back to its previous system", cond: CondVerdict,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		nr.lock.hush()
+		nr.lock.Watch(false)
 		if nr.silent {
-			// What the host does was said: it switches itself back.
-			nr.r.Phase, nr.r.RolledBack = PhaseRolledBack, true
-			return nil
+			return nil // the host was asked already what its watchdog did
 		}
-		nr.d.rollback(ctx, nr.c, nr.run, &nr.r, nr.sshWorks)
-		return ctx.Err()
+		// Asked over the sessions that carry words; the answer may be
+		// lost, and the host says what it did either way.
+		_, _ = nr.lock.Decide(ctx, agreement.DecisionRollback)
+		o, err := nr.settle(ctx, false)
+		if err != nil {
+			return err
+		}
+		nr.r.Phase = o.phase
+		nr.r.Message += "; " + o.text
+		return nil
 	},
 	leaves: func(nr *nodeRun, _ bool) string {
 		return fmt.Sprintf("the host's watchdog switches it back to %s: it was asked to, or confirm_timeout (%s) passes after this deployer's last word",
 			orNone(nr.r.PreviousSystem), nr.d.confirmTimeout())
 	},
 }
-
-// watchdogLetGo bounds, in seconds, the wait for a confirmed watchdog to
-// end: it ends at once, woken by the decision.
-const watchdogLetGo = 10
 
 // copyHeadStart bounds how long the next node of a rollout waits for
 // this node's copy before it starts.

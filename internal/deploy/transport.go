@@ -49,6 +49,10 @@ type Transport struct {
 	// temporary files (pinned host keys); NewControlDir makes it private
 	// and short enough (a Unix socket path is at most 104 bytes).
 	ControlDir string
+	// MasterPersist is how long a node's master connection outlives its
+	// last session when the deployer is gone before it could end it (a
+	// killed process); masterPersist when zero.
+	MasterPersist time.Duration
 	// Agent is the socket of the provider's KeyAgent, given to every ssh
 	// as IdentityAgent (never in the environment, where a ProxyCommand's
 	// ssh would find it); empty for the user's own agent, if any.
@@ -366,7 +370,7 @@ func (c *Conn) Args() []string {
 // the provider is killed before Close (a second Ctrl-C), it ends
 // masterPersist after its last session instead of running on, logged in.
 func (c *Conn) MasterArgs() []string {
-	args := c.recording(c.args("ControlMaster=yes", c.control, fmt.Sprintf("ControlPersist=%d", int(masterPersist/time.Second))))
+	args := c.recording(c.args("ControlMaster=yes", c.control, fmt.Sprintf("ControlPersist=%d", max(1, int(orDefault(c.t.MasterPersist, masterPersist)/time.Second)))))
 	return append(args[:len(args)-1:len(args)-1], "-f", "-N", c.s.Host)
 }
 
@@ -725,7 +729,9 @@ func (t *Transport) proxyOpens(ctx context.Context, proxy, host string, port int
 	defer cancel()
 	expanded := strings.NewReplacer("%%", "%", "%h", host, "%p", strconv.Itoa(port), "%r", user, "%n", host).Replace(proxy)
 	cmd := t.command(ctx, "/bin/sh", "-c", "exec "+expanded)
-	var out lockedBuffer
+	// One writer for both streams: os/exec copies them in one goroutine,
+	// and out is read once Wait has returned.
+	var out bytes.Buffer
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return err

@@ -490,7 +490,7 @@ func deploySummaries(records []deployStatusModel) (succeeded, failed, skipped ty
 			s = append(s, rec.Name.ValueString())
 		case deploy.PhaseSkipped:
 			k = append(k, rec.Name.ValueString())
-		case deploy.PhaseFailed, deploy.PhaseRolledBack, deploy.PhasePending:
+		case deploy.PhaseFailed, deploy.PhaseRolledBack, deploy.PhasePending, deploy.PhaseUnknown:
 			f = append(f, rec.Name.ValueString())
 		case deploy.PhaseCopying, deploy.PhaseActivating, deploy.PhaseVerifying, deploy.PhaseFinalizing:
 		}

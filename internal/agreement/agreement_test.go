@@ -1,0 +1,225 @@
+package agreement_test
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// sshHost reaches a nixtest target with the system ssh client: every
+// command a login of its own, through port (a Link, or the target's own).
+type sshHost struct {
+	tg   *nixtest.Target
+	opts []string
+}
+
+func newHost(t *testing.T, tg *nixtest.Target, port int) sshHost {
+	t.Helper()
+	opts := append([]string{"-o", "Port=" + strconv.Itoa(port), "-o", "ServerAliveInterval=1", "-o", "ServerAliveCountMax=10"}, tg.SSHOptions(t)...)
+	return sshHost{tg: tg, opts: opts}
+}
+
+func (h sshHost) Command(ctx context.Context, script string, _ bool) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "ssh", append(h.opts, h.tg.Destination(), script)...)
+	cmd.WaitDelay = time.Second
+	return cmd
+}
+
+func (h sshHost) Output(ctx context.Context, script string, fresh bool) (string, error) {
+	var stdout, stderr strings.Builder
+	cmd := h.Command(ctx, script, fresh)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+func exitOf(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+var timing = agreement.Timing{Confirm: 2 * time.Second, Lease: 2 * time.Second, Activation: time.Minute}
+
+// A lease is one run's: a second take waits for it and is told who holds
+// it; the lease's holder, its run's actions pass the host's fence; once it
+// has let go, whatever of it arrives late is refused, and so is an action
+// its deployer cancelled. The host's answers say which.
+func TestFencing(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	h := newHost(t, tg, tg.Port)
+	copyTo(t, tg, sys)
+	ctx := context.Background()
+
+	run := agreement.NewRun()
+	l, lines, err := agreement.Take(ctx, h, run, "first", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 4 || lines[0] != old || lines[2] != "systemd" {
+		t.Errorf("what the take read: %q, want the current system %s first, then bare, systemd, and the last verified system", lines, old)
+	}
+	// A second run finds the lock held, and by whom.
+	_, _, err = agreement.Take(ctx, h, agreement.NewRun(), "second", 0, timing, nil)
+	var busy *agreement.Busy
+	if !errors.As(err, &busy) || busy.Holder != "first" {
+		t.Fatalf("a second take while the first holds the lease: %v, want busy, held by first", err)
+	}
+
+	boot := func(run string, attempt int) (string, int) {
+		out, err := h.Output(ctx, agreement.BootScript(run, sys, attempt, 30), false)
+		return out, exitOf(err)
+	}
+	// Another run, which holds no lease: refused, nothing changed.
+	if out, exit := boot(agreement.NewRun(), 1); exit != agreement.FencedExit || !strings.Contains(out, agreement.FencedMarker+"another deployment's lease") {
+		t.Errorf("a boot entry of a run that holds no lease: exit %d, %q; want %d and the fence's word", exit, out, agreement.FencedExit)
+	}
+	// The lease's own run: done, once; the same attempt again is refused.
+	if out, exit := boot(run, 1); exit != 0 {
+		t.Fatalf("the holder's boot entry: exit %d: %s", exit, out)
+	}
+	if tg.BootEntry() != sys {
+		t.Errorf("boot entry %s, want %s", tg.BootEntry(), sys)
+	}
+	if out, exit := boot(run, 1); exit != agreement.FencedExit || !strings.Contains(out, "ran already") {
+		t.Errorf("the same boot attempt again: exit %d, %q; want refused", exit, out)
+	}
+	// Cancelled before it arrived: refused when it does.
+	v, err := agreement.Ask(ctx, h, run, "boot.2")
+	if err != nil || v.Fate("boot.2") != agreement.FateCancelled || v.Fate("boot.1") != agreement.FateStarted || v.Booted[1] != 0 || !v.Leased || v.Current != old {
+		t.Errorf("asked, cancelling boot.2: %+v, %v", v, err)
+	}
+	if _, exit := boot(run, 2); exit != agreement.FencedExit {
+		t.Errorf("a cancelled boot attempt arrived: exit %d, want refused", exit)
+	}
+
+	// Let go: what arrives late is refused, and the lock is free.
+	l.Release()
+	if out, exit := boot(run, 3); exit != agreement.FencedExit || !strings.Contains(out, "no deployment holds the host's deploy lock") {
+		t.Errorf("a boot entry after the lease ended: exit %d, %q; want refused", exit, out)
+	}
+	if tg.Exists(agreement.LeaseFile) || tg.Exists(agreement.HolderFile) {
+		t.Errorf("the lease's files are left after it ended")
+	}
+	l2, _, err := agreement.Take(ctx, h, agreement.NewRun(), "second", 0, timing, nil)
+	if err != nil {
+		t.Fatalf("a take after the release: %v", err)
+	}
+	l2.Release()
+}
+
+// copyTo puts system into the target's store, as a deploy's copy does.
+func copyTo(t *testing.T, tg *nixtest.Target, system string) {
+	t.Helper()
+	cmd := exec.Command("nix-copy-closure", "--to", tg.Destination(), system)
+	cmd.Env = append(nixtest.DeployerEnv(), "NIX_SSHOPTS="+strings.Join(append([]string{"-o", "Port=" + strconv.Itoa(tg.Port)}, tg.SSHOptions(t)...), " "))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nix-copy-closure: %v\n%s", err, out)
+	}
+}
+
+// While the deployer judges an activation, its words keep the watchdog
+// waiting: when the lock session's path stalls for longer than
+// confirm_timeout, a spare session over a new login carries them, and the
+// confirmation too. A lock session silent for remote_exec_timeout ends the
+// lease, on the host as here: the lock is free for another.
+func TestSpareKeepsTheWatchdogWaitingAndSilenceEndsTheLease(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	copyTo(t, tg, sys)
+	link := sshtest.NewLink(t, tg.Gate.Addr)
+	h := newHost(t, tg, link.Port)
+	ctx := context.Background()
+	timing := agreement.Timing{Confirm: 2 * time.Second, Lease: 8 * time.Second, Activation: time.Minute}
+	run := agreement.NewRun()
+	l, _, err := agreement.Take(ctx, h, run, "first", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	l.Watch(true)
+	a := agreement.Activation{Run: run, System: sys, Previous: old, Attempt: 1, SetProfile: true, Watch: true, Systemd: true, Timing: timing}
+	if out, err := h.Output(ctx, a.Script(), false); err != nil {
+		t.Fatalf("the activation: %v\n%s", err, out)
+	}
+
+	// The lock session stalls for twice confirm_timeout; new logins flow.
+	link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true})
+	time.Sleep(2 * timing.HostGivesUp())
+	if l.Spares() == 0 || l.Quiet() > timing.HostGivesUp() {
+		t.Errorf("with the lock session stalled: %d spares, quiet for %s; want a spare carrying the words", l.Spares(), l.Quiet())
+	}
+	v, err := agreement.Ask(ctx, h, run)
+	if err != nil || v.Decision != "" || v.Current != sys {
+		t.Fatalf("the watchdog did not wait while the spare spoke: %+v (%v)", v, err)
+	}
+	if d, err := l.Decide(ctx, agreement.DecisionConfirm); d != agreement.DecisionConfirm {
+		t.Fatalf("the confirmation over the spare: %q, %v", d, err)
+	}
+	if tg.CurrentSystem() != sys || l.Lost() {
+		t.Errorf("after the confirmation: the host runs %s (want %s), lease lost %v", tg.CurrentSystem(), sys, l.Lost())
+	}
+
+	// Every path stalls: the host ends the lease.
+	link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}})
+	deadline := time.Now().Add(timing.Lease*2 + 5*time.Second)
+	for tg.Exists(agreement.LeaseFile) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if tg.Exists(agreement.LeaseFile) {
+		t.Fatalf("the lease did not end %s after its words stopped", timing.Lease*2+5*time.Second)
+	}
+	direct := newHost(t, tg, tg.Port)
+	l2, _, err := agreement.Take(ctx, direct, agreement.NewRun(), "second", 0, timing, nil)
+	if err != nil {
+		t.Fatalf("another deployer, once the silent lease ended: %v", err)
+	}
+	l2.Release()
+	link.Heal()
+}
+
+// The clocks, written once.
+func TestTiming(t *testing.T) {
+	for _, c := range []struct {
+		confirm                      time.Duration
+		word, spare, givesUp, askFor time.Duration
+	}{
+		{30 * time.Second, time.Second, 10 * time.Second, 31 * time.Second, 30 * time.Second},
+		{2 * time.Second, 500 * time.Millisecond, time.Second, 3 * time.Second, 10 * time.Second},
+		{200 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 1200 * time.Millisecond, 10 * time.Second},
+	} {
+		tm := agreement.Timing{Confirm: c.confirm}
+		if tm.WordEvery() != c.word || tm.SpareAfter() != c.spare || tm.HostGivesUp() != c.givesUp || tm.AskFor() != c.askFor {
+			t.Errorf("confirm_timeout %s: words every %s, spare after %s, the host gives up after %s, asked for %s; want %s, %s, %s, %s",
+				c.confirm, tm.WordEvery(), tm.SpareAfter(), tm.HostGivesUp(), tm.AskFor(), c.word, c.spare, c.givesUp, c.askFor)
+		}
+		if tm.SpareAfter()+tm.WordEvery() >= tm.HostGivesUp() {
+			t.Errorf("confirm_timeout %s: a spare (after %s) leaves no word before the host gives up (%s)", c.confirm, tm.SpareAfter(), tm.HostGivesUp())
+		}
+	}
+}

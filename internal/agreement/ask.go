@@ -1,0 +1,231 @@
+package agreement
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
+)
+
+// Fate is what became of one of a run's actions on the host.
+type Fate string
+
+// The fates of an action.
+const (
+	FateNone      Fate = ""          // it never arrived (and was not cancelled)
+	FateStarted   Fate = "started"   // it passed the fence and ran, or runs
+	FateCancelled Fate = "cancelled" // its deployer cancelled it: it never runs
+)
+
+// View is what a host said of itself and of a run, when asked.
+type View struct {
+	Current   string // what it runs
+	Profile   string // what the system profile points at
+	Succeeded string // the last system a run finished there with a passing verdict
+	Leased    bool   // the run's lease is the current one
+	Fates     map[string]Fate
+	// Acting names the actions whose command still runs on the host
+	// (act.<attempt>: its session may have dropped, not the command).
+	Acting map[string]bool
+	// Activated is the activation's exit status, when it has ended.
+	Activated *int
+	Output    string // the activation's last lines
+	Decision  string // DecisionConfirm, DecisionRollback, or "" when undecided
+	Watchdog  string // waiting, confirmed, rolling-back, done, refused; "" when none started
+	// RolledBack is how the watchdog's switch back ended: its exit status,
+	// or "kept <system>" when the host no longer ran the run's system.
+	RolledBack string
+	Booted     map[int]int // the boot entry's exit status, by attempt
+	// Released says no actor of any run holds the guard: the run's
+	// activation and watchdog have ended.
+	Released bool
+}
+
+// Fate is the fate of action (act.1, boot.2, profile).
+func (v View) Fate(action string) Fate { return v.Fates[action] }
+
+// askScript prints what Ask reads. cancel names actions to cancel first,
+// if they have not started.
+func askScript(run string, cancel []string) string {
+	d := shell.Quote(StateDir + "/" + run)
+	var b strings.Builder
+	if len(cancel) > 0 {
+		b.WriteString("mkdir -p " + d)
+		for _, a := range cancel {
+			b.WriteString(" && { ln -s " + string(FateCancelled) + " " + d + "/" + shell.Quote(a+".fate") + " 2>/dev/null; :; }")
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, `d=%[1]s
+echo "current=$(readlink -f /run/current-system)"
+echo "profile=$(readlink -f %[5]s)"
+%[2]s
+fleet_t=; read -r fleet_t fleet_p < %[3]s 2>/dev/null; echo "lease=$fleet_t"
+for f in "$d"/*.fate; do [ -L "$f" ] && echo "fate=$(basename "$f" .fate) $(readlink "$f")"; done
+for f in "$d"/*.pid; do [ -f "$f" ] && read -r p < "$f" && kill -0 "$p" 2>/dev/null && echo "acting=$(basename "$f" .pid)"; done
+for k in activated watchdog rolledback; do v=; [ -f "$d/$k" ] && read -r v < "$d/$k" && echo "$k=$v"; done
+[ -L "$d/decision" ] && echo "decision=$(readlink "$d/decision")"
+for f in "$d"/booted.*; do [ -f "$f" ] && read -r v < "$f" && echo "booted=${f##*.} $v"; done
+[ -f "$d/output" ] && tail -n 3 "$d/output" | sed 's/^/output=/'
+if flock -n -x %[4]s true 2>/dev/null; then echo released=yes; fi
+echo end=.`, d, strings.Replace(readSucceeded, `printf '%s\n' "$fleet_ok"`, `echo "succeeded=$fleet_ok"`, 1), LeaseFile, GuardFile, ProfilePath)
+	return Remote(b.String())
+}
+
+// Ask asks host, over a new login, what became of run, after cancelling
+// the actions named that have not started: once it has answered, a
+// request whose answer was lost can never start later.
+func Ask(ctx context.Context, host Host, run string, cancel ...string) (View, error) {
+	out, err := host.Output(ctx, askScript(run, cancel), true)
+	if err != nil {
+		return View{}, fmt.Errorf("%s", orNone(lastLine(out)))
+	}
+	return parseView(run, out)
+}
+
+func parseView(run, out string) (View, error) {
+	v := View{Fates: map[string]Fate{}, Acting: map[string]bool{}, Booted: map[int]int{}}
+	complete := false
+	var output []string
+	for _, line := range strings.Split(out, "\n") {
+		k, val, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "current":
+			v.Current = val
+		case "profile":
+			v.Profile = val
+		case "succeeded":
+			v.Succeeded = val
+		case "lease":
+			v.Leased = val == run
+		case "fate":
+			a, f, _ := strings.Cut(val, " ")
+			v.Fates[a] = Fate(f)
+		case "acting":
+			v.Acting[val] = true
+		case "activated":
+			if n, err := strconv.Atoi(val); err == nil {
+				v.Activated = &n
+			}
+		case "watchdog":
+			v.Watchdog = val
+		case "rolledback":
+			v.RolledBack = val
+		case "decision":
+			v.Decision = val
+		case "booted":
+			a, rc, _ := strings.Cut(val, " ")
+			n, err1 := strconv.Atoi(a)
+			r, err2 := strconv.Atoi(rc)
+			if err1 == nil && err2 == nil {
+				v.Booted[n] = r
+			}
+		case "output":
+			output = append(output, val)
+		case "released":
+			v.Released = true
+		case "end":
+			complete = true
+		}
+	}
+	if !complete {
+		return View{}, fmt.Errorf("the host's answer was cut short")
+	}
+	v.Output = strings.Join(output, " / ")
+	return v, nil
+}
+
+// Await asks host what became of run (see Ask, cancel included), again
+// and again over new logins, until done says the view is what the
+// deployer waits for, or the host has not answered for silent (since the
+// first ask, or its last answer), or total has passed, or ctx ends. It
+// returns the last view the host gave and whether it ever answered.
+//
+// A login into a path that stopped forwarding hangs until ConnectTimeout,
+// and may never recover when the path does: while an ask goes unanswered,
+// another starts every askAgain (at most askAtOnce at a time), so a path
+// that comes back is used at once.
+func Await(ctx context.Context, host Host, run string, silent, total time.Duration, done func(View) bool, cancel ...string) (View, bool) {
+	start := time.Now()
+	heard := start
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	actx, stop := context.WithCancel(ctx)
+	defer stop()
+	views := make(chan View, askAtOnce)
+	asking := 0
+	ended := make(chan struct{}, askAtOnce)
+	ask := func() {
+		asking++
+		wg.Go(func() {
+			defer func() { ended <- struct{}{} }()
+			qctx, cancelAsk := context.WithTimeout(actx, askAtLeast+askAgain)
+			defer cancelAsk()
+			if v, err := Ask(qctx, host, run, cancel...); err == nil {
+				select {
+				case views <- v:
+				case <-actx.Done():
+				}
+			}
+		})
+	}
+	var last View
+	answered := false
+	ask()
+	next := time.NewTimer(askAgain)
+	defer next.Stop()
+	for {
+		deadline := earlier(heard.Add(silent), start.Add(total))
+		if time.Now().After(deadline) {
+			return last, answered
+		}
+		select {
+		case <-ctx.Done():
+			return last, answered
+		case v := <-views:
+			last, answered, heard = v, true, time.Now()
+			if done(v) {
+				return v, true
+			}
+		case <-ended:
+			asking--
+			if asking == 0 {
+				// Answered and not done, or failed at once: again in a
+				// moment.
+				next.Reset(time.Second)
+			}
+		case <-next.C:
+			if asking < askAtOnce {
+				ask()
+			}
+			next.Reset(askAgain)
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+}
+
+// askAgain is how long an ask goes unanswered before another starts
+// beside it, and askAtOnce how many may be under way.
+const (
+	askAgain  = 2 * time.Second
+	askAtOnce = 3
+)
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

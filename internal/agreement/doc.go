@@ -1,0 +1,122 @@
+// Package agreement is the host agreement of fleet_ssh_deployment: the
+// protocol between a deployer (this provider, one per apply; several may
+// race for a host) and a host it switches, over SSH links that can stall,
+// drop, reset or heal at any moment. It holds both halves: the scripts the
+// host runs (host.go) and the deployer's (lease.go, ask.go). It imports no
+// framework code and runs nothing itself: a Host runs its scripts.
+//
+// # Parties and state
+//
+// A run is one node's deploy: a random id names it, on the host and in
+// every message. On the host, under /run (gone at a reboot):
+//
+//   - LockFile: flock'd exclusively by the lease keeper of the current run
+//     (the lock session's script, below). HolderFile names its holder.
+//   - LeaseFile: "<run> <keeper pid>", the run whose lease is current;
+//     written once the keeper holds the lock and the guard, removed when
+//     the lease ends. WordsFile counts that lease's words.
+//   - GuardFile: flock'd shared by every actor while it acts (the command
+//     that activates, the activation, the watchdog, the boot entry's
+//     command); exclusively by a keeper before its lease begins, so that a
+//     lease begins only once every actor of earlier ones has ended.
+//   - StateDir/<run>/: the run's actions' fates ("act.1.fate",
+//     "boot.1.fate": links to "started" or "cancelled", made once), the
+//     activation's output and exit status ("activated"), the watchdog's
+//     wake FIFO, the decision ("decision": a link to "confirm" or
+//     "rollback", made once), the watchdog's state and the exit status of
+//     its switch back ("rolledback"), the boot entry's ("booted.N").
+//   - SucceededFile: the last system a run finished with a passing
+//     verdict (and, for goal switch and boot, its boot entry).
+//
+// # Messages
+//
+// deployer -> host, each an ssh command (or a line of one):
+//
+//  1. take (the lock session, over the node's master): wait up to
+//     lock_timeout for LockFile, then for GuardFile; write the lease;
+//     print "locked" and what the host runs; then read words until
+//     standard input closes. While waiting it prints "wait <holder>"
+//     twice a second; out of time, "busy <holder>".
+//  2. words, a line each, on the lock session or on a spare session (a
+//     new login whose script only reads words), at least once a second:
+//     "h <run>" on the lock session keeps run's lease (the lease is the
+//     lock session's: it ends with that session's connection, as the
+//     deployer's ssh gives up on it); "w <run>" does too, and keeps run's
+//     watchdog waiting on either session; the host answers "ack". "c <run>" and "r <run>" decide the
+//     run (confirm, roll back) unless it is decided; the host answers
+//     "decided <run> <decision that stands>". "b <run>" ends run's lease.
+//  3. act (a command): under the guard, fenced (below), claim act.N;
+//     point the system profile at the new system; start the watchdog
+//     (a transient unit, so that it outlives the session); run the
+//     activation (another, waited for): it records its exit status.
+//  4. boot (a command): under the guard, fenced, claim boot.N;
+//     switch-to-configuration boot; record its exit status and, on
+//     success, SucceededFile.
+//  5. ask (a command over a new login): what the host runs and boots,
+//     whose lease is current, and what became of a run's actions; with
+//     cancel, each named action that has not started is cancelled (its
+//     fate made "cancelled"), so a request whose answer was lost can
+//     never start later: after an ask the deployer knows for good.
+//
+// # Fencing
+//
+// An action that changes what a host runs or boots (act, the activation,
+// the watchdog's start and its switch back, boot) happens only under the
+// lease it belongs to, checked by the host when it acts: holding the
+// guard shared, the lock must be held and LeaseFile must name the action's
+// run, and the action's fate must be claimed ("started") by this request.
+// A lease cannot begin while an actor holds the guard, and a new keeper
+// removes LeaseFile as soon as it holds the lock, so whatever of an ended
+// lease arrives late is refused ("fleet: fenced: ..."), and what passed
+// the fence finishes before the next lease begins. A watchdog switches
+// back only a host that still runs the system its activation activated.
+//
+// # Timeouts, and who counts them
+//
+//   - lock_timeout (the host): how long take waits for the lock and guard.
+//   - remote_exec_timeout (the host's keeper): a lease that heard no word
+//     for that long ends; ssh's keepalive (the deployer) gives up on a
+//     silent connection after about as long.
+//   - confirm_timeout (the host's watchdog): once the activation has ended
+//     (or activation_timeout has passed), a watchdog that heard no "w" word
+//     for confirm_timeout decides rollback; Timing.HostGivesUp is when,
+//     seen from the deployer, with the watchdog's tick.
+//   - Timing.SpareAfter (the deployer): a session that has not answered a
+//     word for that long gets a spare: a new login that carries the words
+//     too, long before ssh's keepalive would end the silent one.
+//   - Timing.HostGivesUp (the deployer): a host that answered no word for
+//     that long has decided, unless a confirmation reached it; the deployer
+//     stops naming the run (so the watchdog's clock runs) and asks.
+//
+// # What each side knows after a fault
+//
+// The host settles on its own: left alone, a watchdog decides, keeps the
+// new system only if a confirmation reached it, and otherwise switches
+// back within confirm_timeout of the last word it heard (once the
+// activation has ended). The deployer records only what the host told it:
+// an answer, or, when the answer was lost, an ask over a new login (which
+// cancels what had not started). When no login succeeds within the bound
+// (Timing.AskFor), the record says the outcome is not known, and the next
+// refresh reads the host and settles it.
+//
+//   - A stalled link (packets held): words go quiet, a spare path starts
+//     after SpareAfter; if it works, the watchdog keeps waiting and the
+//     decision and the boot entry go over new logins. A lock session
+//     silent for remote_exec_timeout ends on both sides (the host's keeper,
+//     the deployer's keepalive): a racing deployer may take the lease, and
+//     whatever the stalled one sends later is fenced; a deployer whose
+//     activation was confirmed takes the lock again, as a new run, to make
+//     its boot entry while the host still runs its system. If every path is
+//     stalled, the watchdog decides after confirm_timeout, and the deployer
+//     asks until AskFor, then records what it learnt or that it does not
+//     know.
+//   - A reset link: the lock session ends, and with it the lease; the
+//     deployer fails the node before it changes anything, or, after the
+//     activation, carries on over new logins (its watchdog keeps listening
+//     to a spare) and its boot entry is fenced: recorded as not made.
+//   - A dead deployer: its sessions end (or go silent); the lease ends, the
+//     watchdog decides rollback, and the next take waits for it.
+//   - A second deployer: waits for the lock, then for the guard (the
+//     first's actors, its watchdog), up to lock_timeout; once it holds the
+//     lease the first is fenced.
+package agreement

@@ -1,0 +1,397 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// The invariants of the host agreement (ssh-deployment.md), checked once a
+// schedule's parties have stopped, against the host's event log
+// (nixtest.Target.Events): every switch-to-configuration call, the unit it
+// ran in, what it found running and what it changed.
+
+// hostStateDir is where the deploy keeps its runs on a host.
+const hostStateDir = "/run/fleet-deploy"
+
+// settle waits for the host and this machine to let go of everything the
+// parties took, as a host left alone does: watchdogs decide, activations
+// end, the lock and the guard come free, master connections end. What is
+// still there after the bound was left behind (invariant 5).
+func settle(t *testing.T, tg *nixtest.Target, parties []*party, s schedule) []string {
+	t.Helper()
+	// A watchdog decides confirm_timeout after the last word it heard,
+	// once its activation has ended; its rollback is an activation too.
+	// Then a master persists its MasterPersist. A busy machine gets room.
+	deadline := time.Now().Add(s.ConfirmTimeout + 30*time.Second)
+	var left []string
+	for {
+		left = left[:0]
+		for _, p := range tg.Leftovers() {
+			left = append(left, "on the host: "+p)
+		}
+		for _, f := range []string{deploy.LockFile, deploy.GuardFile} {
+			if !flockFree(tg, f) {
+				left = append(left, "on the host: "+f+" is held")
+			}
+		}
+		for _, p := range partyProcesses(parties) {
+			left = append(left, "here: "+p)
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var out []string
+	for _, l := range left {
+		out = append(out, "nothing is left behind: "+l)
+	}
+	if tg.Exists(deploy.HolderFile) {
+		out = append(out, "nothing is left behind: on the host: "+deploy.HolderFile+" names a holder once every party has stopped")
+	}
+	return out
+}
+
+// flockFree says whether nobody holds a lock on the host's file.
+func flockFree(tg *nixtest.Target, file string) bool {
+	argv := tg.NS.Command("flock", "-n", "-x", file, "true")
+	return exec.Command(argv[0], argv[1:]...).Run() == nil
+}
+
+// partyProcesses lists this machine's processes that belong to a party's
+// deploy: any that names its control directory (ssh, its masters).
+func partyProcesses(parties []*party) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(b), "\x00", " ")
+		for _, pt := range parties {
+			if strings.Contains(cmdline, pt.controlDir) {
+				out = append(out, fmt.Sprintf("party %s's %d %s", partyName(pt.i), pid, cmdline))
+			}
+		}
+	}
+	return out
+}
+
+// call is one switch-to-configuration call on the host.
+type call struct {
+	action, system, before, unit string
+	first, last                  int // its first and last events' places in the log
+	ended                        bool
+	rc                           int
+	endTime                      time.Time
+	owner                        int  // the party it belongs to; -1 for none known
+	rollback                     bool // a watchdog's switch back
+	run                          string
+}
+
+// hostState is what a host runs and boots.
+type hostState struct{ current, boot string }
+
+// calls groups the host's events by call and names each call's party:
+// an activation's unit is fleet-activate-<run> and runs the party's own
+// system; a watchdog's is fleet-watchdog-<run>, the party whose run it is
+// (its log names its runs, else its activation does); a boot entry is made
+// for the party's own system.
+func calls(events []nixtest.Event, parties []*party) []*call {
+	owner := func(system string) int {
+		for _, pt := range parties {
+			if pt.system == system {
+				return pt.i
+			}
+		}
+		return -1
+	}
+	var out []*call
+	open := map[int]*call{}
+	for i, e := range events {
+		switch e.Kind {
+		case "start":
+			c := &call{action: e.Action, system: e.System, before: e.Before, unit: e.Unit, first: i, last: i, owner: -1}
+			open[e.PID] = c
+			out = append(out, c)
+		default:
+			c := open[e.PID]
+			if c == nil {
+				continue
+			}
+			c.last = i
+			if e.Kind == "end" {
+				c.ended, c.rc, c.endTime = true, e.RC, e.Time
+				delete(open, e.PID)
+			}
+		}
+	}
+	runs := map[string]int{}
+	for _, pt := range parties {
+		for _, run := range pt.runs {
+			runs[run] = pt.i
+		}
+	}
+	for _, c := range out {
+		unit := strings.TrimSuffix(c.unit, ".service")
+		if run, ok := strings.CutPrefix(unit, "fleet-activate-"); ok {
+			c.run, c.owner = run, owner(c.system)
+			if _, known := runs[run]; !known {
+				runs[run] = c.owner
+			}
+		}
+	}
+	for _, c := range out {
+		unit := strings.TrimSuffix(c.unit, ".service")
+		switch run, ok := strings.CutPrefix(unit, "fleet-watchdog-"); {
+		case ok:
+			c.run, c.rollback = run, true
+			if o, known := runs[run]; known {
+				c.owner = o
+			}
+		case c.unit == "":
+			c.owner = owner(c.system)
+		}
+	}
+	return out
+}
+
+// stateAfter replays the log's changes up to and including event last.
+func stateAfter(events []nixtest.Event, last int, initial string) hostState {
+	st := hostState{initial, initial}
+	for i := 0; i <= last && i < len(events); i++ {
+		switch events[i].Kind {
+		case "set-current":
+			st.current = events[i].System
+		case "set-boot":
+			st.boot = events[i].System
+		}
+	}
+	return st
+}
+
+// checkAgreement checks the invariants of the host agreement on what the
+// parties recorded and what the host's log says happened.
+func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial string) []string {
+	events := tg.Events()
+	cs := calls(events, parties)
+	var out []string
+	bad := func(invariant, format string, args ...any) {
+		out = append(out, invariant+": "+fmt.Sprintf(format, args...))
+	}
+	name := func(i int) string {
+		if i < 0 {
+			return "nobody's"
+		}
+		return partyName(i) + "'s"
+	}
+	describe := func(c *call) string {
+		what := c.action
+		if c.rollback {
+			what = "switch back"
+		}
+		return fmt.Sprintf("%s %s to %s (unit %q)", name(c.owner), what, c.system, c.unit)
+	}
+
+	// 2. One switch at a time: the calls of one party never overlap
+	// another's, and once another party's call has come, no call of the
+	// first comes again (its lease had ended).
+	for i, a := range cs {
+		for _, b := range cs[i+1:] {
+			if a.owner != b.owner && (!a.ended || a.last > b.first) {
+				bad("one switch at a time", "%s ran while %s did", describe(a), describe(b))
+			}
+		}
+	}
+	seen := map[int]bool{}
+	for i, c := range cs {
+		if i > 0 && cs[i-1].owner != c.owner && seen[c.owner] {
+			bad("one switch at a time", "%s came after %s: the host let a deployer switch it after another had", describe(c), describe(cs[i-1]))
+		}
+		seen[c.owner] = true
+	}
+
+	// 3. Nobody undoes another's switch: a watchdog switches back only a
+	// host that runs the system its own activation activated, or still the
+	// one it ran before (an activation cut short).
+	for _, c := range cs {
+		if !c.rollback {
+			continue
+		}
+		if c.owner < 0 {
+			bad("nobody undoes another's switch", "%s: a watchdog whose activation never ran switched the host from %s", describe(c), c.before)
+			continue
+		}
+		own, prev := parties[c.owner].system, c.system
+		if c.before != own && c.before != prev {
+			bad("nobody undoes another's switch", "%s switched back a host that ran %s, neither its own %s nor the %s it switches back to", describe(c), c.before, own, prev)
+		}
+	}
+
+	// 1. A record is true.
+	for _, pt := range parties {
+		r := pt.result
+		if r == nil {
+			continue
+		}
+		var own []*call
+		for _, c := range cs {
+			if c.owner == pt.i {
+				own = append(own, c)
+			}
+		}
+		lastEvent, lastEnd := -1, time.Time{}
+		for _, c := range own {
+			lastEvent = max(lastEvent, c.last)
+			if c.endTime.After(lastEnd) {
+				lastEnd = c.endTime
+			}
+			if !c.ended {
+				lastEnd = time.Now()
+			}
+		}
+		st := stateAfter(events, lastEvent, initial)
+		who := partyName(pt.i)
+		switch r.Phase {
+		case deploy.PhaseSucceeded:
+			if st.current != pt.system || st.boot != pt.system {
+				bad("a record is true", "%s recorded Succeeded, but after its last switch the host ran %s and booted %s, not %s", who, st.current, st.boot, pt.system)
+			}
+		case deploy.PhaseRolledBack:
+			if len(own) > 0 && st.current != r.PreviousSystem {
+				bad("a record is true", "%s recorded RolledBack, but after its last switch the host ran %s, not %s", who, st.current, r.PreviousSystem)
+			}
+			if len(own) > 0 && st.boot == pt.system {
+				bad("a record is true", "%s recorded RolledBack, but the host boots its system %s", who, pt.system)
+			}
+		case deploy.PhasePending:
+			if len(own) > 0 {
+				bad("a record is true", "%s recorded Pending (not started), but %s", who, describe(own[0]))
+			}
+		case deploy.PhaseFailed:
+			switch {
+			case r.Step == deploy.StepConnect || r.Step == deploy.StepLock || r.Step == deploy.StepRead || r.Step == deploy.StepCopy || r.Step == deploy.StepBuild:
+				if len(own) > 0 {
+					bad("a record is true", "%s recorded a failure in its %s step, before anything changed, but %s", who, r.Step, describe(own[0]))
+				}
+			case r.Step == deploy.StepActivate && r.Outcomes[deploy.CondActivated].Reason == "LeaseLost":
+				if len(own) > 0 {
+					bad("a record is true", "%s recorded that the host refused its activation (its lease had ended), but %s", who, describe(own[0]))
+				}
+			case r.Step == deploy.StepFinalise && r.Outcomes[deploy.CondBootloader].Reason == "LeaseLost":
+				for _, c := range own {
+					if c.action == "boot" {
+						bad("a record is true", "%s recorded that the host refused its boot entry (its lease had ended), but %s", who, describe(c))
+					}
+				}
+			}
+		case deploy.PhaseUnknown:
+			// Not known: a refresh settles it, below.
+		}
+		if (r.Phase == deploy.PhaseSucceeded || r.Phase == deploy.PhaseRolledBack) && len(own) > 0 && lastEnd.After(r.Finished) {
+			bad("a record is true", "%s recorded %s at %s, before its last switch ended (%s)", who, r.Phase, r.Finished.Format("15:04:05.000"), lastEnd.Format("15:04:05.000"))
+		}
+	}
+
+	// 4. A host settles on its own: once left alone, it keeps a new
+	// system only if a confirmation reached it, and a watchdog that
+	// decided to switch back did so.
+	final := stateAfter(events, len(events)-1, initial)
+	if tg.CurrentSystem() != final.current || tg.BootEntry() != final.boot {
+		bad("the host's log", "it says the host runs %s and boots %s; it runs %s and boots %s", final.current, final.boot, tg.CurrentSystem(), tg.BootEntry())
+	}
+	for _, c := range cs {
+		if c.run == "" || c.rollback {
+			continue
+		}
+		decision, _ := os.Readlink(tg.Path(hostStateDir + "/" + c.run + "/decision"))
+		var back *call
+		for _, b := range cs {
+			if b.rollback && b.run == c.run {
+				back = b
+			}
+		}
+		switch {
+		case decision == "":
+			bad("a host settles on its own", "%s was never decided (no confirmation, no switch back)", describe(c))
+		case decision == "confirm" && back != nil:
+			bad("a host settles on its own", "%s was confirmed, and yet switched back", describe(c))
+		case decision == "rollback" && back == nil && final.current == c.system:
+			bad("a host settles on its own", "%s was decided to be switched back, and the host still runs it", describe(c))
+		case back != nil && (!back.ended || back.rc != 0):
+			bad("a host settles on its own", "%s did not end well (exit %d)", describe(back), back.rc)
+		}
+	}
+
+	// A verdict that passed is kept while a path to the host works: a
+	// party whose link never kept a new connection from carrying its
+	// traffic is not switched back after its verdict passed.
+	for _, pt := range parties {
+		r := pt.result
+		if r == nil || pt.killed || pt.interrupted || !pt.verdictPassed {
+			continue
+		}
+		blocked := false
+		for _, f := range pt.plan.Faults {
+			blocked = blocked || f.blocksNew()
+		}
+		if blocked {
+			continue
+		}
+		for _, c := range cs {
+			if c.rollback && c.owner == pt.i {
+				bad("a passed verdict is kept", "%s's verdict passed and new connections to the host worked throughout, yet %s", partyName(pt.i), describe(c))
+			}
+		}
+	}
+
+	for _, pt := range parties {
+		b, _ := os.ReadFile(pt.stderr)
+		if text := string(b); strings.Contains(text, "DATA RACE") || strings.Contains(text, "panic:") {
+			bad("the deployer", "party %s: %s", partyName(pt.i), text)
+		}
+	}
+	return out
+}
+
+// checkSettledByRefresh settles, as a refresh does, the record of every
+// party that could not know its outcome, and checks what it settles on.
+func checkSettledByRefresh(t *testing.T, tg *nixtest.Target, parties []*party) []string {
+	t.Helper()
+	var out []string
+	for _, pt := range parties {
+		r := pt.result
+		if r == nil || r.Phase != deploy.PhaseUnknown {
+			continue
+		}
+		cur, err := deployer(t, deploy.Options{}).ReadCurrent(context.Background(), pt.target.Settings)
+		if err != nil {
+			out = append(out, fmt.Sprintf("a record is true: party %s's outcome was not known, and a refresh could not read the host: %v", partyName(pt.i), err))
+			continue
+		}
+		phase, msg := deploy.Settle(deploy.GoalSwitch, pt.system, r.PreviousSystem, cur)
+		current, boot := tg.CurrentSystem(), tg.BootEntry()
+		switch {
+		case phase == deploy.PhaseSucceeded && (current != pt.system || boot != pt.system),
+			phase == deploy.PhaseRolledBack && current != r.PreviousSystem:
+			out = append(out, fmt.Sprintf("a record is true: party %s's outcome was not known; a refresh settled it as %s (%s), but the host runs %s and boots %s",
+				partyName(pt.i), phase, msg, current, boot))
+		}
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package deploy_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+)
+
+// A party of the explorer (explore_test.go) is a deployer in a process of
+// its own: the test binary started again with exploreParty naming its
+// settings, so that it can be killed mid-step like a CI runner, and
+// interrupted like an apply (SIGINT). It deploys one node with the real
+// Deployer and prints, a JSON line each, every event of the deploy and
+// then its result.
+
+// exploreParty names the file holding a party's settings.
+const exploreParty = "FLEET_EXPLORE_PARTY"
+
+// partySettings are a party's deployment.
+type partySettings struct {
+	Target            deploy.Target
+	Holder            string
+	LockTimeout       time.Duration
+	ActivationTimeout time.Duration
+	ConfirmTimeout    time.Duration
+	SettleTimeout     time.Duration
+	RemoteExecTimeout time.Duration
+	MasterPersist     time.Duration
+	KnownHostsFile    string
+	ControlDir        string
+	Env               []string
+}
+
+// partyLine is one line a party prints: an event, or its result.
+type partyLine struct {
+	Event  *deploy.Event  `json:",omitempty"`
+	Result *deploy.Result `json:",omitempty"`
+	At     time.Time
+}
+
+func init() {
+	if path := os.Getenv(exploreParty); path != "" {
+		os.Exit(partyMain(path))
+	}
+}
+
+func partyMain(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var s partySettings
+	if err := json.Unmarshal(b, &s); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
+	defer stop()
+	out := bufio.NewWriter(os.Stdout)
+	var mu sync.Mutex
+	print := func(l partyLine) {
+		mu.Lock()
+		defer mu.Unlock()
+		l.At = time.Now()
+		b, _ := json.Marshal(l)
+		_, _ = out.Write(append(b, '\n'))
+		_ = out.Flush()
+	}
+	d := &deploy.Deployer{
+		Transport: &deploy.Transport{KnownHostsFile: s.KnownHostsFile, ControlDir: s.ControlDir,
+			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: s.MasterPersist},
+		Options: deploy.Options{
+			Goal: deploy.GoalSwitch, Holder: s.Holder, LockTimeout: s.LockTimeout, ActivationTimeout: s.ActivationTimeout,
+			Verdict: deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout},
+			Env:     s.Env,
+			Log:     func(e deploy.Event) { print(partyLine{Event: &e}) },
+		},
+	}
+	r := d.Deploy(ctx, []deploy.Target{s.Target}, nil)[0]
+	print(partyLine{Result: &r})
+	return 0
+}
+
+// startParty starts a party with settings s, its standard error to
+// stderr; its lines arrive on lines, which is closed once its output has
+// ended.
+func startParty(s partySettings, dir string, stderr *os.File) (*exec.Cmd, <-chan partyLine, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	path := dir + "/party-" + s.Holder + ".json"
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), exploreParty+"="+path)
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	lines := make(chan partyLine, 256)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var l partyLine
+			if json.Unmarshal(sc.Bytes(), &l) == nil {
+				lines <- l
+			}
+		}
+	}()
+	return cmd, lines, nil
+}

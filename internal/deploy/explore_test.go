@@ -1,0 +1,622 @@
+package deploy_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+// The host agreement, explored: the real deploy code, in processes of its
+// own (explore_party_test.go), against a NixOS-like target, each deployer
+// reaching it by a link of its own (sshtest.Link) whose faults a schedule
+// sets at steps of the deploy: held traffic in either direction or both,
+// for the connections open or all, new connections refused or
+// black-holed, open ones reset, delays; a second deployer racing for the
+// host; deployers killed or interrupted mid-step. A schedule is drawn from
+// a seed, printed, and replayed by that seed alone (FLEET_EXPLORE_SEED).
+// Once every party has stopped and every watchdog has had its time, the
+// invariants of the agreement (ssh-deployment.md, "The host agreement")
+// are checked against what the host's own event log says happened.
+//
+// FLEET_EXPLORE_SCHEDULES sets how many schedules a run draws (make test:
+// exploreShort; make soak: many more), FLEET_EXPLORE_FIRST the first seed.
+
+// exploreShort is how many schedules make test explores.
+const exploreShort = 50
+
+// exploreRegressions are seeds that once found a violation: they run in
+// every exploration.
+var exploreRegressions = []uint64{}
+
+// trigger is a moment of a schedule: After past the start of a party's
+// step (its start, for StepName "").
+type trigger struct {
+	Of    int // the party
+	Step  deploy.StepName
+	After time.Duration
+}
+
+func (t trigger) String() string {
+	at := "its start"
+	if t.Step != "" {
+		at = "its " + string(t.Step) + " step"
+	}
+	return fmt.Sprintf("%s after %s of %s", t.After.Round(time.Millisecond), at, partyName(t.Of))
+}
+
+// faultPlan is one fault of a party's link.
+type faultPlan struct {
+	At    trigger
+	Fault sshtest.LinkFault
+	Reset bool          // the open connections are reset first
+	For   time.Duration // then healed; 0: held until every party has ended
+}
+
+func (f faultPlan) String() string {
+	var what []string
+	if f.Reset {
+		what = append(what, "reset the open connections")
+	}
+	switch {
+	case f.Fault.Hold[0] && f.Fault.Hold[1]:
+		what = append(what, "hold both ways")
+	case f.Fault.Hold[0]:
+		what = append(what, "hold up (deployer to host)")
+	case f.Fault.Hold[1]:
+		what = append(what, "hold down (host to deployer)")
+	}
+	if f.Fault.OnlyOpen && (f.Fault.Hold[0] || f.Fault.Hold[1]) {
+		what[len(what)-1] += " of the open connections"
+	}
+	switch f.Fault.New {
+	case sshtest.NewRefuse:
+		what = append(what, "refuse new connections")
+	case sshtest.NewBlackHole:
+		what = append(what, "black-hole new connections")
+	case sshtest.NewForward:
+	}
+	if f.Fault.Delay > 0 {
+		what = append(what, "delay "+f.Fault.Delay.String())
+	}
+	until := "until every party has ended"
+	if f.For > 0 {
+		until = "for " + f.For.Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("at %s: %s, %s", f.At, strings.Join(what, ", "), until)
+}
+
+// blocksNew says whether the fault keeps a new connection from carrying
+// traffic.
+func (f faultPlan) blocksNew() bool {
+	return f.Fault.New != sshtest.NewForward || (f.Fault.Hold[0] || f.Fault.Hold[1]) && !f.Fault.OnlyOpen
+}
+
+// partyPlan is one deployer of a schedule.
+type partyPlan struct {
+	Kind        nixtest.Kind  // what its system does: Succeed, or FailUnits (its verdict fails)
+	Delay       time.Duration // its activation's length
+	Start       *trigger      // nil: at once
+	LockTimeout time.Duration
+	Faults      []faultPlan
+	Kill        *trigger // SIGKILL, as a runner killed
+	Interrupt   *trigger // SIGINT, as Ctrl-C
+}
+
+// schedule is one exploration, drawn from Seed.
+type schedule struct {
+	Seed              uint64
+	ConfirmTimeout    time.Duration
+	RemoteExecTimeout time.Duration
+	Parties           []partyPlan
+}
+
+func partyName(i int) string { return string(rune('A' + i)) }
+
+func (s schedule) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "schedule %d: confirm_timeout %s, remote_exec_timeout %s", s.Seed, s.ConfirmTimeout, s.RemoteExecTimeout)
+	for i, p := range s.Parties {
+		start := "at once"
+		if p.Start != nil {
+			start = "at " + p.Start.String()
+		}
+		fmt.Fprintf(&b, "\n  %s: a %v system (activation %s), starts %s, lock_timeout %s", partyName(i), p.Kind, p.Delay, start, p.LockTimeout)
+		for _, f := range p.Faults {
+			fmt.Fprintf(&b, "\n    link: %s", f)
+		}
+		if p.Kill != nil {
+			fmt.Fprintf(&b, "\n    killed at %s", p.Kill)
+		}
+		if p.Interrupt != nil {
+			fmt.Fprintf(&b, "\n    interrupted at %s", p.Interrupt)
+		}
+	}
+	return b.String()
+}
+
+// The steps a trigger picks from, the ones where the agreement is at
+// stake weighted up.
+var exploreSteps = []deploy.StepName{"", deploy.StepLock, deploy.StepCopy,
+	deploy.StepActivate, deploy.StepActivate, deploy.StepActivate,
+	deploy.StepVerdict, deploy.StepVerdict, deploy.StepConfirm, deploy.StepConfirm, deploy.StepConfirm,
+	deploy.StepFinalise, deploy.StepFinalise, deploy.StepRollback}
+
+// drawSchedule draws the schedule of seed.
+func drawSchedule(seed uint64) schedule {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	pick := func(n int) int { return rng.IntN(n) }
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+pick(hi-lo+1)) * time.Millisecond }
+	s := schedule{Seed: seed, ConfirmTimeout: time.Duration(2+pick(2)) * time.Second, RemoteExecTimeout: 5 * time.Second}
+	n := 1 + pick(2)
+	// Around each timeout: shorter than confirm_timeout, longer than it,
+	// a little and a lot longer than a lease (remote_exec_timeout, which
+	// ssh's keepalive gives up after too, or twice that), for good.
+	durations := []time.Duration{500 * time.Millisecond, s.ConfirmTimeout / 2, s.ConfirmTimeout + 1500*time.Millisecond,
+		s.RemoteExecTimeout + 1500*time.Millisecond, s.RemoteExecTimeout + 3*time.Second, 2*s.RemoteExecTimeout + time.Second, 0}
+	trig := func(of int) trigger {
+		return trigger{Of: of, Step: exploreSteps[pick(len(exploreSteps))], After: ms(0, 1500)}
+	}
+	for i := range n {
+		p := partyPlan{Kind: nixtest.Succeed, Delay: ms(0, 1200), LockTimeout: time.Duration(pick(3)*15) * time.Second}
+		if pick(4) == 0 {
+			p.Kind = nixtest.FailUnits
+		}
+		if i > 0 {
+			// A second deployer mostly races the first from its start,
+			// waiting for the lock; else it comes at any step.
+			t := trig(0)
+			if pick(2) == 0 {
+				t.Step = ""
+				p.LockTimeout = time.Duration(1+pick(2)) * 15 * time.Second
+			}
+			p.Start = &t
+		}
+		for range pick(3) {
+			f := faultPlan{At: trig(i), For: durations[pick(len(durations))]}
+			switch pick(8) {
+			case 0:
+				f.Fault.Hold = [2]bool{true, true}
+			case 1:
+				f.Fault.Hold = [2]bool{true, false}
+			case 2:
+				f.Fault.Hold = [2]bool{false, true}
+			case 3:
+				f.Fault.Hold, f.Fault.OnlyOpen = [2]bool{true, true}, true
+			case 4:
+				f.Reset = true
+				if pick(2) == 0 {
+					f.Fault.New = sshtest.NewRefuse
+				}
+			case 5:
+				f.Fault.New = sshtest.NewBlackHole
+				f.Fault.Hold, f.Fault.OnlyOpen = [2]bool{true, true}, pick(2) == 0
+			case 6:
+				f.Fault.Delay = ms(100, 800)
+			case 7:
+				f.Reset, f.Fault.Hold, f.Fault.OnlyOpen = true, [2]bool{true, true}, true
+			}
+			if f.For == 0 && f.Fault == (sshtest.LinkFault{}) {
+				f.For = durations[pick(len(durations)-1)]
+			}
+			p.Faults = append(p.Faults, f)
+		}
+		switch pick(8) {
+		case 0:
+			t := trig(i)
+			p.Kill = &t
+		case 1:
+			t := trig(i)
+			p.Interrupt = &t
+		}
+		s.Parties = append(s.Parties, p)
+	}
+	return s
+}
+
+// exploreSeeds are the seeds a run explores: the regression cases, then
+// FLEET_EXPLORE_SCHEDULES from FLEET_EXPLORE_FIRST (1), or only
+// FLEET_EXPLORE_SEED.
+func exploreSeeds(t *testing.T) []uint64 {
+	t.Helper()
+	num := func(name string, def uint64) uint64 {
+		v := os.Getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want a number", name, v)
+		}
+		return n
+	}
+	if seed := num("FLEET_EXPLORE_SEED", 0); seed != 0 {
+		return []uint64{seed}
+	}
+	first, n := num("FLEET_EXPLORE_FIRST", 1), num("FLEET_EXPLORE_SCHEDULES", exploreShort)
+	seeds := slices.Clone(exploreRegressions)
+	for s := first; s < first+n; s++ {
+		if !slices.Contains(seeds, s) {
+			seeds = append(seeds, s)
+		}
+	}
+	return seeds
+}
+
+// exploreParallel is how many schedules run at once: each mostly waits
+// for its timeouts.
+const exploreParallel = 4
+
+// TestHostAgreementExplored explores the host agreement under faults
+// (see above) and fails with every schedule that broke an invariant,
+// each with the seed that replays it.
+func TestHostAgreementExplored(t *testing.T) {
+	seeds := exploreSeeds(t)
+	// The systems every schedule deploys, made once: a schedule's parties
+	// each get a system of their own, so the host's log says whose it is.
+	kinds := map[nixtest.Kind]int{nixtest.Succeed: 3, nixtest.FailUnits: 2}
+	systems := map[nixtest.Kind][]string{}
+	for k, n := range kinds {
+		for range n {
+			b := nixtest.Behaviour{Kind: k}
+			if k == nixtest.FailUnits {
+				b.FailedUnits = []string{"app.service"}
+			}
+			systems[k] = append(systems[k], nixtest.Closure(t, b))
+		}
+	}
+	var (
+		mu         sync.Mutex
+		violations = map[uint64][]string{}
+		ran        int
+	)
+	parallel := exploreParallel
+	if v, err := strconv.Atoi(os.Getenv("FLEET_EXPLORE_PARALLEL")); err == nil && v > 0 {
+		parallel = v
+	}
+	slots := make(chan struct{}, parallel)
+	t.Run("schedules", func(t *testing.T) {
+		for _, seed := range seeds {
+			t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+				t.Parallel()
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				s := drawSchedule(seed)
+				v := explore(t, s, systems)
+				mu.Lock()
+				ran++
+				if len(v) > 0 {
+					violations[seed] = v
+				}
+				mu.Unlock()
+				if len(v) > 0 {
+					t.Errorf("%s\nbroke the agreement:\n  %s\nreplay: FLEET_EXPLORE_SEED=%d go test -race -run 'TestHostAgreementExplored' ./internal/deploy/",
+						s, strings.Join(v, "\n  "), seed)
+				}
+			})
+		}
+	})
+	var found []uint64
+	byInvariant := map[string][]uint64{}
+	for seed, vs := range violations {
+		found = append(found, seed)
+		seen := map[string]bool{}
+		for _, v := range vs {
+			inv, _, _ := strings.Cut(v, ":")
+			if !seen[inv] {
+				seen[inv] = true
+				byInvariant[inv] = append(byInvariant[inv], seed)
+			}
+		}
+	}
+	slices.Sort(found)
+	t.Logf("explored %d schedules (seeds %d to %d and %d regression cases); %d broke the agreement: %v", ran, seeds[len(exploreRegressions)], seeds[len(seeds)-1], len(exploreRegressions), len(found), found)
+	var invs []string
+	for inv := range byInvariant {
+		invs = append(invs, inv)
+	}
+	sort.Strings(invs)
+	for _, inv := range invs {
+		slices.Sort(byInvariant[inv])
+		t.Logf("  %q: %d schedules %v", inv, len(byInvariant[inv]), byInvariant[inv])
+	}
+}
+
+// party is a deployer of a running schedule.
+type party struct {
+	i          int
+	plan       partyPlan
+	system     string
+	target     deploy.Target // its node, through its link
+	link       *sshtest.Link
+	controlDir string
+	cmd        *exec.Cmd
+	lines      <-chan partyLine
+	stderr     string // its standard error's file
+
+	mu          sync.Mutex
+	stepAt      map[deploy.StepName]time.Time
+	result      *deploy.Result
+	started     bool
+	killed      bool
+	interrupted bool
+	// runs are its runs' names on the host, as its log gave them.
+	runs []string
+	// verdictPassed: its verdict step ended done.
+	verdictPassed bool
+	startedAt     time.Time
+	ended         time.Time
+	notes         []string
+}
+
+// explore runs schedule s and returns the invariants it broke.
+func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []string {
+	t.Helper()
+	tg := nixtest.NewTarget(t)
+	initial := systems[nixtest.Succeed][0]
+	tg.Boot(t, initial)
+	used := map[nixtest.Kind]int{nixtest.Succeed: 1}
+	dir := t.TempDir()
+	parties := make([]*party, len(s.Parties))
+	for i, p := range s.Parties {
+		sys := systems[p.Kind][used[p.Kind]]
+		used[p.Kind]++
+		control, err := deploy.NewControlDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(control) })
+		parties[i] = &party{i: i, plan: p, system: sys, link: sshtest.NewLink(t, tg.Gate.Addr), controlDir: control, stepAt: map[deploy.StepName]time.Time{}}
+	}
+
+	// Everything a schedule does happens in these goroutines; done stops
+	// them.
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		done bool
+	)
+	later := func(d time.Duration, f func()) {
+		wg.Add(1)
+		time.AfterFunc(d, func() {
+			defer wg.Done()
+			mu.Lock()
+			stop := done
+			mu.Unlock()
+			if !stop {
+				f()
+			}
+		})
+	}
+	// at runs f once trigger tr has come.
+	type waiting struct {
+		tr trigger
+		f  func()
+	}
+	var waits []waiting
+	at := func(tr trigger, f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		waits = append(waits, waiting{tr, f})
+	}
+	// stepped is called when party i starts step (its start: "").
+	stepped := func(i int, step deploy.StepName) {
+		mu.Lock()
+		var due []waiting
+		kept := waits[:0]
+		for _, w := range waits {
+			if w.tr.Of == i && w.tr.Step == step {
+				due = append(due, w)
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		waits = kept
+		mu.Unlock()
+		for _, w := range due {
+			later(w.tr.After, w.f)
+		}
+	}
+	ended := make(chan int, len(parties))
+	start := func(pt *party) {
+		n := targetOf(tg, "web1", pt.system)
+		n.SSHOpts = []string{"Port=" + strconv.Itoa(pt.link.Port), "IdentitiesOnly=yes"}
+		ps := partySettings{Target: n, Holder: "party " + partyName(pt.i), LockTimeout: pt.plan.LockTimeout,
+			ActivationTimeout: time.Minute, ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: 2 * time.Second,
+			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: 2 * time.Second,
+			KnownHostsFile: filepath.Join(dir, deploy.KnownHostsFileName+"-"+partyName(pt.i)), ControlDir: pt.controlDir,
+			Env: []string{"NIX_CONFIG=" + nixtest.NixConfig}}
+		pt.target = n
+		pt.stderr = filepath.Join(dir, "stderr-"+partyName(pt.i))
+		cmd, lines, err := startPartyLogged(ps, dir, pt.stderr)
+		if err != nil {
+			t.Errorf("party %s: %v", partyName(pt.i), err)
+			ended <- pt.i
+			return
+		}
+		pt.mu.Lock()
+		pt.cmd, pt.lines, pt.started, pt.startedAt = cmd, lines, true, time.Now()
+		pt.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range lines {
+				switch {
+				case l.Event != nil && l.Event.Kind == deploy.EventStepStarted:
+					pt.mu.Lock()
+					if _, seen := pt.stepAt[l.Event.Step]; !seen {
+						pt.stepAt[l.Event.Step] = l.At
+					}
+					pt.mu.Unlock()
+					stepped(pt.i, l.Event.Step)
+				case l.Event != nil:
+					pt.mu.Lock()
+					if run, ok := strings.CutPrefix(l.Event.Message, "run "); ok {
+						run, _, _ = strings.Cut(run, " ")
+						pt.runs = append(pt.runs, run)
+					}
+					if l.Event.Kind == deploy.EventStepEnded && l.Event.Step == deploy.StepVerdict && l.Event.Outcome == deploy.StepDone {
+						pt.verdictPassed = true
+					}
+					pt.notes = append(pt.notes, fmt.Sprintf("%s %s %s: %s", l.At.Format("15:04:05.000"), l.Event.Kind, l.Event.Step, l.Event.Message))
+					pt.mu.Unlock()
+				case l.Result != nil:
+					pt.mu.Lock()
+					pt.result = l.Result
+					pt.mu.Unlock()
+				}
+			}
+			_ = cmd.Wait()
+			pt.mu.Lock()
+			pt.ended = time.Now()
+			pt.mu.Unlock()
+			ended <- pt.i
+		}()
+		stepped(pt.i, "")
+	}
+
+	for _, pt := range parties {
+		for _, f := range pt.plan.Faults {
+			at(f.At, func() {
+				if f.Reset {
+					pt.link.ResetOpen()
+				}
+				if f.Fault != (sshtest.LinkFault{}) {
+					pt.link.Set(f.Fault)
+				}
+				if f.For > 0 {
+					later(f.For, pt.link.Heal)
+				}
+			})
+		}
+		signal := func(tr *trigger, sig syscall.Signal, mark *bool) {
+			if tr == nil {
+				return
+			}
+			at(*tr, func() {
+				pt.mu.Lock()
+				defer pt.mu.Unlock()
+				if pt.cmd != nil && pt.result == nil && pt.ended.IsZero() {
+					*mark = true
+					_ = pt.cmd.Process.Signal(sig)
+				}
+			})
+		}
+		signal(pt.plan.Kill, syscall.SIGKILL, &pt.killed)
+		signal(pt.plan.Interrupt, syscall.SIGINT, &pt.interrupted)
+		if pt.plan.Start != nil {
+			at(*pt.plan.Start, func() { start(pt) })
+		}
+	}
+	for _, pt := range parties {
+		if pt.plan.Start == nil {
+			start(pt)
+		}
+	}
+
+	// Every party ends: those that never started once the party they
+	// waited for has ended. A party that does not end within a bound is
+	// itself a violation.
+	var violations []string
+	bound := time.After(4 * time.Minute)
+	for left := len(parties); left > 0; {
+		select {
+		case <-ended:
+			left--
+			if left > 0 && !anyRunning(parties) {
+				// The rest wait for steps that will not come.
+				left = 0
+			}
+		case <-bound:
+			for _, pt := range parties {
+				pt.mu.Lock()
+				if pt.cmd != nil && pt.ended.IsZero() {
+					violations = append(violations, fmt.Sprintf("party %s did not end within 4 minutes", partyName(pt.i)))
+					_ = pt.cmd.Process.Kill()
+				}
+				pt.mu.Unlock()
+			}
+			left = 0
+		}
+	}
+	mu.Lock()
+	done = true
+	mu.Unlock()
+	for _, pt := range parties {
+		pt.link.Heal()
+	}
+	wg.Wait()
+	for _, pt := range parties {
+		pt.mu.Lock()
+		if pt.cmd != nil && pt.ended.IsZero() {
+			pt.mu.Unlock()
+			_ = pt.cmd.Wait()
+			continue
+		}
+		pt.mu.Unlock()
+	}
+	settled := settle(t, tg, parties, s)
+	violations = append(violations, settled...)
+	violations = append(violations, checkAgreement(tg, parties, s, initial)...)
+	violations = append(violations, checkSettledByRefresh(t, tg, parties)...)
+	t.Log(s)
+	for _, pt := range parties {
+		t.Logf("party %s: %s", partyName(pt.i), describeResult(pt.result))
+	}
+	if len(violations) > 0 {
+		for _, pt := range parties {
+			t.Logf("party %s (%s): result %s", partyName(pt.i), pt.system, describeResult(pt.result))
+			for _, n := range pt.notes {
+				t.Logf("  %s", n)
+			}
+		}
+		for _, e := range tg.Events() {
+			t.Logf("host: %s %d %s %s %s before=%s unit=%s rc=%d", e.Time.Format("15:04:05.000"), e.PID, e.Kind, e.Action, e.System, e.Before, e.Unit, e.RC)
+		}
+	}
+	return violations
+}
+
+func anyRunning(parties []*party) bool {
+	for _, pt := range parties {
+		pt.mu.Lock()
+		running := pt.started && pt.ended.IsZero()
+		pt.mu.Unlock()
+		if running {
+			return true
+		}
+	}
+	return false
+}
+
+func describeResult(r *deploy.Result) string {
+	if r == nil {
+		return "none (killed, or never started)"
+	}
+	return fmt.Sprintf("%s (step %s, exit %d): %s; current %s, previous %s", r.Phase, r.Step, r.ExitCode, r.Message, r.CurrentSystem, r.PreviousSystem)
+}
+
+// startPartyLogged is startParty with the party's standard error in a
+// file, which the checks read (a data race or a panic in it breaks the
+// run).
+func startPartyLogged(s partySettings, dir, stderr string) (*exec.Cmd, <-chan partyLine, error) {
+	f, err := os.Create(stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	return startParty(s, dir, f)
+}
