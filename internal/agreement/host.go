@@ -311,7 +311,9 @@ func (a Activation) startWatchdog() string {
 // watchdogScript waits for the activation to end, then for the decision
 // on it: the deployer's confirmation, or its request to switch back. Its
 // clock runs while the deployer says nothing: once the activation has
-// ended (or activation_timeout and a few seconds have passed) and
+// ended (or activation_timeout and a few seconds have passed, or the
+// command that was to start it ended without starting it: then it is
+// cancelled, and never starts) and
 // confirm_timeout has passed since the last "w" word, it decides itself to
 // switch back, so a configuration that cuts off SSH, or a deployer that
 // vanished, is still rolled back, and a verdict that takes its time is
@@ -336,10 +338,23 @@ echo waiting > "$d/watchdog"; : > "$d/guarded"
 fleet_tick=$!
 trap 'kill $fleet_tick 2>/dev/null' EXIT
 fleet_now() { IFS='. ' read -r fleet_s fleet_c fleet_x </proc/uptime; fleet_up=$((fleet_s * 100 + 1$fleet_c - 100)); }
+fleet_over() {
+[ -z "$fleet_done" ] || return 0
+[ -f "$d/activated" ] || [ $((fleet_up - fleet_start)) -ge %[4]d ] && { fleet_done=1; return 0; }
+[ -z "$fleet_running" ] || return 1
+if [ ! -L "$d/unit.1.fate" ]; then
+fleet_p=; read -r fleet_p < "$d/act.1.pid" 2>/dev/null
+[ -z "$fleet_p" ] || kill -0 "$fleet_p" 2>/dev/null || ln -s cancelled "$d/unit.1.fate" 2>/dev/null
+[ -L "$d/unit.1.fate" ] || return 1
+fi
+if [ "$(readlink "$d/unit.1.fate")" = cancelled ]; then fleet_done=1; else fleet_running=1; fi
+[ -n "$fleet_done" ]
+}
+fleet_done= fleet_running=
 fleet_now; fleet_start=$fleet_up fleet_word=$fleet_up
 until [ -L "$d/decision" ]; do
 fleet_now
-if [ -f "$d/activated" ] || [ $((fleet_up - fleet_start)) -ge %[4]d ]; then [ $((fleet_up - fleet_word)) -lt %[5]d ] || break; fi
+if fleet_over; then [ $((fleet_up - fleet_word)) -lt %[5]d ] || break; fi
 read -r fleet_w <&7 || break
 [ "$fleet_w" != h ] || { fleet_now; fleet_word=$fleet_up; }
 done

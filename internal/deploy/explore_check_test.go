@@ -100,8 +100,9 @@ type call struct {
 	rc                           int
 	endTime                      time.Time
 	owner                        int  // the party it belongs to; -1 for none known
-	rollback                     bool // a watchdog's switch back
-	run                          string
+	rollback                     bool   // a watchdog's switch back
+	run                          string // the run it acts for: its unit's, or (a boot entry) the lease's
+	lease                        string // the run whose lease the lock was under as it started
 }
 
 // hostState is what a host runs and boots.
@@ -126,7 +127,7 @@ func calls(events []nixtest.Event, parties []*party) []*call {
 	for i, e := range events {
 		switch e.Kind {
 		case "start":
-			c := &call{action: e.Action, system: e.System, before: e.Before, unit: e.Unit, first: i, last: i, owner: -1}
+			c := &call{action: e.Action, system: e.System, before: e.Before, unit: e.Unit, lease: e.Lease, first: i, last: i, owner: -1}
 			open[e.PID] = c
 			out = append(out, c)
 		default:
@@ -165,7 +166,7 @@ func calls(events []nixtest.Event, parties []*party) []*call {
 				c.owner = o
 			}
 		case c.unit == "":
-			c.owner = owner(c.system)
+			c.owner, c.run = owner(c.system), c.lease
 		}
 	}
 	return out
@@ -205,25 +206,29 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		if c.rollback {
 			what = "switch back"
 		}
-		return fmt.Sprintf("%s %s to %s (unit %q)", name(c.owner), what, c.system, c.unit)
+		return fmt.Sprintf("%s %s to %s (run %q, unit %q)", name(c.owner), what, c.system, c.run, c.unit)
 	}
 
-	// 2. One switch at a time: the calls of one party never overlap
-	// another's, and once another party's call has come, no call of the
-	// first comes again (its lease had ended).
+	// 2. One switch at a time: the calls of one run (a lease: a party may
+	// take the lock again, as a new run) never overlap another's, and
+	// once another run's call has come, no call of the first comes again
+	// (its lease had ended). A boot entry is made under a lease.
 	for i, a := range cs {
 		for _, b := range cs[i+1:] {
-			if a.owner != b.owner && (!a.ended || a.last > b.first) {
+			if a.run != b.run && (!a.ended || a.last > b.first) {
 				bad("one switch at a time", "%s ran while %s did", describe(a), describe(b))
 			}
 		}
 	}
-	seen := map[int]bool{}
+	seen := map[string]bool{}
 	for i, c := range cs {
-		if i > 0 && cs[i-1].owner != c.owner && seen[c.owner] {
-			bad("one switch at a time", "%s came after %s: the host let a deployer switch it after another had", describe(c), describe(cs[i-1]))
+		if c.action == "boot" && c.lease == "" {
+			bad("one switch at a time", "%s was made under no lease", describe(c))
 		}
-		seen[c.owner] = true
+		if i > 0 && cs[i-1].run != c.run && seen[c.run] {
+			bad("one switch at a time", "%s came after %s: the host let a run switch it after another had", describe(c), describe(cs[i-1]))
+		}
+		seen[c.run] = true
 	}
 
 	// 3. Nobody undoes another's switch: a watchdog switches back only a

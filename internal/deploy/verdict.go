@@ -121,3 +121,12 @@ func orNone(s string) string {
 func FailedLine(name string, exit int, message string) string {
 	return fmt.Sprintf("DEPLOY FAILED for %s (exit %d): %s", name, exit, message)
 }
+
+// ResultLine is the one error line of a node whose deploy did not succeed:
+// FailedLine, or, when its outcome is not known, a line that says so.
+func ResultLine(r Result) string {
+	if r.Phase == PhaseUnknown {
+		return fmt.Sprintf("DEPLOY OUTCOME UNKNOWN for %s (exit %d): %s", r.Name, r.ExitCode, r.Message)
+	}
+	return FailedLine(r.Name, r.ExitCode, r.Message)
+}

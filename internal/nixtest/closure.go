@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 )
 
 // Kind is what a system closure's switch-to-configuration does.
@@ -288,7 +290,10 @@ if locked "$action"; then
 	exit 11
 fi
 case "$action" in test|boot|switch)
-	event start "$action" "$self" "$(readlink -f /run/current-system)" "${NIXTEST_UNIT:--}"
+	# Whose lease the host's deploy lock is under (the agreement's lease
+	# file), as the call starts.
+	lease=; read -r lease _ < ` + agreement.LeaseFile + ` 2>/dev/null
+	event start "$action" "$self" "$(readlink -f /run/current-system)" "${NIXTEST_UNIT:--}" "${lease:--}"
 	trap 'event end "$?"' EXIT
 	;;
 esac

@@ -562,7 +562,10 @@ type Event struct {
 	// Unit is the transient unit the call ran in ("fleet-activate-….service"),
 	// empty for a call straight from a session.
 	Unit string
-	RC   int // end's exit status
+	// Lease is the run whose lease the host's deploy lock was under as
+	// the call started; empty for none.
+	Lease string
+	RC    int // end's exit status
 }
 
 // Events lists what every switch-to-configuration call (test, boot,
@@ -581,8 +584,8 @@ func (t *Target) Events() []Event {
 		}
 		e := Event{Time: time.Unix(0, int64(sec*1e9)), PID: pid, Kind: f[2]}
 		switch {
-		case e.Kind == "start" && len(f) == 7:
-			e.Action, e.System, e.Before, e.Unit = f[3], f[4], f[5], strings.TrimPrefix(f[6], "-")
+		case e.Kind == "start" && len(f) == 8:
+			e.Action, e.System, e.Before, e.Unit, e.Lease = f[3], f[4], f[5], strings.TrimPrefix(f[6], "-"), strings.TrimPrefix(f[7], "-")
 		case (e.Kind == "set-current" || e.Kind == "set-boot") && len(f) == 4:
 			e.System = f[3]
 		case e.Kind == "end" && len(f) == 4:

@@ -201,7 +201,7 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 		case ran && res.Phase == deploy.PhasePending:
 			pending = append(pending, name)
 		case ran && res.Failed():
-			diags.AddAttributeError(path.Root("nodes"), deploy.FailedLine(name, res.ExitCode, res.Message), orStr(res.Hint, "See status for this node."))
+			diags.AddAttributeError(path.Root("nodes"), deploy.ResultLine(res), orStr(res.Hint, "See status for this node."))
 		}
 		actions[name] = types.StringValue(action)
 		statuses = append(statuses, rec)

@@ -137,3 +137,79 @@ func TestDeploymentRefreshOfAHungHostEnds(t *testing.T) {
 		})
 	}
 }
+
+// Issue 29: a host that stops answering mid-activation, and cannot be
+// asked what its watchdog did, is recorded as not known (the apply fails
+// saying so, state holds the Unknown phase), and the next refresh, once
+// the host answers, reads it and settles the record: its watchdog rolled
+// it back.
+func TestDeploymentOutcomeNotKnownIsSettledByTheNextRefresh(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 3 * time.Second})
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, ""))
+			s.Run("init", "-input=false")
+			// Once the activation has begun, every path to the host stalls
+			// and new connections go nowhere, until the test heals them.
+			stop := make(chan struct{})
+			frozen := make(chan struct{})
+			go func() {
+				defer close(frozen)
+				for {
+					for _, e := range tg.Events() {
+						if e.Kind == "start" && e.System == sys {
+							tg.CutSSH(t, nixtest.CutBlackHole)
+							tg.Gate.Stall(true)
+							return
+						}
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
+			}()
+			t.Cleanup(func() { tg.Gate.Stall(false) })
+			out, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			close(stop)
+			<-frozen
+			if code == 0 || !strings.Contains(errOut, "DEPLOY OUTCOME UNKNOWN for n1") || !strings.Contains(errOut, "could not be asked") {
+				t.Fatalf("apply with a host that stopped answering: exit %d\n%s\n%s", code, out, errOut)
+			}
+			if rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0); rec["phase"] != "Unknown" {
+				t.Fatalf("n1's record after the apply: %v", rec)
+			}
+			tg.Gate.Stall(false)
+			tg.RestoreSSH(t)
+			deadline := time.Now().Add(30 * time.Second)
+			for tg.CurrentSystem() != old && time.Now().Before(deadline) {
+				time.Sleep(200 * time.Millisecond)
+			}
+			if tg.CurrentSystem() != old {
+				t.Fatalf("the host did not switch itself back: it runs %s", tg.CurrentSystem())
+			}
+			out, _ = s.Run("apply", "-refresh-only", "-auto-approve", "-input=false", "-no-color")
+			if !strings.Contains(out, "Node n1 settled") {
+				t.Errorf("the refresh did not say it settled n1:\n%s", out)
+			}
+			rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)
+			if rec["phase"] != "RolledBack" || !strings.Contains(fmt.Sprint(rec["message"]), "settled by a refresh") || rec["current_system"] != old {
+				t.Errorf("n1's record after the refresh: %v", rec)
+			}
+			// The next apply deploys it again, and succeeds.
+			tg2sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{tg2sys}, ""))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tg.CurrentSystem() != tg2sys || tg.BootEntry() != tg2sys {
+				t.Errorf("after the next apply: current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+			}
+			s.WantNoChanges()
+		})
+	}
+}

@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 )
 
@@ -98,6 +102,13 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		if current.HostKey != "" && rec.Host.ValueString() == orStr(n.Host.ValueString(), name) {
 			records[i].HostKeySeen = types.StringValue(current.HostKey)
 		}
+		if deploy.Phase(rec.Phase.ValueString()) == deploy.PhaseUnknown {
+			// The last apply could not learn how this node's deploy ended:
+			// what the host runs now says.
+			if msg, ok := settleUnknown(&records[i], priors[name], current, deploy.Goal(m.Goal.ValueString()), r.data.clock.Now().UTC(), &resp.Diagnostics); ok {
+				resp.Diagnostics.AddWarning("Node "+name+" settled", fmt.Sprintf("node %s: the last apply could not learn how its deploy ended; this refresh read the host: %s", name, msg))
+			}
+		}
 		if goal := deploy.Goal(m.Goal.ValueString()); goal == deploy.GoalSwitch || goal == deploy.GoalTest {
 			sys := rec.System.ValueString()
 			// A refresh that finds what the last apply left writes nothing:
@@ -131,6 +142,42 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	// What the plan of this run decides from is the state returned here.
 	r.data.sessions.put(r.data.run, m.ID.ValueString(), held, priorNodes(ctx, &m, &resp.Diagnostics))
 	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
+}
+
+// settleUnknown settles the record of a node whose last deploy's outcome
+// was not known, from what its host runs now (deploy.Settle): its phase,
+// message and Ready condition; the step conditions stay as the apply left
+// them, but for a success, which has them all. It returns the message,
+// and false when the record cannot be settled (its conditions do not
+// take the change).
+func settleUnknown(rec *deployStatusModel, p priorNode, current deploy.Current, goal deploy.Goal, now time.Time, diags *diag.Diagnostics) (string, bool) {
+	name := rec.Name.ValueString()
+	phase, msg := deploy.Settle(goal, rec.System.ValueString(), rec.PreviousSystem.ValueString(), current)
+	generation := rec.ObservedGeneration.ValueInt64()
+	var conds []conditions.Condition
+	var err error
+	switch phase {
+	case deploy.PhaseSucceeded:
+		conds, err = deploy.SucceededConditions(p.conds, name, goal, generation, now)
+	default:
+		reason := deploy.ReasonDeployFailed
+		if phase == deploy.PhaseRolledBack {
+			reason = deploy.ReasonRolledBack
+		}
+		conds, err = deploy.ConditionTypes.Set(p.conds, conditions.Condition{Type: deploy.ConditionReady, Status: conditions.False, Reason: reason, Message: msg, ObservedGeneration: generation}, now)
+	}
+	if err != nil {
+		diags.AddWarning("Node "+name+" not settled", fmt.Sprintf("node %s: its record cannot take what the host says (%s); it stays as the last apply left it", name, err))
+		return "", false
+	}
+	rec.Phase = types.StringValue(string(deploy.NodePhase(conds)))
+	rec.Message = types.StringValue(msg)
+	rec.Hint = types.StringValue("")
+	if phase != deploy.PhaseSucceeded {
+		rec.Hint = types.StringValue("the next apply retries this node")
+	}
+	rec.Conditions = nodeConditionsValue(conds, false)
+	return msg, true
 }
 
 // Delete forgets the deployment; hosts keep running what they run.

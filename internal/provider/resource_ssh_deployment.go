@@ -99,7 +99,8 @@ var (
 	verdictInput = nestedInput{name: "verdict", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"confirm_timeout": optionalString("How long the host's watchdog waits, once the activation has ended, without a word from the deployer before switching the host back, as a Go duration of at least 1s. Default `30s`. "+
 			"The deployer speaks to the host at least once a second while it judges (however long `settle_timeout` and the checks take), so a verdict that passes is never undone for being slow; "+
-			"a host that stops answering for this long during the activation or verdict is recorded `RolledBack` at once, since it switches itself back.",
+			"a host that stops answering for this long (and a second) during the activation or verdict has switched itself back, unless a confirmation reached it: the deployer asks it over new logins what it did, "+
+			"and records that (`RolledBack`), or, when it cannot be asked, `Unknown`, which the next refresh settles.",
 			durationValidator{least: time.Second}),
 		"settle_timeout": optionalString("How long `systemctl is-system-running --wait` may take, as a Go duration of at least 1s. Default `90s`.",
 			durationValidator{least: time.Second}),
@@ -195,7 +196,8 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"name": computedStr("Node name."), "host": computedStr("Host."), "action": computedStr("Action of the last apply."),
 					"phase": computedStr("Derived from the node's `Ready` condition: `Succeeded`, `Failed` (an interrupted node too: exit 130, its message names the step it stopped in and what the host does now), " +
-						"`RolledBack`, `Skipped`, or `Pending` (not started: an interrupt, the failure budget, or a deployment that could not start on this machine; no exit code, and the message says why)."),
+						"`RolledBack`, `Skipped`, `Pending` (not started: an interrupt, the failure budget, or a deployment that could not start on this machine; no exit code, and the message says why), " +
+						"or `Unknown` (the host stopped answering between its decision and its answer, and could not be asked: the next refresh reads the host and settles the record, its message starting `settled by a refresh`)."),
 					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
 					"previous_system": computedStr("The system before the last deploy."),
 					"verified_system": computedStr("The last system a deploy finished on the host with a passing verdict, as the host itself records it (read with `current_system`). " +
@@ -209,10 +211,10 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 					"conditions":          nodeConditionsAttribute(nodeConditionKinds),
 				}}},
 			"succeeded_nodes": schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy succeeded."},
-			"failed_nodes":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy failed, or that an interrupted apply did not start."},
+			"failed_nodes":    schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes whose last deploy failed, that an interrupted apply did not start, or whose outcome is not known (`Unknown`)."},
 			"skipped_nodes":   schema.ListAttribute{Computed: true, ElementType: types.StringType, MarkdownDescription: "Nodes held back."},
 			"phase": schema.StringAttribute{Computed: true, MarkdownDescription: "Derived from the deployment's `Ready` condition: `Succeeded` when every node is, " +
-				"`Failed` when one failed or was not started, else (a node held) `Partial`."},
+				"`Failed` when one failed, was not started or has an outcome not known, else (a node held) `Partial`."},
 			"generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "Starts at 1 and increases by one whenever an input changes what the deployment does " +
 				"(`nodes`, `defaults`, `verdict`, `goal`, `hold`, the timeouts and files); each node's record says the generation of that node's last deploy (its `observed_generation`)."},
 			"observed_generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` the last apply deployed."},
