@@ -99,7 +99,7 @@ type call struct {
 	ended                        bool
 	rc                           int
 	endTime                      time.Time
-	owner                        int  // the party it belongs to; -1 for none known
+	owner                        int    // the party it belongs to; -1 for none known
 	rollback                     bool   // a watchdog's switch back
 	run                          string // the run it acts for: its unit's, or (a boot entry) the lease's
 	lease                        string // the run whose lease the lock was under as it started
