@@ -160,15 +160,24 @@ func drawSchedule(seed uint64) schedule {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	pick := func(n int) int { return rng.IntN(n) }
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+pick(hi-lo+1)) * time.Millisecond }
-	s := schedule{Seed: seed, ConfirmTimeout: time.Duration(2+pick(2)) * time.Second, RemoteExecTimeout: 5 * time.Second}
+	// confirm_timeout below the lease (a deployer that gives up on a
+	// silent host before the host ends its lease), or above it (the lease
+	// ends first, as with the defaults: 30 s and 60 s).
+	s := schedule{Seed: seed, ConfirmTimeout: []time.Duration{2 * time.Second, 3 * time.Second, 8 * time.Second}[pick(3)], RemoteExecTimeout: 5 * time.Second}
 	n := 1 + pick(2)
 	// Around each timeout: shorter than confirm_timeout, longer than it,
 	// a little and a lot longer than a lease (remote_exec_timeout, which
 	// ssh's keepalive gives up after too, or twice that), for good.
 	durations := []time.Duration{500 * time.Millisecond, s.ConfirmTimeout / 2, s.ConfirmTimeout + 1500*time.Millisecond,
 		s.RemoteExecTimeout + 1500*time.Millisecond, s.RemoteExecTimeout + 3*time.Second, 2*s.RemoteExecTimeout + time.Second, 0}
+	// Half the triggers come right at a step's start, while its first
+	// request is on its way; the others any time in its first 1.5 s.
 	trig := func(of int) trigger {
-		return trigger{Of: of, Step: exploreSteps[pick(len(exploreSteps))], After: ms(0, 1500)}
+		after := ms(0, 100)
+		if pick(2) == 0 {
+			after = ms(0, 1500)
+		}
+		return trigger{Of: of, Step: exploreSteps[pick(len(exploreSteps))], After: after}
 	}
 	for i := range n {
 		p := partyPlan{Kind: nixtest.Succeed, Delay: ms(0, 1200), LockTimeout: time.Duration(pick(3)*15) * time.Second}

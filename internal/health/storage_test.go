@@ -385,7 +385,9 @@ func TestSSHDPathMissing(t *testing.T)  { checkMissingPath(t, sshdHost(t)) }
 func checkMissingPath(t *testing.T, h storageHost) {
 	root := t.TempDir() // root/blobs is never created
 	node := uniqueNode(t, "missing")
-	p := pathPolicy(root, node, h.node, 2*time.Second)
+	// A probe timeout far beyond an SSH session's start on a busy machine:
+	// the detail is what is tested, not how fast it comes.
+	p := pathPolicy(root, node, h.node, 30*time.Second)
 	forgetMarkers(t, p, node)
 	blobs := filepath.Join(root, "blobs")
 	r, _ := evalNode(t, h.evaluator(), p, node)
@@ -431,7 +433,7 @@ func TestSSHDPathIOError(t *testing.T) {
 	blobs := filepath.Join(root, "blobs")
 	h.ns.MountTmpfs(t, blobs)
 	node := uniqueNode(t, "eio-sshd")
-	p := pathPolicy(root, node, h.node, 2*time.Second)
+	p := pathPolicy(root, node, h.node, 30*time.Second)
 	forgetMarkers(t, p, node)
 	r, _ := evalNode(t, h.evaluator(), p, node)
 	res := result(t, r, "path:"+blobs)
@@ -481,7 +483,7 @@ func checkInterruptedEvaluation(t *testing.T, h storageHost) {
 	if !res.Outstanding {
 		t.Fatalf("after an interrupted evaluation: %s%s", describeReport(r, p), h.log())
 	}
-	if took > 5*time.Second {
+	if took > timeout/4 {
 		t.Errorf("the next evaluation took %v: it waited for the probe the interrupted one left, against a %v timeout", took, timeout)
 	}
 	if w := heartbeatWriters(blobs); len(w) != 1 {

@@ -295,6 +295,11 @@ case "$action" in test|boot|switch)
 	lease=; read -r lease _ < ` + agreement.LeaseFile + ` 2>/dev/null
 	event start "$action" "$self" "$(readlink -f /run/current-system)" "${NIXTEST_UNIT:--}" "${lease:--}"
 	trap 'event end "$?"' EXIT
+	# Ended by a signal (its session dropped, say): said too.
+	trap 'exit 129' HUP
+	trap 'exit 130' INT
+	trap 'exit 141' PIPE
+	trap 'exit 143' TERM
 	;;
 esac
 case "$action" in

@@ -227,9 +227,6 @@ func TestDeploymentTimeoutsExpireMidRollout(t *testing.T) {
 			if code == 0 || strings.Contains(out+errOut, "inconsistent") || !strings.Contains(errOut, "not started") {
 				t.Errorf("apply with an expiring timeouts block: exit %d\n%s\n%s", code, out, errOut)
 			}
-			if took > 12*time.Second {
-				t.Errorf("the apply took %s with a 5s timeouts block", took)
-			}
 			v := s.Values("fleet_ssh_deployment.prod")
 			expired := regexp.MustCompile(`the timeouts block's create limit \(5s\) expired during the (\w+) step`)
 			var phases []string
@@ -246,9 +243,32 @@ func TestDeploymentTimeoutsExpireMidRollout(t *testing.T) {
 				}
 				phases = append(phases, phase)
 			}
-			// Done, then the one in flight, then not started.
-			if got := strings.Join(phases, " "); !regexp.MustCompile(`^(Succeeded )*Failed( Pending)+$`).MatchString(got) {
+			// Done, then the one in flight (none when the limit came between
+			// two nodes), then not started: where the limit lands among the
+			// nodes depends on the machine's speed, the ladder does not.
+			if got := strings.Join(phases, " "); !regexp.MustCompile(`^(Succeeded )*(Failed )?Pending( Pending)*$`).MatchString(got) {
 				t.Errorf("phases after the timeouts block expired: %s", got)
+			}
+			// The apply stopped soon after the limit: the last node to
+			// start ended within a few seconds of 5 s after the first did.
+			var first, last time.Time
+			for i, p := range phases {
+				rec := nodeRecord(t, v, i)
+				if p == "Pending" {
+					continue
+				}
+				started, err1 := time.Parse(time.RFC3339, fmt.Sprint(rec["started_at"]))
+				finished, err2 := time.Parse(time.RFC3339, fmt.Sprint(rec["finished_at"]))
+				if err1 != nil || err2 != nil {
+					t.Fatalf("node %d's times: %v, %v", i, rec["started_at"], rec["finished_at"])
+				}
+				if first.IsZero() {
+					first = started
+				}
+				last = finished
+			}
+			if stopped := last.Sub(first); stopped > 5*time.Second+4*time.Second {
+				t.Errorf("the last node to start ended %s after the first started, with a 5s timeouts block", stopped)
 			}
 			plan, _, code := s.ExitCode("plan", "-detailed-exitcode", "-input=false", "-no-color")
 			for i, p := range phases {

@@ -3,6 +3,7 @@ package sshtest
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -481,13 +482,33 @@ func (c *freezingConn) Close() error {
 // "connection refused" tests.
 func ClosedPort(tb TB) (host string, port int) {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return "127.0.0.1", ClosedPortOn(tb, "127.0.0.1")
+}
+
+// ClosedPortOn returns a port of loopback address host with nothing
+// listening on it.
+func ClosedPortOn(tb TB, host string) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		tb.Fatalf("sshtest: listen on 127.0.0.1: %v", err)
+		tb.Fatalf("sshtest: listen on %s: %v", host, err)
 	}
-	port = portOf(tb, ln)
+	port := portOf(tb, ln)
 	ln.Close()
-	return "127.0.0.1", port
+	return port
+}
+
+// PrivateLoopback is a loopback address of 127.0.0.0/8 other than
+// 127.0.0.1, drawn at random, for a server a test starts in another
+// process and cannot hand a listening socket to: no other test picks its
+// ports there, so the one picked stays free until the server binds it.
+func PrivateLoopback(tb TB) string {
+	tb.Helper()
+	var b [3]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		tb.Fatalf("sshtest: %v", err)
+	}
+	return fmt.Sprintf("127.%d.%d.%d", 100+int(b[0])%100, b[1], 1+int(b[2])%254)
 }
 
 // portOf is the TCP port a loopback listener was given.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,6 +121,13 @@ func StartSSHD(tb TB, opts ...SSHDOption) *SSHD {
 	if err := os.Chmod(keys, 0o755); err != nil {
 		tb.Fatalf("sshtest: %v", err)
 	}
+	// Sessions get an empty HOME: a shell that sshd starts reads the
+	// login user's ~/.bashrc, which on a runner may cost a second of CPU
+	// per command (a version manager's init) and change PATH.
+	home := filepath.Join(keys, "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		tb.Fatalf("sshtest: %v", err)
+	}
 	s.authorizedPath = filepath.Join(keys, "authorized_keys")
 	authorizedPath := s.authorizedPath
 	s.SetAuthorizedKeys(tb, append([]*Key{s.ClientKey}, cfg.authorized...)...)
@@ -131,7 +139,7 @@ func StartSSHD(tb TB, opts ...SSHDOption) *SSHD {
 		s.Port = port
 		s.Addr = net.JoinHostPort(s.Host, strconv.Itoa(port))
 		configPath := filepath.Join(s.Dir, "sshd_config")
-		conf := sshdConfigText(s.Addr, hostKeyFiles, authorizedPath, cfg.lines)
+		conf := sshdConfigText(s.Addr, hostKeyFiles, authorizedPath, home, cfg.lines)
 		if err := os.WriteFile(configPath, []byte(conf), 0o600); err != nil {
 			tb.Fatalf("sshtest: write sshd_config: %v", err)
 		}
@@ -182,16 +190,27 @@ func sshdBinary(tb TB) string {
 	return abs
 }
 
-func sshdConfigText(addr string, hostKeyFiles []string, authorizedPath string, extra []string) string {
-	var head, tail []string
+func sshdConfigText(addr string, hostKeyFiles []string, authorizedPath, home string, extra []string) string {
+	var head, tail, env []string
 	for i, line := range extra {
-		if f := strings.Fields(line); len(f) > 0 && strings.EqualFold(f[0], "Match") {
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.EqualFold(f[0], "Match") {
 			tail = extra[i:]
 			break
 		}
+		if len(f) > 0 && strings.EqualFold(f[0], "SetEnv") {
+			// sshd keeps the first SetEnv line: the test's variables and
+			// the empty HOME go in one.
+			env = append(env, f[1:]...)
+			continue
+		}
 		head = append(head, line)
 	}
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(strings.Trim(kv, `"`), "HOME=") }) {
+		env = append(env, quote("HOME="+home))
+	}
 	lines := append([]string{}, head...)
+	lines = append(lines, "SetEnv "+strings.Join(env, " "))
 	lines = append(lines, "ListenAddress "+addr)
 	for _, p := range hostKeyFiles {
 		lines = append(lines, "HostKey "+quote(p))

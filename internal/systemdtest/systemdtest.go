@@ -75,8 +75,10 @@ const (
 type Target struct {
 	Host string // "127.0.0.1"
 	Port int    // the gate's
-	// SSHDPort is the port the container's sshd listens on, past the gate.
+	// SSHDPort is the port the container's sshd listens on, past the gate,
+	// at a loopback address of its own (sshdHost).
 	SSHDPort int
+	sshdHost string
 	User     string // root
 	// HostKey is the target's sshd host key in authorized_keys form
 	// ("ssh-ed25519 AAAA..."), to pin.
@@ -125,7 +127,11 @@ func NewTarget(tb TB) *Target {
 			tb.Fatalf("systemdtest: %v", err)
 		}
 	}
-	_, t.SSHDPort = sshtest.ClosedPort(tb)
+	// sshd listens at a loopback address of its own: a port picked on
+	// 127.0.0.1 could be taken by another test's server before the
+	// container's sshd binds it, which would then answer in its place.
+	t.sshdHost = sshtest.PrivateLoopback(tb)
+	t.SSHDPort = sshtest.ClosedPortOn(tb, t.sshdHost)
 	t.writeUpper(tb)
 	t.makeCgroups(tb)
 	t.start(tb, rootfs)
@@ -134,7 +140,7 @@ func NewTarget(tb TB) *Target {
 	t.findInit(tb)
 	t.waitBooted(tb)
 	t.waitSSHD(tb)
-	t.Gate = sshtest.NewGate(tb, net.JoinHostPort(t.Host, strconv.Itoa(t.SSHDPort)))
+	t.Gate = sshtest.NewGate(tb, net.JoinHostPort(t.sshdHost, strconv.Itoa(t.SSHDPort)))
 	t.Port = t.Gate.Port
 	return t
 }
@@ -193,7 +199,7 @@ const sshdSnippet = "etc/ssh/sshd_config.d/systemdtest.conf"
 func (t *Target) sshdConfig() string {
 	return strings.Join([]string{
 		"Port " + strconv.Itoa(t.SSHDPort),
-		"ListenAddress 127.0.0.1",
+		"ListenAddress " + t.sshdHost,
 		"HostKey /etc/ssh/ssh_host_ed25519_key",
 		"PermitRootLogin prohibit-password",
 		"PasswordAuthentication no",
@@ -358,7 +364,7 @@ func (t *Target) waitBooted(tb TB) {
 // port was taken meanwhile), it moves sshd to another port.
 func (t *Target) waitSSHD(tb TB) {
 	tb.Helper()
-	addr := func() string { return net.JoinHostPort(t.Host, strconv.Itoa(t.SSHDPort)) }
+	addr := func() string { return net.JoinHostPort(t.sshdHost, strconv.Itoa(t.SSHDPort)) }
 	deadline := time.Now().Add(bootTimeout)
 	for attempt := 1; ; {
 		err := readBanner(addr())
@@ -367,7 +373,7 @@ func (t *Target) waitSSHD(tb TB) {
 		}
 		if _, code := t.exec("systemctl", "is-failed", "--quiet", "ssh.service"); code == 0 && attempt < sshdPortAttempts {
 			attempt++
-			_, t.SSHDPort = sshtest.ClosedPort(tb)
+			t.SSHDPort = sshtest.ClosedPortOn(tb, t.sshdHost)
 			if err := os.WriteFile(t.root+"/"+sshdSnippet, []byte(t.sshdConfig()), 0o644); err != nil {
 				tb.Fatalf("systemdtest: %v", err)
 			}

@@ -1,0 +1,162 @@
+package deploy_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+// The host agreement's faults of issue 29, one case each, over real
+// connections: a deployer reaches the host by a link of its own
+// (sshtest.Link), which the test stalls at a step of its deploy.
+
+// through is n reaching its host through link.
+func through(n deploy.Target, link *sshtest.Link) deploy.Target {
+	n.SSHOpts = []string{"Port=" + strconv.Itoa(link.Port), "IdentitiesOnly=yes"}
+	return n
+}
+
+// onStep calls f once, when d's node starts step (ended: when it ends).
+func onStep(d *deploy.Deployer, step deploy.StepName, ended bool, f func()) {
+	var once sync.Once
+	log := d.Options.Log
+	kind := deploy.EventStepStarted
+	if ended {
+		kind = deploy.EventStepEnded
+	}
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == kind && e.Step == step {
+			once.Do(f)
+		}
+	}
+}
+
+// switchedTo lists the times the host was switched to system.
+func switchedTo(tg *nixtest.Target, system string) []nixtest.Event {
+	var out []nixtest.Event
+	for _, e := range tg.Events() {
+		if e.Kind == "set-current" && e.System == system {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Row 1, a lease without fencing: deployer A's path stalls as its
+// activation is sent; the host ends A's lease; B, waiting for the lock
+// over another path, takes it; then A's path heals, and what A sent
+// arrives. The host refuses it: B's deploy stands, A activated nothing and
+// says so. With a short confirm_timeout A has given up on the host by
+// then (and asks it); with a long one, A's activation itself arrives late.
+func TestDeployAnEndedLeaseIsFenced(t *testing.T) {
+	for _, confirm := range []time.Duration{3 * time.Second, 30 * time.Second} {
+		t.Run("confirm_timeout="+confirm.String(), func(t *testing.T) { endedLeaseFenced(t, confirm) })
+	}
+}
+
+func endedLeaseFenced(t *testing.T, confirm time.Duration) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sysA := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	sysB := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	linkA := sshtest.NewLink(t, tg.Gate.Addr)
+	verdict := deploy.VerdictSpec{ConfirmTimeout: confirm, SettleTimeout: 2 * time.Second}
+	a := deployer(t, deploy.Options{Holder: "A", Verdict: verdict})
+	b := deployer(t, deploy.Options{Holder: "B", LockTimeout: 2 * time.Minute, Verdict: verdict})
+	a.Transport.RemoteExecTimeout = 5 * time.Second
+	b.Transport.RemoteExecTimeout = 5 * time.Second
+
+	bStarts := make(chan struct{})
+	onStep(a, deploy.StepLock, true, func() { close(bStarts) })
+	onStep(a, deploy.StepActivate, false, func() { linkA.Set(sshtest.LinkFault{Hold: [2]bool{true, true}}) })
+	// A's path heals once B holds the lease: what A sent arrives then.
+	onStep(b, deploy.StepLock, true, linkA.Heal)
+	t.Cleanup(linkA.Heal)
+
+	var rA, rB deploy.Result
+	var wg sync.WaitGroup
+	wg.Go(func() { rA = a.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sysA), linkA)}, nil)[0] })
+	<-bStarts
+	wg.Go(func() { rB = b.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sysB)}, nil)[0] })
+	wg.Wait()
+
+	wantPhase(t, rB, deploy.PhaseSucceeded)
+	if rA.Phase == deploy.PhaseSucceeded || rA.Phase == deploy.PhaseRolledBack {
+		t.Errorf("A, whose lease ended before its activation arrived: %s: %s", rA.Phase, rA.Message)
+	}
+	if acts := switchedTo(tg, sysA); len(acts) != 0 {
+		t.Errorf("the host activated A's system after A's lease ended: %+v", acts)
+	}
+	if tg.CurrentSystem() != sysB || tg.BootEntry() != sysB {
+		t.Errorf("the host runs %s and boots %s; want B's %s", tg.CurrentSystem(), tg.BootEntry(), sysB)
+	}
+	t.Logf("A: %s: %s", rA.Phase, rA.Message)
+}
+
+// Row 2, a confirmation that landed, then silence: the host takes A's
+// confirmation, and nothing comes back from it any more (every path
+// stalls towards this machine). What the host decided cannot be known
+// here: the node is Unknown, never RolledBack; the host keeps the new
+// system, and a refresh, once it answers, settles the record.
+func TestDeployAConfirmationThatLandedIsNotRecordedRolledBack(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	link := sshtest.NewLink(t, tg.Gate.Addr)
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 2 * time.Second}})
+	onStep(d, deploy.StepConfirm, false, func() { link.Set(sshtest.LinkFault{Hold: [2]bool{false, true}}) })
+	t.Cleanup(link.Heal)
+	n := through(targetOf(tg, "web1", sys), link)
+	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseUnknown, "whether the confirmation reached it")
+	link.Heal()
+	if tg.CurrentSystem() != sys || tg.BootEntry() != old {
+		t.Errorf("the host runs %s and boots %s; want the confirmed %s, its boot entry not made", tg.CurrentSystem(), tg.BootEntry(), sys)
+	}
+	cur, err := d.ReadCurrent(context.Background(), n.Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if phase, msg := deploy.Settle(deploy.GoalSwitch, sys, old, cur); phase != deploy.PhaseFailed || !strings.Contains(msg, "boot entry was not made") {
+		t.Errorf("settled by a refresh: %s: %s; want Failed, the boot entry not made", phase, msg)
+	}
+}
+
+// Row 3, the spare path: the connections open to the host stall during a
+// passing verdict, for longer than confirm_timeout, while new logins
+// work. The words go over a new login as soon as the host's answers go
+// quiet, not when ssh gives up on the stalled connection: the watchdog
+// keeps waiting, the verdict stands, the host keeps the new system.
+func TestDeployASpareLoginKeepsAPassingVerdict(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	link := sshtest.NewLink(t, tg.Gate.Addr)
+	verdict := deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 2 * time.Second}
+	d := deployer(t, deploy.Options{Verdict: verdict})
+	stall := 3 * verdict.ConfirmTimeout
+	onStep(d, deploy.StepVerdict, false, func() {
+		link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true})
+		time.AfterFunc(stall, link.Heal)
+	})
+	t.Cleanup(link.Heal)
+	r := d.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sys), link)}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+	}
+	if back := switchedTo(tg, old); len(back) != 0 {
+		t.Errorf("the host was switched back while a new login carried the words: %+v", back)
+	}
+}
