@@ -84,7 +84,9 @@ func endedLeaseFenced(t *testing.T, confirm time.Duration) {
 
 	var rA, rB deploy.Result
 	var wg sync.WaitGroup
-	wg.Go(func() { rA = a.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sysA), linkA)}, nil)[0] })
+	wg.Go(func() {
+		rA = a.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sysA), linkA)}, nil)[0]
+	})
 	<-bStarts
 	wg.Go(func() { rB = b.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sysB)}, nil)[0] })
 	wg.Wait()
