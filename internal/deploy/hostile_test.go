@@ -317,8 +317,12 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 			d := deployer(t, opts)
 			log := d.Options.Log
 			frozen := make(chan time.Time, 1)
+			gaveUp := make(chan time.Time, 1)
 			d.Options.Log = func(e deploy.Event) {
 				log(e)
+				if e.Kind == deploy.EventNote && strings.Contains(e.Message, "the host answered no word") {
+					gaveUp <- time.Now()
+				}
 				if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
 					time.AfterFunc(time.Second, func() {
 						tg.CutSSH(t, nixtest.CutBlackHole)
@@ -331,15 +335,29 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 			t.Cleanup(func() { tg.Gate.Stall(false) })
 			r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
 			var took time.Duration
+			var frozeAt time.Time
 			select {
-			case at := <-frozen:
-				took = time.Since(at)
+			case frozeAt = <-frozen:
+				took = time.Since(frozeAt)
 			default:
 				t.Fatalf("the host was never frozen: %+v", r)
 			}
 			wantPhase(t, r, c.phase, c.says...)
 			if c.phase == deploy.PhaseSucceeded {
 				return
+			}
+			// Given up on confirm_timeout and a tick of the watchdog's
+			// clock after its last answer (a word before the freeze), with
+			// a few seconds for a busy machine: the watchdog has decided by
+			// then, no sooner.
+			givesUp := opts.Verdict.ConfirmTimeout + time.Second
+			select {
+			case at := <-gaveUp:
+				if after := at.Sub(frozeAt); after < givesUp-time.Second || after > givesUp+4*time.Second {
+					t.Errorf("the deploy gave up on the host %s after it froze, want about confirm_timeout and a second (%s)", after, givesUp)
+				}
+			default:
+				t.Errorf("the deploy never said it gave up on the host")
 			}
 			// confirm_timeout and a tick, then asking for AskFor (each ask
 			// up to ConnectTimeout): far from activation_timeout.

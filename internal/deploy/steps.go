@@ -580,29 +580,10 @@ func (nr *nodeRun) confirm(ctx context.Context) error {
 		return ctx.Err()
 	}
 	nr.lock.Watch(false)
-	if err != nil {
-		// The answer was lost: the host says what it decided.
-		nr.d.note(nr.n.Name, StepConfirm, "no answer to the confirmation (%s): asking the host, over new logins, what it decided", err)
-		nr.silent = true
-		o, err := nr.settle(ctx, true)
-		switch {
-		case err != nil:
-			return err
-		case o.confirmed:
-			nr.silent = false
-			return nr.confirmed(ctx)
-		}
-		f := fail(1, "ConfirmUnanswered", "the host did not answer the confirmation: "+o.text, "the host froze, went down or was cut off from this machine during the deploy: check it")
-		if o.phase == PhaseRolledBack {
-			f.reason = "ConfirmTooLate"
-		}
-		f.phase = o.phase
-		return f
-	}
-	switch decision {
-	case agreement.DecisionConfirm:
+	switch {
+	case err == nil && decision == agreement.DecisionConfirm:
 		return nr.confirmed(ctx)
-	case agreement.DecisionRollback:
+	case err == nil && decision == agreement.DecisionRollback:
 		nr.silent = true
 		why := fmt.Sprintf("the host's watchdog had already decided to switch back to %s: the verdict took longer than confirm_timeout (%s)", orNone(nr.r.PreviousSystem), nr.d.confirmTimeout())
 		o, err := nr.settle(ctx, false)
@@ -612,8 +593,26 @@ func (nr *nodeRun) confirm(ctx context.Context) error {
 		f := fail(1, "ConfirmTooLate", why+"; "+o.text, "raise verdict.confirm_timeout")
 		f.phase = o.phase
 		return f
+	case err == nil:
+		err = fmt.Errorf("the host answered %q", decision)
 	}
-	return fail(1, "ConfirmFailed", fmt.Sprintf("the host has no record of this deploy's activation (it answered %q to the confirmation)", decision), "")
+	// The answer was lost: the host says what it decided.
+	nr.d.note(nr.n.Name, StepConfirm, "no answer to the confirmation (%s): asking the host, over new logins, what it decided", err)
+	nr.silent = true
+	o, err := nr.settle(ctx, true)
+	switch {
+	case err != nil:
+		return err
+	case o.confirmed:
+		nr.silent = false
+		return nr.confirmed(ctx)
+	}
+	f := fail(1, "ConfirmUnanswered", "the host did not answer the confirmation: "+o.text, "the host froze, went down or was cut off from this machine during the deploy: check it")
+	if o.phase == PhaseRolledBack {
+		f.reason = "ConfirmTooLate"
+	}
+	f.phase = o.phase
+	return f
 }
 
 // confirmed ends goal test, with the host's record of a passed deploy.

@@ -171,6 +171,31 @@ func TestTransportProxyJump(t *testing.T) {
 	}
 }
 
+// The jump's own ssh forwards nothing either, whatever the config file
+// says of the bastion: the ssh that ProxyJump's ProxyCommand runs reads
+// the file too, and the provider's agent must not reach a bastion.
+func TestTransportProxyJumpForwardsNoAgent(t *testing.T) {
+	tr := newTransport(t)
+	tr.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
+	if err := os.WriteFile(tr.ConfigFile, []byte("Host *\n  ForwardAgent yes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args, err := tr.jumpArgs("ops@bastion.example.org:2222", "", "db1:22")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := exec.Command("ssh", append([]string{"-G"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("ssh -G %q: %v", args, err)
+	}
+	got, err := parseEffective(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOpt(t, "the jump's ssh", got, "forwardagent", "no")
+	wantOpt(t, "the jump's ssh", got, "batchmode", "yes")
+}
+
 // An ssh_opts item in argv form is refused before anything runs.
 func TestTransportRefusesArgvItems(t *testing.T) {
 	if _, err := newTransport(t).Open(context.Background(), Settings{Name: "a", Host: "a", SSHOpts: []string{"-o Port=2222"}}); err == nil {

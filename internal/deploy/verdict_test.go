@@ -3,6 +3,7 @@ package deploy
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // The verdict matrix: each rule, in order, with what decides and its words.
@@ -55,5 +56,40 @@ func TestDecide(t *testing.T) {
 func TestFailedLine(t *testing.T) {
 	if got := FailedLine("web1", 4, "the activation failed units: nginx.service"); got != "DEPLOY FAILED for web1 (exit 4): the activation failed units: nginx.service" {
 		t.Errorf("FailedLine = %q", got)
+	}
+}
+
+// The node's phase ladder: each way a deploy ends is recorded as
+// conditions, and the phase derived from them is that way, whatever the
+// conditions before it said.
+func TestNodePhaseLadder(t *testing.T) {
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		r    Result
+		want Phase
+	}{
+		{"succeeded", Result{Phase: PhaseSucceeded, Goal: GoalSwitch}, PhaseSucceeded},
+		{"failed", Result{Phase: PhaseFailed, Outcomes: map[Condition]Outcome{CondActivated: {Reason: "ActivationFailed"}}}, PhaseFailed},
+		{"interrupted", Result{Phase: PhaseFailed, Interrupted: true}, PhaseFailed},
+		{"rolled back", Result{Phase: PhaseRolledBack}, PhaseRolledBack},
+		{"outcome not known", Result{Phase: PhaseUnknown}, PhaseUnknown},
+		{"held", Result{Phase: PhaseSkipped}, PhaseSkipped},
+		{"not started", Result{Phase: PhasePending}, PhasePending},
+	} {
+		for _, before := range []Phase{PhaseSucceeded, PhaseRolledBack, PhaseUnknown, PhaseSkipped} {
+			prev, err := NodeConditions(nil, Result{Name: "web1", Phase: before, Goal: GoalSwitch}, 1, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.r.Name = "web1"
+			conds, err := NodeConditions(prev, c.r, 2, at.Add(time.Minute))
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if got := NodePhase(conds); got != c.want {
+				t.Errorf("%s after %s: phase %s, want %s (%+v)", c.name, before, got, c.want, conds)
+			}
+		}
 	}
 }
