@@ -73,11 +73,14 @@ type Lease struct {
 	watch bool // words say "w": the run's watchdog waits
 	spare *session
 	// spares counts spare sessions opened, for the log and tests.
-	spares  atomic.Int32
-	started time.Time
-	quit    chan struct{}
-	done    chan struct{}
-	stopped sync.Once
+	spares atomic.Int32
+	// spareEvery is how long a spare has to answer before another
+	// replaces it (speak's goroutine only).
+	spareEvery time.Duration
+	started    time.Time
+	quit       chan struct{}
+	done       chan struct{}
+	stopped    sync.Once
 }
 
 // Take takes host's deploy lock for run, waiting up to wait for another
@@ -137,7 +140,7 @@ func Take(ctx context.Context, host Host, run, holder string, wait time.Duration
 		}
 		lines = append(lines, line)
 	}
-	l := &Lease{run: run, host: host, timing: t, lock: s, started: time.Now(), quit: make(chan struct{}), done: make(chan struct{})}
+	l := &Lease{run: run, host: host, timing: t, lock: s, started: time.Now(), spareEvery: t.SpareAfter(), quit: make(chan struct{}), done: make(chan struct{})}
 	go l.speak()
 	return l, lines, nil
 }
@@ -216,16 +219,27 @@ func (l *Lease) say(line string) {
 	}
 }
 
-// spareIfQuiet opens a new spare session (ending the old one) when the
-// sessions have been quiet for SpareAfter, and the newest spare has had
-// that long to answer.
+// spareIfQuiet opens a spare session when the sessions have been quiet for
+// SpareAfter, and replaces it (ending the old one) when it has ended or has
+// had its time to answer: SpareAfter, doubled at each replacement that
+// brought no answer, up to a login's ConnectTimeout. A path that only
+// stalls resumes with the logins already on it; a host cut off is not sent
+// a login a second, to find them all at once when it is back (sshd's
+// MaxStartups refuses logins beyond a few at a time).
 func (l *Lease) spareIfQuiet() {
 	after := l.timing.SpareAfter()
+	if l.Quiet() < after {
+		l.spareEvery = after
+		return
+	}
 	l.mu.Lock()
 	spare := l.spare
 	l.mu.Unlock()
-	if l.Quiet() < after || spare != nil && !spare.ended() && time.Since(spare.begun) < after {
+	if spare != nil && !spare.ended() && time.Since(spare.begun) < l.spareEvery {
 		return
+	}
+	if spare != nil {
+		l.spareEvery = min(2*l.spareEvery, askAtLeast)
 	}
 	s, err := startSession(context.Background(), l.host, spareScript(), true)
 	if err != nil {

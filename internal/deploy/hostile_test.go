@@ -374,7 +374,7 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 				t.Errorf("the host did not switch itself back: it runs %s, want %s", tg.CurrentSystem(), old)
 			}
 			// A refresh settles what the deploy could not know.
-			cur, err := d.ReadCurrent(context.Background(), targetOf(tg, "web1", sys).Settings)
+			cur, err := readOnceBack(t, d, targetOf(tg, "web1", sys).Settings)
 			if err != nil {
 				t.Fatal(err)
 			}

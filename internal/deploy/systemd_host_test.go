@@ -292,7 +292,7 @@ func TestSystemdHostThatStopsAnsweringSwitchesItselfBack(t *testing.T) {
 	if tg.CurrentSystem() != old || tg.BootEntry() != old {
 		t.Errorf("the host did not switch itself back: current %s, boot %s, want %s", tg.CurrentSystem(), tg.BootEntry(), old)
 	}
-	cur, err := d.ReadCurrent(context.Background(), systemdTargetOf(tg, "web1", sys).Settings)
+	cur, err := readOnceBack(t, d, systemdTargetOf(tg, "web1", sys).Settings)
 	if err != nil {
 		t.Fatal(err)
 	}
