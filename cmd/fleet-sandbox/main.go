@@ -124,6 +124,9 @@ type deployLogin struct {
 	keyFile string
 	user    string
 	sudo    bool
+	// faults, when set, is the directory whose files set each target's
+	// link faults (see linkFaults).
+	faults string
 }
 
 // target starts a NixOS-like host that lets l in, booted into first.
@@ -134,8 +137,61 @@ func (l deployLogin) target(sb *sandbox, first, name, sys, good string) deployTa
 	}
 	tg := nixtest.NewTarget(sb, opts...)
 	tg.Boot(sb, first)
-	return deployTarget{Name: name, Host: tg.Host, Port: tg.Port, HostKey: tg.HostKey,
+	port := tg.Port
+	if l.faults != "" {
+		port = linkFaults(sb, filepath.Join(l.faults, name), tg.Gate.Addr)
+	}
+	return deployTarget{Name: name, Host: tg.Host, Port: port, HostKey: tg.HostKey,
 		PrivateKeyFile: l.keyFile, User: tg.User, UseSudo: l.sudo, System: sys, GoodSystem: good}
+}
+
+// linkFaults puts a link whose faults a file sets in front of a deploy
+// target (backend), and returns its port. The file holds one word, read
+// ten times a second: stall (every connection's traffic held, both ways,
+// new ones too, as a VPN that hangs), stall-open (only the connections
+// open now: new ones flow), stall-up, stall-down (one way), refuse (new
+// connections reset), blackhole (new connections never answered), reset
+// (the open connections reset, once), or heal; no file is heal.
+func linkFaults(sb *sandbox, file, backend string) int {
+	link := sshtest.NewLink(sb, backend)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	sb.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		last := ""
+		for {
+			b, _ := os.ReadFile(file)
+			word := strings.TrimSpace(string(b))
+			if word != last {
+				last = word
+				switch word {
+				case "stall":
+					link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}})
+				case "stall-open":
+					link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true})
+				case "stall-up":
+					link.Set(sshtest.LinkFault{Hold: [2]bool{true, false}})
+				case "stall-down":
+					link.Set(sshtest.LinkFault{Hold: [2]bool{false, true}})
+				case "refuse":
+					link.Set(sshtest.LinkFault{New: sshtest.NewRefuse})
+				case "blackhole":
+					link.Set(sshtest.LinkFault{New: sshtest.NewBlackHole})
+				case "reset":
+					link.ResetOpen()
+				default:
+					link.Heal()
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return link.Port
 }
 
 func main() {
@@ -145,6 +201,7 @@ func main() {
 	delay := flag.Duration("activation-delay", 0, "how long each activation of their systems takes")
 	nixosDir := flag.String("nixos-dir", "", "where to write the deploy targets' NixOS configurations (default: the sandbox's own directory, removed when it stops)")
 	startFlag := flag.String("start", strings.Join(groups, ","), "which fixed hosts to start, comma-separated: hosts (the five SSH hosts for executors), storage (the storage nodes), web (web1 and web2); empty for none")
+	faults := flag.String("link-faults", "", "a directory: each deploy target is reached through a link whose faults the file of its name there sets, a word each: stall, stall-open, stall-up, stall-down, refuse, blackhole, reset, heal (echo stall > DIR/web1)")
 	sudoLogin := flag.Bool("sudo-login", false, "the deploy targets let in only "+sshtest.SudoUserName+", a user who is not root and may run anything through sudo without a password; their entries say use_sudo = true")
 	flag.Parse()
 	if *extra < 0 || *failing < 0 || *failing > *extra {
@@ -183,7 +240,12 @@ func main() {
 		downHost, downPort := sshtest.ClosedPort(sb)
 		v.Nodes["sf-down"] = host{Host: downHost, Port: downPort, HostKeyFingerprint: sshtest.NewKey(sb).Fingerprint()}
 	}
-	login := deployLogin{key: client, keyFile: keyFile, user: me.Username}
+	login := deployLogin{key: client, keyFile: keyFile, user: me.Username, faults: *faults}
+	if *faults != "" {
+		if err := os.MkdirAll(*faults, 0o755); err != nil {
+			sb.Fatalf("-link-faults: %v", err)
+		}
+	}
 	if *sudoLogin {
 		login.user, login.sudo = sshtest.SudoUser(sb), true
 	}

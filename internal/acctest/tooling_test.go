@@ -229,9 +229,12 @@ func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
 // make sandbox starts only the hosts asked for (-start, -deploy-hosts),
 // and with -sudo-login its deploy targets let in only a user who is not
 // root and reaches root through sudo without a password, as a host that
-// refuses root logins does: the entries say that user and use_sudo.
+// refuses root logins does: the entries say that user and use_sudo. With
+// -link-faults, each is reached through a link that the file of its name
+// breaks and heals.
 func TestMakeSandboxStartsOnlyWhatIsAskedFor(t *testing.T) {
-	vars, b, _ := startSandbox(t, "-start= -deploy-hosts 2 -sudo-login")
+	faults := t.TempDir()
+	vars, b, _ := startSandbox(t, "-start= -deploy-hosts 2 -sudo-login -link-faults "+faults)
 	if len(vars.Hosts) != 0 || len(vars.Nodes) != 0 || len(vars.DeployTargets) != 2 || vars.DeployTargets[0].Name != "node01" {
 		t.Fatalf("-start= -deploy-hosts 2: %d hosts, %d storage nodes, %d deploy targets; want 0, 0 and node01, node02:\n%s", len(vars.Hosts), len(vars.Nodes), len(vars.DeployTargets), b)
 	}
@@ -250,6 +253,20 @@ func TestMakeSandboxStartsOnlyWhatIsAskedFor(t *testing.T) {
 		}
 		if out, err := login("root", "true"); err == nil {
 			t.Errorf("%s let root in (%q): -sudo-login leaves only the sudo user", d.Name, out)
+		}
+		fault := func(word string) {
+			if err := os.WriteFile(filepath.Join(faults, d.Name), []byte(word+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(500 * time.Millisecond) // read ten times a second
+		}
+		fault("refuse")
+		if out, err := login(d.User, "true"); err == nil {
+			t.Errorf("%s let a login in with its link refusing new connections (%q)", d.Name, out)
+		}
+		fault("heal")
+		if out, err := login(d.User, "true"); err != nil {
+			t.Errorf("%s after its link healed: %v: %s", d.Name, err, out)
 		}
 	}
 	if out, err := exec.Command("make", "-C", repoRoot(t), "--no-print-directory", "sandbox", "SANDBOX_FLAGS=-start=hosts,mail").CombinedOutput(); err == nil || !strings.Contains(string(out), `no group "mail"; the groups are hosts, storage, web`) {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# make soak: the host agreement's long exploration. make test explores 50
+# schedules (and the regression cases); this draws SOAK_SCHEDULES from seed
+# SOAK_FIRST, SOAK_PARALLEL at once, and prints the counts: schedules run,
+# and the seeds that broke an invariant, by invariant. A failing schedule
+# prints its seed and the command that replays it alone. The full output is
+# kept in bench/out/soak.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=bench/out/soak.txt
+mkdir -p "$(dirname "$out")"
+export FLEET_EXPLORE_SCHEDULES="${SOAK_SCHEDULES:-500}"
+export FLEET_EXPLORE_FIRST="${SOAK_FIRST:-1}"
+export FLEET_EXPLORE_PARALLEL="${SOAK_PARALLEL:-4}"
+echo "soak: $FLEET_EXPLORE_SCHEDULES schedules from seed $FLEET_EXPLORE_FIRST, $FLEET_EXPLORE_PARALLEL at once (output in $out)" >&2
+rc=0
+go test -race -count=1 -timeout 0 -run '^TestHostAgreementExplored$' -v ./internal/deploy/ >"$out" 2>&1 || rc=$?
+grep -E 'explored [0-9]+ schedules|^ +explore_test\.go:[0-9]+: +"|broke the agreement:$|^ +replay: ' "$out" | sed -E 's/^ +explore_test\.go:[0-9]+: //' || true
+grep -E '^(ok|FAIL|panic)' "$out" | tail -3 || true
+exit "$rc"
