@@ -145,9 +145,11 @@ func TestDeployASpareLoginKeepsAPassingVerdict(t *testing.T) {
 	tg.Boot(t, old)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	link := sshtest.NewLink(t, tg.Gate.Addr)
-	verdict := deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 2 * time.Second}
+	// confirm_timeout leaves a spare login room to start and speak on a
+	// busy machine; the stall outlasts it.
+	verdict := deploy.VerdictSpec{ConfirmTimeout: 8 * time.Second, SettleTimeout: 2 * time.Second}
 	d := deployer(t, deploy.Options{Verdict: verdict})
-	stall := 3 * verdict.ConfirmTimeout
+	stall := verdict.ConfirmTimeout + 3*time.Second
 	onStep(d, deploy.StepVerdict, false, func() {
 		link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true})
 		time.AfterFunc(stall, link.Heal)

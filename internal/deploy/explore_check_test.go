@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
@@ -345,10 +346,16 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 
 	// A verdict that passed is kept while a path to the host works: a
 	// party whose link never kept a new connection from carrying its
-	// traffic is not switched back after its verdict passed.
+	// traffic is not switched back after its verdict passed. A liveness
+	// property, it holds when a spare login has its room: it starts once
+	// the host's answers have been quiet for SpareAfter, and must speak
+	// before confirm_timeout has passed since the host's last word; so it is
+	// checked only when this party's logins took a third of that room (a
+	// busy machine makes them slower).
+	room := s.ConfirmTimeout - (agreement.Timing{Confirm: s.ConfirmTimeout}).SpareAfter()
 	for _, pt := range parties {
 		r := pt.result
-		if r == nil || pt.killed || pt.interrupted || !pt.verdictPassed {
+		if r == nil || pt.killed || pt.interrupted || !pt.verdictPassed || pt.login == 0 || pt.login > room/3 {
 			continue
 		}
 		blocked := false

@@ -366,6 +366,8 @@ type party struct {
 	runs []string
 	// verdictPassed: its verdict step ended done.
 	verdictPassed bool
+	// login is how long its first login took.
+	login time.Duration
 	startedAt     time.Time
 	ended         time.Time
 	notes         []string
@@ -479,6 +481,9 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []stri
 					}
 					if l.Event.Kind == deploy.EventStepEnded && l.Event.Step == deploy.StepVerdict && l.Event.Outcome == deploy.StepDone {
 						pt.verdictPassed = true
+					}
+					if l.Event.Kind == deploy.EventStepEnded && l.Event.Step == deploy.StepConnect {
+						pt.login = l.Event.Took
 					}
 					pt.notes = append(pt.notes, fmt.Sprintf("%s %s %s: %s", l.At.Format("15:04:05.000"), l.Event.Kind, l.Event.Step, l.Event.Message))
 					pt.mu.Unlock()
