@@ -367,10 +367,10 @@ type party struct {
 	// verdictPassed: its verdict step ended done.
 	verdictPassed bool
 	// login is how long its first login took.
-	login time.Duration
-	startedAt     time.Time
-	ended         time.Time
-	notes         []string
+	login     time.Duration
+	startedAt time.Time
+	ended     time.Time
+	notes     []string
 }
 
 // explore runs schedule s and returns the invariants it broke.
