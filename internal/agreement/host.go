@@ -93,7 +93,8 @@ func MarkScript(system string) string {
 // the guard, prunes the runs' directories, writes run's lease, lets the
 // guard go and prints "locked", then what readScript prints and readEnd;
 // from the moment it holds the lock, whatever ends it (a closed input, a
-// signal, a broken pipe) removes the lease's files.
+// signal, a broken pipe) removes the lease's files, and a second signal
+// while it does (its keeper's, the session's end) does not stop it.
 // Then it keeps the lease: it reads words (wordLoop) until its standard
 // input closes, or until its keeper, which looks at WordsFile every
 // leaseCheck, has seen no word of the lease for leaseMisses looks; either
@@ -107,7 +108,7 @@ until flock -n 9; do
 [ "$(date +%%s)" -lt "$end" ] || { echo "busy $(cat %[4]s 2>/dev/null)"; exit 3; }
 echo "wait $(cat %[4]s 2>/dev/null)"; sleep 0.5
 done
-fleet_end() { trap - EXIT HUP PIPE TERM INT; [ -z "$fleet_keeper" ] || kill $fleet_keeper 2>/dev/null; fleet_t=; read -r fleet_t fleet_p < %[5]s 2>/dev/null; [ "$fleet_t" != %[12]s ] || rm -f %[5]s %[6]s %[4]s; }
+fleet_end() { trap - EXIT; trap '' HUP PIPE TERM INT; [ -z "$fleet_keeper" ] || kill $fleet_keeper 2>/dev/null; fleet_t=; read -r fleet_t fleet_p < %[5]s 2>/dev/null; [ "$fleet_t" != %[12]s ] || rm -f %[5]s %[6]s %[4]s; }
 fleet_keeper=
 trap 'fleet_end; exit 1' HUP PIPE TERM INT
 trap fleet_end EXIT

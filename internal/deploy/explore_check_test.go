@@ -57,8 +57,11 @@ func settle(t *testing.T, tg *nixtest.Target, parties []*party, s schedule) []st
 	for _, l := range left {
 		out = append(out, "nothing is left behind: "+l)
 	}
-	if tg.Exists(deploy.HolderFile) {
-		out = append(out, "nothing is left behind: on the host: "+deploy.HolderFile+" names a holder once every party has stopped")
+	for _, f := range []string{deploy.HolderFile, agreement.LeaseFile} {
+		if tg.Exists(f) {
+			b, _ := os.ReadFile(tg.Path(f))
+			out = append(out, fmt.Sprintf("nothing is left behind: on the host: %s (%q) once every party has stopped", f, strings.TrimSpace(string(b))))
+		}
 	}
 	return out
 }
