@@ -311,6 +311,8 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 			}
 		case deploy.PhaseUnknown:
 			// Not known: a refresh settles it, below.
+		case deploy.PhaseSkipped, deploy.PhaseCopying, deploy.PhaseActivating, deploy.PhaseVerifying, deploy.PhaseFinalizing:
+			// Not how a deploy ends.
 		}
 		if (r.Phase == deploy.PhaseSucceeded || r.Phase == deploy.PhaseRolledBack) && len(own) > 0 && lastEnd.After(r.Finished) {
 			bad("a record is true", "%s recorded %s at %s, before its last switch ended (%s)", who, r.Phase, r.Finished.Format("15:04:05.000"), lastEnd.Format("15:04:05.000"))

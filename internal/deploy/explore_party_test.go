@@ -68,7 +68,7 @@ func partyMain(path string) int {
 	defer stop()
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
-	print := func(l partyLine) {
+	emit := func(l partyLine) {
 		mu.Lock()
 		defer mu.Unlock()
 		l.At = time.Now()
@@ -83,11 +83,11 @@ func partyMain(path string) int {
 			Goal: deploy.GoalSwitch, Holder: s.Holder, LockTimeout: s.LockTimeout, ActivationTimeout: s.ActivationTimeout,
 			Verdict: deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout},
 			Env:     s.Env,
-			Log:     func(e deploy.Event) { print(partyLine{Event: &e}) },
+			Log:     func(e deploy.Event) { emit(partyLine{Event: &e}) },
 		},
 	}
 	r := d.Deploy(ctx, []deploy.Target{s.Target}, nil)[0]
-	print(partyLine{Result: &r})
+	emit(partyLine{Result: &r})
 	return 0
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"io"
 	"net/http"
 	"os"
@@ -279,20 +278,6 @@ func httpCheck(ctx context.Context, h HTTPCheck) string {
 		return fmt.Sprintf("http %s: status %d, expected %d", h.URL, resp.StatusCode, want)
 	}
 	return ""
-}
-
-// hostState says what the host runs now, over a new connection.
-func (d *Deployer) hostState(c *Conn, system string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	out, err := output(c.FreshCommand(ctx, remote(agreement.ReadCurrentScript)))
-	if err != nil {
-		return "the host could not be read"
-	}
-	if current := parseCurrent(out); current.System != system {
-		return "it runs " + current.System
-	}
-	return "it runs the new system"
 }
 
 // waitDelay bounds the wait for a command's output once it has ended: a

@@ -403,24 +403,21 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 			continue
 		}
 		reason := activationReason(exit)
-		switch {
-		case exit == 255:
+		switch exit {
+		case 255:
 			// Decided from the host, not from the exit status the drop
 			// lost: the activation runs on, and records its exit status
 			// there.
 			d.note(nr.n.Name, StepActivate, "the SSH session dropped during activation (%s); asking the host how the activation ended", msg)
-			var f *failure
-			if exit, msg, f = nr.activationFromHost(ctx); f != nil {
-				return f
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
+			var err error
+			if exit, msg, err = nr.activationFromHost(ctx); err != nil {
+				return err
 			}
 			reason = activationReason(exit)
 			if exit >= 0 {
 				reason += "AfterSessionDropped"
 			}
-		case exit == 0:
+		case 0:
 			msg = "switch-to-configuration test succeeded"
 		default:
 			msg = fmt.Sprintf("switch-to-configuration test exited %d: %s", exit, msg)
@@ -438,7 +435,7 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 // (the command that starts it ended first) is cancelled on the host, so
 // that it never does. Without systemd nothing outlived the session: exit
 // -1, and what the host runs decides (the verdict).
-func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, *failure) {
+func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, error) {
 	act, unit := fmt.Sprintf("act.%d", nr.attempt), fmt.Sprintf("unit.%d", nr.attempt)
 	total := nr.d.activationTimeout()
 	if !nr.systemd {
@@ -462,7 +459,7 @@ func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, *failur
 	}
 	switch {
 	case ctx.Err() != nil:
-		return -1, "", nil
+		return -1, "", ctx.Err()
 	case !answered:
 		f := unknown(fmt.Sprintf("the SSH session dropped during the activation, and the host could not be asked how it went (for %s): %s",
 			nr.d.timing().AskFor(), nr.unconfirmed()))

@@ -156,10 +156,9 @@ func settleUnknown(rec *deployStatusModel, p priorNode, current deploy.Current, 
 	generation := rec.ObservedGeneration.ValueInt64()
 	var conds []conditions.Condition
 	var err error
-	switch phase {
-	case deploy.PhaseSucceeded:
+	if phase == deploy.PhaseSucceeded {
 		conds, err = deploy.SucceededConditions(p.conds, name, goal, generation, now)
-	default:
+	} else {
 		reason := deploy.ReasonDeployFailed
 		if phase == deploy.PhaseRolledBack {
 			reason = deploy.ReasonRolledBack
