@@ -434,10 +434,12 @@ func (s *session) decided(run string) (string, bool) {
 	return d, ok
 }
 
-// say sends the host a line.
+// say sends the host a line; a session whose ssh reads no more (its
+// path stalled for long) is not waited for.
 func (s *session) say(line string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	_ = s.stdin.SetWriteDeadline(time.Now().Add(time.Second))
 	_, err := s.stdin.WriteString(line + "\n")
 	return err
 }
