@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -479,10 +480,27 @@ func (c *freezingConn) Close() error {
 }
 
 // ClosedPort returns a loopback port with nothing listening on it, for
-// "connection refused" tests.
+// "connection refused" tests. It stays so until the test ends: a socket
+// bound to it, and never listening, keeps another test's server from
+// taking it meanwhile.
 func ClosedPort(tb TB) (host string, port int) {
 	tb.Helper()
-	return "127.0.0.1", ClosedPortOn(tb, "127.0.0.1")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatalf("sshtest: socket: %v", err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		_ = syscall.Close(fd)
+		tb.Fatalf("sshtest: bind 127.0.0.1: %v", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	in4, ok := sa.(*syscall.SockaddrInet4)
+	if err != nil || !ok {
+		_ = syscall.Close(fd)
+		tb.Fatalf("sshtest: the bound port: %v", err)
+	}
+	tb.Cleanup(func() { _ = syscall.Close(fd) })
+	return "127.0.0.1", in4.Port
 }
 
 // ClosedPortOn returns a port of loopback address host with nothing

@@ -135,7 +135,7 @@ func StartSSHD(tb TB, opts ...SSHDOption) *SSHD {
 	// The port is free when we pick it but another process may take it
 	// before sshd binds, so a bind failure is retried on a new port.
 	for attempt := 1; ; attempt++ {
-		_, port := ClosedPort(tb)
+		port := ClosedPortOn(tb, "127.0.0.1")
 		s.Port = port
 		s.Addr = net.JoinHostPort(s.Host, strconv.Itoa(port))
 		configPath := filepath.Join(s.Dir, "sshd_config")

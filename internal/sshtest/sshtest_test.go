@@ -366,6 +366,11 @@ func TestClosedPort(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("dial ClosedPort: %v, want connection refused", err)
 	}
+	// No server takes it while the test runs.
+	if ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))); err == nil {
+		ln.Close()
+		t.Errorf("another server could listen on the closed port %d", port)
+	}
 }
 
 // TestManyServers checks that idle servers are cheap enough to run by the
