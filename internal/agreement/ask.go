@@ -60,10 +60,10 @@ func askScript(run string, cancel []string) string {
 		}
 		b.WriteString("\n")
 	}
+	// The run's records first, what the host runs after: a record is
+	// written once its switch is done, so the system read after it is
+	// never one from before that switch.
 	fmt.Fprintf(&b, `d=%[1]s
-echo "current=$(readlink -f /run/current-system)"
-echo "profile=$(readlink -f %[5]s)"
-%[2]s
 fleet_t=; read -r fleet_t fleet_p < %[3]s 2>/dev/null; echo "lease=$fleet_t"
 for f in "$d"/*.fate; do [ -L "$f" ] && echo "fate=$(basename "$f" .fate) $(readlink "$f")"; done
 for f in "$d"/*.pid; do [ -f "$f" ] && read -r p < "$f" && kill -0 "$p" 2>/dev/null && echo "acting=$(basename "$f" .pid)"; done
@@ -72,6 +72,9 @@ for k in activated watchdog rolledback; do v=; [ -f "$d/$k" ] && read -r v < "$d
 for f in "$d"/booted.*; do [ -f "$f" ] && read -r v < "$f" && echo "booted=${f##*.} $v"; done
 [ -f "$d/output" ] && tail -n 3 "$d/output" | sed 's/^/output=/'
 if flock -n -x %[4]s true 2>/dev/null; then echo released=yes; fi
+echo "current=$(readlink -f /run/current-system)"
+echo "profile=$(readlink -f %[5]s)"
+%[2]s
 echo end=.`, d, strings.Replace(readSucceeded, `printf '%s\n' "$fleet_ok"`, `echo "succeeded=$fleet_ok"`, 1), LeaseFile, GuardFile, ProfilePath)
 	return Remote(b.String())
 }

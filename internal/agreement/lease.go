@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,9 +42,14 @@ type Busy struct{ Holder string }
 
 func (b *Busy) Error() string { return "the host's deploy lock is held by " + b.Holder }
 
-// ErrEndedWhileWaiting says the lock session ended while it waited for
-// the lock: the host stopped answering, or dropped the connection.
-var ErrEndedWhileWaiting = errors.New("the connection to the host ended while waiting for its deploy lock")
+// EndedWhileWaiting says the lock session ended while it waited for the
+// lock: the host stopped answering, or dropped the connection. Stderr is
+// what ssh said.
+type EndedWhileWaiting struct{ Stderr string }
+
+func (e *EndedWhileWaiting) Error() string {
+	return "the connection to the host ended while waiting for its deploy lock: " + orNone(e.Stderr)
+}
 
 // EndedAtOnce says the lock session ended before it said anything: the
 // script could not even open the lock (root's rights), or the connection
@@ -116,7 +120,7 @@ func Take(ctx context.Context, host Host, run, holder string, wait time.Duration
 	switch {
 	case err != nil && ctx.Err() == nil && waited:
 		s.end()
-		return nil, nil, fmt.Errorf("%w (%s)", ErrEndedWhileWaiting, orNone(strings.TrimSpace(s.stderr.String())))
+		return nil, nil, &EndedWhileWaiting{Stderr: strings.TrimSpace(s.stderr.String())}
 	case err != nil:
 		s.end()
 		return nil, nil, err

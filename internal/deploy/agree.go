@@ -53,6 +53,7 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn, wait time.Duration, on
 	})
 	var (
 		busy    *agreement.Busy
+		ended   *agreement.EndedWhileWaiting
 		atOnce  *agreement.EndedAtOnce
 		refused *agreement.Refused
 	)
@@ -65,9 +66,9 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn, wait time.Duration, on
 		// The script ended before its first line: it could not even
 		// open the lock, which is what root's rights are needed for.
 		return nil, nil, c.rightsFailure(errors.New("the lock session ended: " + orNone(atOnce.Stderr)))
-	case errors.Is(err, agreement.ErrEndedWhileWaiting):
-		return nil, nil, fail(255, "LockFailed", fmt.Sprintf("the connection to the host ended while this deployment waited for its deploy lock: the host stopped answering for remote_exec_timeout (%s), or dropped the connection (%s)",
-			d.Transport.remoteExecTimeout(), strings.TrimPrefix(err.Error(), agreement.ErrEndedWhileWaiting.Error()+" ")), "check the host; the next apply retries this node")
+	case errors.As(err, &ended):
+		return nil, nil, fail(255, "LockFailed", fmt.Sprintf("the connection to the host ended while this deployment waited for its deploy lock: the host stopped answering for remote_exec_timeout (%s), or dropped the connection%s",
+			d.Transport.remoteExecTimeout(), said(ended.Stderr)), "check the host; the next apply retries this node")
 	case errors.As(err, &busy):
 		hint := "another deployment of this host is running: retry once it ends, or give this deployment a lock_timeout long enough to wait for it"
 		if agreement.GuardHolder(busy.Holder) {

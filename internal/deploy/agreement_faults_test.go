@@ -179,3 +179,30 @@ func readOnceBack(t *testing.T, d *deploy.Deployer, s deploy.Settings) (deploy.C
 		time.Sleep(time.Second)
 	}
 }
+
+// The helper trial's stall-open during the verdict: the connections open
+// to the host stall (the node's master among them) and stay stalled past
+// ssh's keepalive, while new logins work. A verdict command that ran over
+// the master lost its session (ssh's exit 255, not the command's): it runs
+// again over a new login and passes; the spare carries the words and the
+// confirmation; the lease ended with its session, and the deployer takes
+// the lock again for the boot entry. The node succeeds.
+func TestDeployAVerdictCommandOverAStalledConnectionRunsAgain(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	link := sshtest.NewLink(t, tg.Gate.Addr)
+	verdict := deploy.VerdictSpec{ConfirmTimeout: 8 * time.Second, SettleTimeout: 2 * time.Second, Command: []string{"true"}}
+	d := deployer(t, deploy.Options{Verdict: verdict})
+	d.Transport.RemoteExecTimeout = 5 * time.Second
+	onStep(d, deploy.StepVerdict, false, func() {
+		link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true})
+	})
+	t.Cleanup(link.Heal)
+	r := d.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sys), link)}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+	}
+}

@@ -227,9 +227,21 @@ func (d *Deployer) userChecks(ctx context.Context, c *Conn) []string {
 	var failures []string
 	spec := d.Options.Verdict
 	for _, cmd := range spec.Command {
-		if out, err := output(c.Command(ctx, remote(cmd))); err != nil {
-			exit, msg := exitOf(err, out)
-			failures = append(failures, fmt.Sprintf("command %q exited %d: %s", cmd, exit, msg))
+		out, err := output(c.Command(ctx, remote(cmd)))
+		exit, msg := exitOf(err, out)
+		if exit == 255 && ctx.Err() == nil {
+			// ssh's own failure, not the command's: the session to the host
+			// was lost (its path stalled past the keepalive), so it runs
+			// again over a new login, and the check's outcome is its.
+			out, err = output(c.FreshCommand(ctx, remote(cmd)))
+			exit, msg = exitOf(err, out)
+		}
+		switch {
+		case err == nil:
+		case exit == 255:
+			failures = append(failures, fmt.Sprintf("command %q could not be run: the SSH session to the host was lost, over the node's connection and over a new login (%s)", cmd, orStr(msg, "no word from ssh")))
+		default:
+			failures = append(failures, fmt.Sprintf("command %q exited %d: %s", cmd, exit, orStr(msg, "no output")))
 		}
 	}
 	if len(spec.TCP) > 0 {

@@ -208,7 +208,7 @@ func sessionDir() (string, error) {
 			sessionDirErr = err
 			return
 		}
-		pruneSessionDirs(base, pattern)
+		pruneEndedDirs(base, pattern)
 		if sessionDirPath, sessionDirErr = os.MkdirTemp(base, pattern); sessionDirErr == nil {
 			sessionDirErr = os.WriteFile(filepath.Join(sessionDirPath, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600)
 		}
@@ -223,9 +223,10 @@ var (
 	sessionCount   atomic.Int64
 )
 
-// pruneSessionDirs removes the session directories this user's ended
-// processes left in base.
-func pruneSessionDirs(base, pattern string) {
+// pruneEndedDirs removes the directories named pattern* (session and
+// control directories) that this user's ended processes left in base:
+// each names its process in its file pid.
+func pruneEndedDirs(base, pattern string) {
 	dirs, _ := filepath.Glob(filepath.Join(base, pattern+"*"))
 	for _, dir := range dirs {
 		fi, err := os.Lstat(dir)

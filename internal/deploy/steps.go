@@ -327,16 +327,26 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 		return settled{phase: PhaseUnknown, text: fmt.Sprintf("it could not be asked (for %s) whether the confirmation reached it: if it did, the host keeps %s, with its boot entry not made; if not, its watchdog switches it back to %s once confirm_timeout (%s) has passed since this deployer's last word",
 			t.AskFor(), sys, prev, nr.d.confirmTimeout())}, nil
 	case !answered:
-		return settled{phase: PhaseUnknown, text: fmt.Sprintf("it could not be asked what it did (for %s): unless it fails, its watchdog switches it back to %s once the activation has ended and confirm_timeout (%s) has passed since this deployer's last word",
+		when := "once the activation has ended and confirm_timeout (%s) has passed since this deployer's last word"
+		if nr.activation == activationEnded {
+			when = "once confirm_timeout (%s) has passed since this deployer's last word"
+		}
+		return settled{phase: PhaseUnknown, text: fmt.Sprintf("it could not be asked what it did (for %s): unless it fails, its watchdog switches it back to %s "+when,
 			t.AskFor(), prev, nr.d.confirmTimeout())}, nil
 	case v.Fate(act) == agreement.FateCancelled || v.Watchdog == "refused":
 		nr.activation = notActivated
 		return settled{phase: PhaseFailed, text: "the activation never started on the host (it is cancelled there): nothing was activated; the host runs " + orNone(v.Current)}, nil
 	case v.Decision == agreement.DecisionConfirm:
 		return settled{phase: PhaseFailed, confirmed: true, text: fmt.Sprintf("the host took this deployer's confirmation: %s stays active", sys)}, nil
-	case v.RolledBack == "0" && v.Current == nr.r.PreviousSystem:
+	case v.RolledBack == "0":
 		nr.r.RolledBack = true
-		return settled{phase: PhaseRolledBack, text: "rolled back to " + prev + " by its watchdog"}, nil
+		text := "rolled back to " + prev + " by its watchdog"
+		if v.Current != nr.r.PreviousSystem {
+			// Switched again since: by another deployment, which took
+			// the host once the watchdog let go of it.
+			text += "; the host runs " + orNone(v.Current) + " now"
+		}
+		return settled{phase: PhaseRolledBack, text: text}, nil
 	case strings.HasPrefix(v.RolledBack, "kept"):
 		return settled{phase: PhaseFailed, text: fmt.Sprintf("its watchdog found the host running %s, not %s, and switched nothing", orNone(strings.TrimSpace(strings.TrimPrefix(v.RolledBack, "kept"))), sys)}, nil
 	case v.RolledBack != "":
@@ -408,7 +418,7 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 			// Decided from the host, not from the exit status the drop
 			// lost: the activation runs on, and records its exit status
 			// there.
-			d.note(nr.n.Name, StepActivate, "the SSH session dropped during activation (%s); asking the host how the activation ended", msg)
+			d.note(nr.n.Name, StepActivate, "the SSH session dropped during activation%s; asking the host how the activation ended", said(msg))
 			var err error
 			if exit, msg, err = nr.activationFromHost(ctx); err != nil {
 				return err
@@ -697,7 +707,7 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 		}
 		if exit == 255 {
 			boot := fmt.Sprintf("boot.%d", attempt)
-			d.note(nr.n.Name, StepFinalise, "the SSH session dropped during the boot entry's update (%s); asking the host how it ended", msg)
+			d.note(nr.n.Name, StepFinalise, "the SSH session dropped during the boot entry's update%s; asking the host how it ended", said(msg))
 			v, answered := nr.ask(ctx, d.timing().AskFor()+d.bootBound(), func(v agreement.View) bool {
 				_, booted := v.Booted[attempt]
 				return booted || v.Fate(boot) == agreement.FateCancelled
@@ -825,4 +835,13 @@ const (
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return line
+}
+
+// said is what ssh said, as " (...)" after a sentence; nothing when it
+// said nothing.
+func said(msg string) string {
+	if strings.TrimSpace(msg) == "" {
+		return ""
+	}
+	return " (" + msg + ")"
 }

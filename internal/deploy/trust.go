@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/sshdial"
@@ -32,12 +33,25 @@ const socketRoom = 1 + 40 + 17
 // about 50 bytes long). A temporary directory others can write without
 // the sticky bit is refused: there another user could rename this one
 // away and put their own in its place.
+//
+// It holds the process's pid: a process killed before it could remove its
+// directory (a CI runner killed mid-apply) leaves it, and the next one to
+// make a control directory removes those of processes that have ended.
 func NewControlDir() (string, error) {
 	base, err := controlBase("fssh")
 	if err != nil {
 		return "", err
 	}
-	return os.MkdirTemp(base, "fssh")
+	pruneEndedDirs(base, "fssh")
+	dir, err := os.MkdirTemp(base, "fssh")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // CheckTemporaryDirectory is what NewControlDir would refuse of the

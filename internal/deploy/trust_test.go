@@ -1,8 +1,12 @@
 package deploy
 
 import (
+	"errors"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -254,5 +258,43 @@ func TestCheckKnownHostsFileInASharedDirectory(t *testing.T) {
 	err := CheckKnownHostsFile(filepath.Join(dir, "known_hosts"))
 	if err == nil || !strings.Contains(err.Error(), "mode 1777") || !strings.Contains(err.Error(), "every user can make files in") || strings.Contains(err.Error(), "chmod") {
 		t.Errorf("a known_hosts file in a sticky shared directory: %v", err)
+	}
+}
+
+// A control directory left by a process that ended without removing it
+// (killed mid-apply) goes when the next one is made; a live process's
+// stays.
+func TestControlDirOfAnEndedProcessGoes(t *testing.T) {
+	base, err := controlBase("fssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	left, err := os.MkdirTemp(base, "fssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(left) })
+	if err := os.WriteFile(filepath.Join(left, "pid"), []byte(strconv.Itoa(ended.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live, err := NewControlDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(live) })
+	if _, err := os.Stat(left); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the control directory of an ended process is still there: %v", err)
+	}
+	again, err := NewControlDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(again) })
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the control directory of this live process went: %v", err)
 	}
 }

@@ -191,7 +191,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
 			"timeouts":           timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
-				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `failed`: the next plan retries it, `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`)."},
+				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `none`: nothing was to do, the host ran the system after a passing verdict, `failed`: the next plan retries it (a node whose outcome is not known too), `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`)."},
 			"status": schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"name": computedStr("Node name."), "host": computedStr("Host."), "action": computedStr("Action of the last apply."),
