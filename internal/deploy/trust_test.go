@@ -273,7 +273,7 @@ func TestControlDirOfAnEndedProcessGoes(t *testing.T) {
 	if err := ended.Run(); err != nil {
 		t.Fatal(err)
 	}
-	left, err := os.MkdirTemp(base, "fssh")
+	left, err := os.MkdirTemp(base, "fssh") //nolint:usetesting // it must be where NewControlDir prunes, not in a test directory
 	if err != nil {
 		t.Fatal(err)
 	}
