@@ -381,12 +381,15 @@ echo done > "$d/watchdog"`,
 }
 
 // BootScript is run's boot action, attempt attempt: fenced (boot.<attempt>),
-// switch-to-configuration boot under timeout(1) (seconds), its exit status
-// recorded (booted.<attempt>), and on success SucceededFile.
+// switch-to-configuration boot under timeout(1) (seconds), its output to a
+// file on the host (as the activation's: a dropped session cannot end it
+// through a broken pipe), its exit status recorded (booted.<attempt>), on
+// success SucceededFile, then its last lines printed.
 func BootScript(run, system string, attempt int, seconds float64) string {
 	return Remote(fenceScript + fmt.Sprintf(`fleet_fence %[1]s boot.%[2]d
-timeout %[3]s %[4]s/bin/switch-to-configuration boot; rc=$?
+timeout %[3]s %[4]s/bin/switch-to-configuration boot </dev/null >%[5]s/boot.%[2]d.output 2>&1; rc=$?
 echo "$rc" > %[5]s/booted.%[2]d
 [ $rc -ne 0 ] || %[6]s
+tail -n 5 %[5]s/boot.%[2]d.output >&2
 exit $rc`, shell.Quote(run), attempt, strconv.FormatFloat(seconds, 'f', -1, 64), shell.Quote(system), shell.Quote(StateDir+"/"+run), MarkScript(system)))
 }

@@ -206,3 +206,41 @@ func TestDeployAVerdictCommandOverAStalledConnectionRunsAgain(t *testing.T) {
 		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
 	}
 }
+
+// The session that makes the boot entry drops while the host makes it:
+// the update goes on to its end on the host, its output kept there, and
+// the deployer asks the host how it ended over a new login. Before, the
+// update wrote to the dropped session and died of it (exit 141): the
+// node was recorded Failed, the boot entry not made, for a fault of the
+// link alone.
+func TestDeployABootEntryWhoseSessionDropsIsMadeOnTheHost(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, BootDelay: 2 * time.Second})
+	link := sshtest.NewLink(t, tg.Gate.Addr)
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	var reset sync.WaitGroup
+	reset.Add(1)
+	onStep(d, deploy.StepFinalise, false, func() {
+		go func() {
+			defer reset.Done()
+			// Once the update has begun on the host.
+			for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				for _, e := range tg.Events() {
+					if e.Kind == "start" && e.Action == "boot" {
+						link.ResetOpen()
+						return
+					}
+				}
+			}
+			t.Error("the boot entry's update never began on the host")
+		}()
+	})
+	r := d.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sys), link)}, nil)[0]
+	reset.Wait()
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+	}
+}

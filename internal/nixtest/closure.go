@@ -132,6 +132,9 @@ type Behaviour struct {
 	// the configuration...", before it switches), so a test can act while
 	// one is running.
 	Delay time.Duration
+	// BootDelay makes the boot entry's update take this long (after it
+	// logs "updating the boot entry...", before it writes the entry).
+	BootDelay time.Duration
 }
 
 var unitPattern = regexp.MustCompile(`^[A-Za-z0-9@._:-]+$`)
@@ -168,8 +171,8 @@ func (b Behaviour) check() error {
 	if b.Cut != "" && b.Kind != CutSSH {
 		return fmt.Errorf("%v with Cut %q: Cut is for CutSSH", b.Kind, b.Cut)
 	}
-	if b.Delay < 0 {
-		return fmt.Errorf("negative delay %s: want zero or more", b.Delay)
+	if b.Delay < 0 || b.BootDelay < 0 {
+		return fmt.Errorf("negative delay %s or boot delay %s: want zero or more", b.Delay, b.BootDelay)
 	}
 	return nil
 }
@@ -191,8 +194,9 @@ lock_calls=%d
 lock_action='%s'
 cut=%s
 delay=%.3f
+boot_delay=%.3f
 state=%s
-`, b.Kind, b.Kind.slug(), strings.Join(b.FailedUnits, " "), b.LockedCalls, b.LockedAction, cut, b.Delay.Seconds(), stateLink) + switchBody
+`, b.Kind, b.Kind.slug(), strings.Join(b.FailedUnits, " "), b.LockedCalls, b.LockedAction, cut, b.Delay.Seconds(), b.BootDelay.Seconds(), stateLink) + switchBody
 }
 
 const switchBody = `if [ ! -d "$state/" ]; then
@@ -246,6 +250,10 @@ install_bootloader() {
 	fi
 	if [ "$kind" = boot-hangs ]; then
 		exec sleep 3600
+	fi
+	if [ "$boot_delay" != 0.000 ]; then
+		sleep "$boot_delay"
+		log "writing the boot entry..."
 	fi
 	printf '%s\n' "$self" > "$state/boot-entry.nixtest.$$"
 	mv "$state/boot-entry.nixtest.$$" "$state/boot-entry" && event set-boot "$self"
