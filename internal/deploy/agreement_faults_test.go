@@ -244,3 +244,36 @@ func TestDeployABootEntryWhoseSessionDropsIsMadeOnTheHost(t *testing.T) {
 		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
 	}
 }
+
+// The link stalls as the boot entry's update is sent, then its
+// connections are reset and it heals: the lease ended with the lock
+// session, and ssh sends the update again over a new connection once the
+// link heals. The host refuses it (the run's lease ended), and the
+// deployer takes the lock again as a new run and makes the boot entry:
+// Succeeded, not Failed for a link that dropped once.
+func TestDeployABootEntrySentWhenTheLinkDropsIsMadeUnderANewLease(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	link := sshtest.NewLink(t, tg.Gate.Addr)
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	var reset sync.WaitGroup
+	reset.Add(1)
+	onStep(d, deploy.StepFinalise, false, func() {
+		link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}})
+		go func() {
+			defer reset.Done()
+			time.Sleep(time.Second)
+			link.ResetOpen()
+			link.Heal()
+		}()
+	})
+	t.Cleanup(link.Heal)
+	r := d.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sys), link)}, nil)[0]
+	reset.Wait()
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+	}
+}
