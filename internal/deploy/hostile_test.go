@@ -304,7 +304,7 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 		phase deploy.Phase
 		says  []string
 	}{
-		{time.Hour, deploy.PhaseUnknown, []string{"stopped answering during the activate step", "could not be asked", "switches it back to "}},
+		{time.Hour, deploy.PhaseUnknown, []string{"stopped answering during the activate step", "could not be asked", "switches the host back to "}},
 		{6 * time.Second, deploy.PhaseRolledBack, []string{"stopped answering during the activate step", "rolled back to "}},
 		{500 * time.Millisecond, deploy.PhaseSucceeded, nil},
 	} {

@@ -324,14 +324,14 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 	}
 	switch {
 	case !answered && confirmSent:
-		return settled{phase: PhaseUnknown, text: fmt.Sprintf("it could not be asked (for %s) whether the confirmation reached it: if it did, the host keeps %s, with its boot entry not made; if not, its watchdog switches it back to %s once confirm_timeout (%s) has passed since this deployer's last word",
+		return settled{phase: PhaseUnknown, text: fmt.Sprintf("the host could not be asked (for %s) whether the confirmation reached it: if it did, the host keeps %s, with its boot entry not made; if not, the host's watchdog switches it back to %s once confirm_timeout (%s) has passed since this deployer's last word",
 			t.AskFor(), sys, prev, nr.d.confirmTimeout())}, nil
 	case !answered:
 		when := "once the activation has ended and confirm_timeout (%s) has passed since this deployer's last word"
 		if nr.activation == activationEnded {
 			when = "once confirm_timeout (%s) has passed since this deployer's last word"
 		}
-		return settled{phase: PhaseUnknown, text: fmt.Sprintf("it could not be asked what it did (for %s): unless it fails, its watchdog switches it back to %s "+when,
+		return settled{phase: PhaseUnknown, text: fmt.Sprintf("the host could not be asked what its watchdog did (for %s): unless that watchdog fails, it switches the host back to %s "+when,
 			t.AskFor(), prev, nr.d.confirmTimeout())}, nil
 	case v.Fate(act) == agreement.FateCancelled || v.Watchdog == "refused":
 		nr.activation = notActivated
