@@ -277,3 +277,43 @@ func TestDeployABootEntrySentWhenTheLinkDropsIsMadeUnderANewLease(t *testing.T) 
 		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
 	}
 }
+
+// The connections open to the host stall just as the verdict's new login
+// has connected, for longer than remote_exec_timeout, while later logins
+// work: ssh gives up on that login, which met the path, not the new
+// configuration. Another new login is tried before the verdict says the
+// configuration cuts off SSH: the verdict passes, the host keeps the new
+// system. (The helper trial's stall-open at "judging the new system"
+// rolled a good system back, blaming its configuration.)
+func TestDeployAVerdictLoginThatMetAStallIsTriedAgain(t *testing.T) {
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	link := sshtest.NewLink(t, tg.Gate.Addr)
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 8 * time.Second, SettleTimeout: 2 * time.Second}})
+	d.Transport.RemoteExecTimeout = 3 * time.Second
+	var stalled sync.WaitGroup
+	stalled.Add(1)
+	onStep(d, deploy.StepVerdict, false, func() {
+		open := link.Open()
+		go func() {
+			defer stalled.Done()
+			// Once the verdict's new login has connected.
+			for deadline := time.Now().Add(time.Minute); link.Open() <= open; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("the verdict's new login never connected")
+					return
+				}
+			}
+			link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true})
+		}()
+	})
+	t.Cleanup(link.Heal)
+	r := d.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sys), link)}, nil)[0]
+	stalled.Wait()
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+	}
+}

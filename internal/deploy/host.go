@@ -191,11 +191,24 @@ systemctl --failed --plain --no-legend 2>/dev/null`, settle)
 		script = "readlink -f /run/current-system || echo\necho running\necho --failed--"
 	}
 	// The reading is the new login's command: one session on the host
-	// for both.
+	// for both. A login that ssh gave up on may have met a stall of the
+	// path as it connected rather than the new configuration: another new
+	// connection is tried before the verdict says SSH is cut off.
 	out, err := output(c.FreshCommand(ctx, remote(script)))
 	if err != nil {
-		_, o.ReconnectError = exitOf(err, out)
-		return o
+		exit, msg := exitOf(err, out)
+		if exit == 255 && ctx.Err() == nil {
+			out, err = output(c.FreshCommand(ctx, remote(script)))
+			if _, again := exitOf(err, out); err != nil && again == msg {
+				msg += " (over two new connections)"
+			} else if err != nil {
+				msg += "; then, over another new connection: " + again
+			}
+		}
+		if err != nil {
+			o.ReconnectError = msg
+			return o
+		}
 	}
 	o.Reconnected = true
 	head, failed, _ := strings.Cut(out, "--failed--")
