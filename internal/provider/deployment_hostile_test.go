@@ -1,6 +1,7 @@
 package provider_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -208,6 +209,77 @@ func TestDeploymentOutcomeNotKnownIsSettledByTheNextRefresh(t *testing.T) {
 			s.Run("apply", "-auto-approve", "-input=false")
 			if tg.CurrentSystem() != tg2sys || tg.BootEntry() != tg2sys {
 				t.Errorf("after the next apply: current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+			}
+			s.WantNoChanges()
+		})
+	}
+}
+
+// A node whose outcome was not known and whose deploy did finish on the
+// host (its confirmation landed, its boot entry made) is settled
+// Succeeded by the next refresh, and its whole record and the
+// deployment's with it: action, exit code, the node lists, the
+// deployment's phase and Ready. The next plan has nothing to do (the
+// helper trial found a settled node still "failed", exit 1, in
+// failed_nodes, and a plan that changed it). The state is what an apply
+// that lost the host's answer writes, made from a successful one.
+func TestDeploymentOutcomeSettledSucceededSettlesTheDeployment(t *testing.T) {
+	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, ""))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+
+			var state map[string]any
+			if err := json.Unmarshal(s.State(), &state); err != nil {
+				t.Fatal(err)
+			}
+			inst := state["resources"].([]any)[0].(map[string]any)["instances"].([]any)[0].(map[string]any)
+			attrs := inst["attributes"].(map[string]any)
+			unknown := func(conds []any, reason string) {
+				for _, c := range conds {
+					if c := c.(map[string]any); c["type"] == "Ready" {
+						c["status"], c["reason"], c["message"] = "Unknown", reason, "not known"
+					}
+				}
+			}
+			rec := attrs["status"].([]any)[0].(map[string]any)
+			rec["phase"], rec["action"], rec["exit_code"], rec["message"] = "Unknown", "failed", 1, "the host could not be asked"
+			unknown(rec["conditions"].([]any), "OutcomeUnknown")
+			attrs["phase"], attrs["failed_nodes"], attrs["succeeded_nodes"] = "Failed", []any{"n1"}, []any{}
+			attrs["actions"].(map[string]any)["n1"] = "failed"
+			unknown(attrs["conditions"].([]any), "NodesFailed")
+			state["serial"] = state["serial"].(float64) + 1
+			b, err := json.MarshalIndent(state, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(s.Dir, "terraform.tfstate"), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			out, _ := s.Run("apply", "-refresh-only", "-auto-approve", "-input=false", "-no-color")
+			if !strings.Contains(out, "Node n1 settled") {
+				t.Errorf("the refresh did not say it settled n1:\n%s", out)
+			}
+			v := s.Values("fleet_ssh_deployment.prod")
+			rec = nodeRecord(t, v, 0)
+			if rec["phase"] != "Succeeded" || rec["action"] != "switch" || rec["exit_code"] != float64(0) || !strings.Contains(fmt.Sprint(rec["message"]), "settled by a refresh") {
+				t.Errorf("n1's record after the refresh: %v", rec)
+			}
+			if v["phase"] != "Succeeded" || fmt.Sprint(v["failed_nodes"]) != "[]" || fmt.Sprint(v["succeeded_nodes"]) != "[n1]" || fmt.Sprint(v["actions"]) != "map[n1:switch]" {
+				t.Errorf("the deployment after the refresh: phase %v, failed %v, succeeded %v, actions %v", v["phase"], v["failed_nodes"], v["succeeded_nodes"], v["actions"])
+			}
+			for _, c := range v["conditions"].([]any) {
+				if c := c.(map[string]any); c["type"] == "Ready" && c["status"] != "True" {
+					t.Errorf("the deployment's Ready after the refresh: %v", c)
+				}
 			}
 			s.WantNoChanges()
 		})

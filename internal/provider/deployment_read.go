@@ -82,6 +82,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		reads[i] = read{err: fmt.Errorf("interrupted before the host was read"), done: true}
 	}
 	held := map[string]heldNode{}
+	settled := false
 	for i, rec := range records {
 		name := rec.Name.ValueString()
 		n := nodes[name]
@@ -106,6 +107,8 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			// The last apply could not learn how this node's deploy ended:
 			// what the host runs now says.
 			if msg, ok := settleUnknown(&records[i], priors[name], current, deploy.Goal(m.Goal.ValueString()), r.data.clock.Now().UTC(), &resp.Diagnostics); ok {
+				settled = true
+				actions[name] = records[i].Action.ValueString()
 				resp.Diagnostics.AddWarning("Node "+name+" settled", fmt.Sprintf("node %s: the last apply could not learn how its deploy ended; this refresh read the host: %s", name, msg))
 			}
 		}
@@ -131,6 +134,9 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		}
 	}
 	m.Status = statusList(ctx, records, &resp.Diagnostics)
+	if settled {
+		settleDeployment(ctx, &m, records, r.data.clock.Now().UTC(), &resp.Diagnostics)
+	}
 	av := map[string]attr.Value{}
 	for k, v := range actions {
 		av[k] = types.StringValue(v)
@@ -172,11 +178,34 @@ func settleUnknown(rec *deployStatusModel, p priorNode, current deploy.Current, 
 	rec.Phase = types.StringValue(string(deploy.NodePhase(conds)))
 	rec.Message = types.StringValue(msg)
 	rec.Hint = types.StringValue("")
-	if phase != deploy.PhaseSucceeded {
+	if phase == deploy.PhaseSucceeded {
+		// As an apply that saw the deploy end records it.
+		rec.Action, rec.ExitCode = types.StringValue(actionSwitch), types.Int64Value(0)
+	} else {
 		rec.Hint = types.StringValue("the next apply retries this node")
 	}
 	rec.Conditions = nodeConditionsValue(conds, false)
 	return msg, true
+}
+
+// settleDeployment derives the deployment's node lists, conditions and
+// phase again from its records, once a refresh settled one: as the apply
+// derives them, at the generation the apply observed.
+func settleDeployment(ctx context.Context, m *deploymentModel, records []deployStatusModel, now time.Time, diags *diag.Diagnostics) {
+	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = deploySummaries(records)
+	var names []string
+	var phases []deploy.Phase
+	for _, rec := range records {
+		names, phases = append(names, rec.Name.ValueString()), append(phases, deploy.Phase(rec.Phase.ValueString()))
+	}
+	prior, _ := conditionsFrom(ctx, m.Conditions)
+	conds, err := deploy.DeploymentConditions(prior, names, phases, m.ObservedGeneration.ValueInt64(), now)
+	if err != nil {
+		diags.AddWarning("Deployment conditions not settled", err.Error()+"; the deployment's last conditions stand.")
+		return
+	}
+	m.Conditions = conditionsValue(conds)
+	m.Phase = deploymentPhase(conds)
 }
 
 // Delete forgets the deployment; hosts keep running what they run.
