@@ -121,6 +121,9 @@ func TestDeployAConfirmationThatLandedIsNotRecordedRolledBack(t *testing.T) {
 	n := through(targetOf(tg, "web1", sys), link)
 	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
 	wantPhase(t, r, deploy.PhaseUnknown, "whether the confirmation reached it")
+	if !strings.Contains(r.Hint, "the next refresh") {
+		t.Errorf("hint %q does not say the next refresh settles the node", r.Hint)
+	}
 	link.Heal()
 	if tg.CurrentSystem() != sys || tg.BootEntry() != old {
 		t.Errorf("the host runs %s and boots %s; want the confirmed %s, its boot entry not made", tg.CurrentSystem(), tg.BootEntry(), sys)

@@ -290,10 +290,18 @@ func (nr *nodeRun) hostWentSilent(ctx context.Context, step StepName) error {
 	if err != nil {
 		return err
 	}
-	f := fail(1, "HostStoppedAnswering", why+"; "+o.text, "the host froze, went down or was cut off from this machine during the deploy: check it")
+	return o.failure("HostStoppedAnswering", why+"; "+o.text, hostCutOff)
+}
+
+const hostCutOff = "the host froze, went down or was cut off from this machine during the deploy: check it"
+
+// failure is the node's failure for o: reason, message and hint, in o's
+// phase; an outcome not known says the next refresh settles it.
+func (o settled) failure(reason, message, hint string) *failure {
+	f := fail(1, reason, message, hint)
 	f.phase = o.phase
 	if o.phase == PhaseUnknown {
-		f.hint = "the host froze, went down or was cut off from this machine during the deploy: check it; the next refresh reads which system it runs and settles this node's record"
+		f.hint = strings.TrimPrefix(hint+"; the next refresh reads which system the host runs and settles this node's record", "; ")
 	}
 	return f
 }
@@ -597,9 +605,7 @@ func (nr *nodeRun) confirm(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		f := fail(1, "ConfirmTooLate", why+"; "+o.text, "raise verdict.confirm_timeout")
-		f.phase = o.phase
-		return f
+		return o.failure("ConfirmTooLate", why+"; "+o.text, "raise verdict.confirm_timeout")
 	case err == nil:
 		err = fmt.Errorf("the host answered %q", decision)
 	}
@@ -614,12 +620,11 @@ func (nr *nodeRun) confirm(ctx context.Context) error {
 		nr.silent = false
 		return nr.confirmed(ctx)
 	}
-	f := fail(1, "ConfirmUnanswered", "the host did not answer the confirmation: "+o.text, "the host froze, went down or was cut off from this machine during the deploy: check it")
+	reason := "ConfirmUnanswered"
 	if o.phase == PhaseRolledBack {
-		f.reason = "ConfirmTooLate"
+		reason = "ConfirmTooLate"
 	}
-	f.phase = o.phase
-	return f
+	return o.failure(reason, "the host did not answer the confirmation: "+o.text, hostCutOff)
 }
 
 // confirmed ends goal test, with the host's record of a passed deploy.
@@ -813,6 +818,9 @@ var rollbackStep = &step{
 		}
 		nr.r.Phase = o.phase
 		nr.r.Message += "; " + o.text
+		if o.phase == PhaseUnknown {
+			nr.r.Hint = o.failure("", "", nr.r.Hint).hint
+		}
 		return nil
 	},
 	leaves: func(nr *nodeRun, _ bool) string {
