@@ -58,7 +58,7 @@ func Settle(goal Goal, system, previous string, cur Current) (Phase, string) {
 	case cur.Runs(system):
 		return PhaseSucceeded, fmt.Sprintf("settled by a refresh: the host runs %s, which passed its verdict there", system)
 	case cur.System == previous:
-		return PhaseRolledBack, fmt.Sprintf("settled by a refresh: the host runs %s, the system it ran before this deploy (rolled back to %s)", orNone(previous), orNone(previous))
+		return PhaseRolledBack, fmt.Sprintf("settled by a refresh: rolled back; the host runs %s, the system it ran before this deploy", orNone(previous))
 	case cur.System == system:
 		return PhaseFailed, fmt.Sprintf("settled by a refresh: the host runs %s, but no deploy of it finished there (its boot entry was not made): the next apply finishes it", system)
 	}

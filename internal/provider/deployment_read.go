@@ -128,7 +128,8 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			if actions[name] == actionDrift && current.System != sys {
 				resp.Diagnostics.AddWarning("Node "+name+" drifted",
 					fmt.Sprintf("node %s runs %s, not %s, which the last deploy left on it: something else switched it since (by hand, another deployment, "+
-						"or the host's watchdog rolling back an activation this deployment left unconfirmed when it was interrupted). "+
+						"the host's watchdog rolling back an activation this deployment left unconfirmed when it was interrupted, "+
+						"or an apply of this deployment killed before it could record its switch). "+
 						"The next apply switches it back, unless the configuration now names the system it runs.", name, current.System, sys))
 			}
 		}
