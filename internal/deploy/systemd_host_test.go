@@ -280,7 +280,7 @@ func TestSystemdHostThatStopsAnsweringSwitchesItselfBack(t *testing.T) {
 		t.Fatalf("the host was never frozen: %+v", r)
 	}
 	// It cannot be asked what its watchdog did: not known, until a refresh.
-	wantPhase(t, r, deploy.PhaseUnknown, "stopped answering", "switches it back to "+old)
+	wantPhase(t, r, deploy.PhaseUnknown, "stopped answering", "switches the host back to "+old)
 	if took > opts.ActivationTimeout/2 {
 		t.Errorf("the deploy ended %s after the host froze, want confirm_timeout (%s) and the time it asks the host, well within activation_timeout (%s)", took, opts.Verdict.ConfirmTimeout, opts.ActivationTimeout)
 	}
