@@ -105,8 +105,9 @@ type call struct {
 	endTime                      time.Time
 	owner                        int    // the party it belongs to; -1 for none known
 	rollback                     bool   // a watchdog's switch back
-	run                          string // the run it acts for: its unit's, or (a boot entry) the lease's
+	run                          string // the run it acts for: its unit's, or (a boot entry) the run whose directory its output went to
 	lease                        string // the run whose lease the lock was under as it started
+	output                       string // the file its output went to, as "<run>/boot.1.output"; empty for another
 }
 
 // hostState is what a host runs and boots.
@@ -131,7 +132,7 @@ func calls(events []nixtest.Event, parties []*party) []*call {
 	for i, e := range events {
 		switch e.Kind {
 		case "start":
-			c := &call{action: e.Action, system: e.System, before: e.Before, unit: e.Unit, lease: e.Lease, first: i, last: i, owner: -1}
+			c := &call{action: e.Action, system: e.System, before: e.Before, unit: e.Unit, lease: e.Lease, output: e.Output, first: i, last: i, owner: -1}
 			open[e.PID] = c
 			out = append(out, c)
 		default:
@@ -171,9 +172,25 @@ func calls(events []nixtest.Event, parties []*party) []*call {
 			}
 		case c.unit == "":
 			c.owner, c.run = owner(c.system), c.lease
+			if run, _, ok := strings.Cut(c.output, "/"); ok {
+				c.run = run
+			}
 		}
 	}
 	return out
+}
+
+// fenced says whether the host's fence let call c through for its run: it
+// claimed the fate of c's action (boot.1 for a call whose output went to
+// "<run>/boot.1.output").
+func fenced(tg *nixtest.Target, c *call) bool {
+	run, file, ok := strings.Cut(c.output, "/")
+	action, isOutput := strings.CutSuffix(file, ".output")
+	if !ok || !isOutput {
+		return false
+	}
+	fate, err := os.Readlink(tg.Path(agreement.StateDir + "/" + run + "/" + action + ".fate"))
+	return err == nil && fate == "started"
 }
 
 // stateAfter replays the log's changes up to and including event last.
@@ -226,8 +243,16 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 	}
 	seen := map[string]bool{}
 	for i, c := range cs {
-		if c.action == "boot" && c.lease == "" {
-			bad("one switch at a time", "%s was made under no lease", describe(c))
+		if c.action == "boot" {
+			switch {
+			case c.lease != "" && c.lease != c.run:
+				bad("one switch at a time", "%s was made under run %q's lease", describe(c), c.lease)
+			case c.lease == "" && !fenced(tg, c):
+				// No lease as it started: its own may have ended
+				// after the host's fence let it through (which
+				// holds the guard, so that no other begins).
+				bad("one switch at a time", "%s was made under no lease, and the host's fence had not let it through", describe(c))
+			}
 		}
 		if i > 0 && cs[i-1].run != c.run && seen[c.run] {
 			bad("one switch at a time", "%s came after %s: the host let a run switch it after another had", describe(c), describe(cs[i-1]))

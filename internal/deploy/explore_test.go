@@ -48,8 +48,11 @@ const exploreShort = 50
 // and 428 two deployers' switches interleaved or overlapping, 177, 252 and
 // 471 a confirmation that landed recorded RolledBack (row 2), 86 a passing
 // verdict undone while a path worked (row 3), 19 and 63 a guess written as
-// RolledBack, 21 and 111 a holder file left behind.
-var exploreRegressions = []uint64{19, 21, 63, 86, 111, 177, 233, 252, 311, 332, 338, 352, 390, 409, 428, 471}
+// RolledBack, 21 and 111 a holder file left behind. 45 and 357 broke the
+// explorer's own check: a boot entry the fence let through whose lease
+// ended (the lock session reset) before it called switch-to-configuration
+// was taken for one made under no lease.
+var exploreRegressions = []uint64{19, 21, 45, 63, 86, 111, 177, 233, 252, 311, 332, 338, 352, 357, 390, 409, 428, 471}
 
 // trigger is a moment of a schedule: After past the start of a party's
 // step (its start, for StepName "").
@@ -607,7 +610,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []stri
 			}
 		}
 		for _, e := range tg.Events() {
-			t.Logf("host: %s %d %s %s %s before=%s unit=%s rc=%d", e.Time.Format("15:04:05.000"), e.PID, e.Kind, e.Action, e.System, e.Before, e.Unit, e.RC)
+			t.Logf("host: %s %d %s %s %s before=%s unit=%s lease=%s output=%s rc=%d", e.Time.Format("15:04:05.000"), e.PID, e.Kind, e.Action, e.System, e.Before, e.Unit, e.Lease, e.Output, e.RC)
 		}
 	}
 	return violations

@@ -301,7 +301,11 @@ case "$action" in test|boot|switch)
 	# Whose lease the host's deploy lock is under (the agreement's lease
 	# file), as the call starts.
 	lease=; read -r lease _ < ` + agreement.LeaseFile + ` 2>/dev/null
-	event start "$action" "$self" "$(readlink -f /run/current-system)" "${NIXTEST_UNIT:--}" "${lease:--}"
+	# The file under the agreement's state directory its output goes to
+	# (the boot entry's script sends it to its run's), as "<run>/<file>".
+	output=$(readlink /proc/$$/fd/1 2>/dev/null)
+	case $output in ` + agreement.StateDir + `/*/*) output=${output#` + agreement.StateDir + `/} ;; *) output= ;; esac
+	event start "$action" "$self" "$(readlink -f /run/current-system)" "${NIXTEST_UNIT:--}" "${lease:--}" "${output:--}"
 	trap 'event end "$?"' EXIT
 	# Ended by a signal (its session dropped, say): said too.
 	trap 'exit 129' HUP

@@ -565,7 +565,11 @@ type Event struct {
 	// Lease is the run whose lease the host's deploy lock was under as
 	// the call started; empty for none.
 	Lease string
-	RC    int // end's exit status
+	// Output is the file the call's output went to under the agreement's
+	// state directory, as "<run>/boot.1.output" (the run whose script
+	// made the call); empty for another.
+	Output string
+	RC     int // end's exit status
 }
 
 // Events lists what every switch-to-configuration call (test, boot,
@@ -584,8 +588,9 @@ func (t *Target) Events() []Event {
 		}
 		e := Event{Time: time.Unix(0, int64(sec*1e9)), PID: pid, Kind: f[2]}
 		switch {
-		case e.Kind == "start" && len(f) == 8:
-			e.Action, e.System, e.Before, e.Unit, e.Lease = f[3], f[4], f[5], strings.TrimPrefix(f[6], "-"), strings.TrimPrefix(f[7], "-")
+		case e.Kind == "start" && len(f) == 9:
+			e.Action, e.System, e.Before = f[3], f[4], f[5]
+			e.Unit, e.Lease, e.Output = strings.TrimPrefix(f[6], "-"), strings.TrimPrefix(f[7], "-"), strings.TrimPrefix(f[8], "-")
 		case (e.Kind == "set-current" || e.Kind == "set-boot") && len(f) == 4:
 			e.System = f[3]
 		case e.Kind == "end" && len(f) == 4:
