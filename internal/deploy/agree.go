@@ -109,7 +109,7 @@ func fenced(exit int, out string) (string, bool) {
 // deploy did not do, it was not done by it.
 func leaseLost(what, why, leaves string) *failure {
 	return fail(agreement.FencedExit, "LeaseLost", fmt.Sprintf("the host refused %s: %s; %s", what, why, leaves),
-		"the host heard nothing from this deployer for remote_exec_timeout, or another deployment took its deploy lock: the next apply retries this node")
+		"the lock session ended first: its connection dropped or was reset, or the host heard nothing from this deployer for remote_exec_timeout, or another deployment took its deploy lock: the next apply retries this node")
 }
 
 // errHostSilent ends a step whose host has answered no word for

@@ -2,12 +2,14 @@ package deploy_test
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
@@ -318,5 +320,82 @@ func TestDeployAVerdictLoginThatMetAStallIsTriedAgain(t *testing.T) {
 	wantPhase(t, r, deploy.PhaseSucceeded)
 	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
 		t.Errorf("the host runs %s and boots %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+	}
+}
+
+// The connections open to the host are reset as the activation is sent (a
+// VPN that drops), at moments around the one where the command has
+// started the watchdog and not yet the activation; new logins work (at
+// that moment, after two seconds and a half). The
+// deployer asks the host over a new login how the activation went: one
+// the host cancelled (its watchdog does, when the command that was to
+// start it ended first) ends the node at once, nothing activated, never
+// waiting for activation_timeout; the host is free for the next deploy.
+func TestDeployAResetAsTheActivationIsSentEndsPromptly(t *testing.T) {
+	for _, after := range []time.Duration{-1, 0, 50 * time.Millisecond, 300 * time.Millisecond} {
+		name := "when the watchdog holds the guard"
+		if after >= 0 {
+			name = after.String() + " into the step"
+		}
+		t.Run(name, func(t *testing.T) {
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: time.Second})
+			link := sshtest.NewLink(t, tg.Gate.Addr)
+			d := deployer(t, deploy.Options{ActivationTimeout: 2 * time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+			var reset sync.WaitGroup
+			reset.Add(1)
+			onStep(d, deploy.StepActivate, false, func() {
+				go func() {
+					defer reset.Done()
+					if after >= 0 {
+						time.Sleep(after)
+						link.ResetOpen()
+						return
+					}
+					for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+						if m, _ := filepath.Glob(tg.Path(agreement.StateDir + "/*/guarded")); len(m) > 0 {
+							// New logins are refused for a moment,
+							// so that the watchdog, not the
+							// deployer's ask, cancels the
+							// activation the dropped command had
+							// not started.
+							link.Set(sshtest.LinkFault{New: sshtest.NewRefuse})
+							link.ResetOpen()
+							time.Sleep(2500 * time.Millisecond)
+							link.Heal()
+							return
+						}
+					}
+					t.Error("the watchdog never held the guard")
+				}()
+			})
+			start := time.Now()
+			r := d.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sys), link)}, nil)[0]
+			took := time.Since(start)
+			reset.Wait()
+			t.Logf("%s after %s: %s (hint %q)", r.Phase, took, r.Message, r.Hint)
+			if took > d.Options.ActivationTimeout/2 {
+				t.Errorf("the deploy took %s: it waited for an activation that the reset ended (activation_timeout %s)", took, d.Options.ActivationTimeout)
+			}
+			switch r.Phase {
+			case deploy.PhaseSucceeded:
+				if tg.CurrentSystem() != sys {
+					t.Errorf("recorded Succeeded, the host runs %s", tg.CurrentSystem())
+				}
+			case deploy.PhaseFailed:
+				wantPhase(t, r, deploy.PhaseFailed, "nothing was")
+				if tg.CurrentSystem() != old {
+					t.Errorf("recorded Failed, nothing activated; the host runs %s, not %s", tg.CurrentSystem(), old)
+				}
+			default:
+				t.Errorf("phase %s, want Succeeded or Failed (nothing activated): %s", r.Phase, r.Message)
+			}
+			// Nothing of this deploy holds the host: the next one goes
+			// through at once.
+			again := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+			wantPhase(t, again, deploy.PhaseSucceeded)
+		})
 	}
 }

@@ -459,21 +459,23 @@ func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, error) 
 	if !nr.systemd {
 		total = min(total, 5*time.Second)
 	}
+	// The activation never starts once its fate is cancelled: by this
+	// deployer, or by the watchdog, which cancels it when the command that
+	// was to start it ended first.
+	neverStarts := func(v agreement.View) bool { return v.Activated == nil && v.Fate(unit) == agreement.FateCancelled }
 	v, answered := nr.ask(ctx, total, func(v agreement.View) bool {
-		return v.Activated != nil || v.Fate(act) == agreement.FateCancelled ||
+		return v.Activated != nil || v.Fate(act) == agreement.FateCancelled || neverStarts(v) ||
 			v.Fate(act) == agreement.FateStarted && v.Fate(unit) == agreement.FateNone && !v.Acting[act]
 	}, act)
 	if answered && v.Activated == nil && v.Fate(act) == agreement.FateStarted && v.Fate(unit) == agreement.FateNone && !v.Acting[act] {
 		// The command ended before it started the activation: cancelled,
 		// unless it starts this instant, in which case its end is waited
 		// for.
-		if cv, err := agreement.Ask(ctx, host{nr.c}, nr.run(), unit); err == nil && cv.Fate(unit) == agreement.FateCancelled {
-			nr.activation = notActivated
-			f := fail(255, "ConnectionLost", "the SSH session dropped before the activation started (it is cancelled on the host): nothing was activated", "the next apply retries this node")
-			f.rollback = nr.watch // the watchdog points the system profile back
-			return -1, "", f
+		if cv, err := agreement.Ask(ctx, host{nr.c}, nr.run(), unit); err == nil && neverStarts(cv) {
+			v = cv
+		} else {
+			v, answered = nr.ask(ctx, total, func(v agreement.View) bool { return v.Activated != nil || neverStarts(v) })
 		}
-		v, answered = nr.ask(ctx, total, func(v agreement.View) bool { return v.Activated != nil })
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -486,6 +488,11 @@ func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, error) 
 	case v.Fate(act) == agreement.FateCancelled:
 		nr.activation = notActivated
 		return -1, "", fail(255, "ConnectionLost", "the SSH session dropped before the activation reached the host (it is cancelled there): nothing was activated", "the next apply retries this node")
+	case neverStarts(v):
+		nr.activation = notActivated
+		f := fail(255, "ConnectionLost", "the SSH session dropped before the activation started (it is cancelled on the host): nothing was activated", "the next apply retries this node")
+		f.rollback = nr.watch // the watchdog points the system profile back
+		return -1, "", f
 	case v.Activated != nil:
 		if why, ok := fenced(*v.Activated, v.Output); ok {
 			nr.activation = notActivated
