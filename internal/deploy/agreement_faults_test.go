@@ -343,7 +343,9 @@ func TestDeployAResetAsTheActivationIsSentEndsPromptly(t *testing.T) {
 			tg.Boot(t, old)
 			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: time.Second})
 			link := sshtest.NewLink(t, tg.Gate.Addr)
-			d := deployer(t, deploy.Options{ActivationTimeout: 2 * time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+			// confirm_timeout well beyond the refusal below: the host
+			// is not given up on as silent while new logins are refused.
+			d := deployer(t, deploy.Options{ActivationTimeout: 2 * time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 8 * time.Second, SettleTimeout: 2 * time.Second}})
 			var reset sync.WaitGroup
 			reset.Add(1)
 			onStep(d, deploy.StepActivate, false, func() {
@@ -385,7 +387,12 @@ func TestDeployAResetAsTheActivationIsSentEndsPromptly(t *testing.T) {
 					t.Errorf("recorded Succeeded, the host runs %s", tg.CurrentSystem())
 				}
 			case deploy.PhaseFailed:
-				wantPhase(t, r, deploy.PhaseFailed, "nothing was")
+				// "nothing was activated", "nothing was changed", or
+				// (a host given up on as silent on a busy machine) its
+				// watchdog "switched nothing".
+				if !strings.Contains(r.Message, "nothing was") && !strings.Contains(r.Message, "switched nothing") {
+					t.Errorf("Failed, but the message does not say that nothing was activated: %s", r.Message)
+				}
 				if tg.CurrentSystem() != old {
 					t.Errorf("recorded Failed, nothing activated; the host runs %s, not %s", tg.CurrentSystem(), old)
 				}
