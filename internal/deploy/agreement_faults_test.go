@@ -381,12 +381,13 @@ func TestDeployAResetAsTheActivationIsSentEndsPromptly(t *testing.T) {
 			if took > d.Options.ActivationTimeout/2 {
 				t.Errorf("the deploy took %s: it waited for an activation that the reset ended (activation_timeout %s)", took, d.Options.ActivationTimeout)
 			}
-			switch r.Phase {
-			case deploy.PhaseSucceeded:
+			succeeded, failed := r.Phase == deploy.PhaseSucceeded, r.Phase == deploy.PhaseFailed
+			switch {
+			case succeeded:
 				if tg.CurrentSystem() != sys {
 					t.Errorf("recorded Succeeded, the host runs %s", tg.CurrentSystem())
 				}
-			case deploy.PhaseFailed:
+			case failed:
 				// "nothing was activated", "nothing was changed", or
 				// (a host given up on as silent on a busy machine) its
 				// watchdog "switched nothing".
