@@ -217,7 +217,7 @@ func nodeConditions(prev *Record, next Record, r Report, observed State, held bo
 			return set(ConditionSchedulable, conditions.False, ReasonNodeError, next.Reason)
 		case StateMissing:
 			return set(ConditionSchedulable, conditions.False, ReasonNodeMissing, next.Reason)
-		case StateHealthy, StateDegraded:
+		case StateHealthy, StateDegraded, StatePending:
 		}
 		return set(ConditionSchedulable, conditions.True, ReasonNodeSchedulable, fmt.Sprintf("node %s is %s", r.Node, next.State))
 	}
@@ -233,6 +233,33 @@ func nodeConditions(prev *Record, next Record, r Report, observed State, held bo
 		}
 	}
 	return conds, nil
+}
+
+// Pending is the record of a node a policy gains, until its first
+// evaluation: no state observed, no memory, no conditions. A policy's
+// change is planned from its records and its configuration alone (what
+// hangs on the policy stays known at plan), so a node it adds is first
+// evaluated by the next refresh.
+func Pending(node string) Record {
+	return Record{State: StatePending, Heartbeats: map[string]time.Time{},
+		Reason: fmt.Sprintf("node %s is not evaluated yet: it joined the policy at the last apply, and the next refresh evaluates it", node)}
+}
+
+// Replay is the report of the evaluation a record's check results come
+// from, one that reached the node: results by check identity, at its
+// time. It decides an operator's clear from the last evaluation, without
+// evaluating again. ok is false when results do not hold every check the
+// policy plans for the node.
+func Replay(p *Policy, node string, results map[string]Result, at time.Time) (Report, bool) {
+	r := Report{Node: node, Roles: p.Nodes[node].Roles, Reached: true, EvaluatedAt: at}
+	for _, pl := range p.Plan(node) {
+		res, ok := results[pl.ID]
+		if !ok {
+			return Report{}, false
+		}
+		r.Planned, r.Results = append(r.Planned, pl), append(r.Results, res)
+	}
+	return r, true
 }
 
 // Instant is the record of an evaluation without memory, as the data

@@ -336,3 +336,62 @@ func TestInstantHasNoMemory(t *testing.T) {
 		}
 	}
 }
+
+// A node a policy gains is pending: no state observed, no memory, no
+// conditions, in no summary; its first evaluation is as a node's first.
+func TestPendingHasNoMemoryAndIsInNoSummary(t *testing.T) {
+	rec := Pending(recordNode)
+	if rec.State != StatePending || len(rec.Conditions) != 0 || rec.LastClear != nil || !rec.ErrorSince.IsZero() ||
+		!strings.Contains(rec.Reason, "not evaluated yet") || !strings.Contains(rec.Reason, recordNode) {
+		t.Fatalf("Pending = %+v", rec)
+	}
+	if s := Summarize(map[string]State{recordNode: StatePending}); len(s.Healthy)+len(s.Schedulable)+len(s.Error)+len(s.Missing) != 0 {
+		t.Errorf("a pending node is in a summary: %+v", s)
+	}
+	if StatePending.Schedulable() {
+		t.Error("a pending node is schedulable")
+	}
+}
+
+// Replay is the report a record's results come from: advancing a record
+// in error with an operator's clear and the replay of an evaluation that
+// found the checks passing clears it, as of that evaluation; a replay of
+// one that found them failing refuses the clear; results that lack a
+// check the policy plans are no replay.
+func TestReplayDecidesAClearFromTheLastEvaluation(t *testing.T) {
+	p := recordPolicy()
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	failed, _, err := Advance(nil, observe(p, fail, t0), p, nil, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := t0.Add(time.Hour)
+	passing := observe(p, pass, t1)
+	awaiting, _, err := Advance(&failed, passing, p, nil, 0, 1)
+	if err != nil || awaiting.State != StateError {
+		t.Fatalf("after a passing evaluation: %+v, %v", awaiting, err)
+	}
+	id := p.Plan(recordNode)[0].ID
+	note := "disk replaced"
+
+	rep, ok := Replay(p, recordNode, map[string]Result{id: passing.Results[0]}, t1)
+	if !ok {
+		t.Fatal("no replay of a complete evaluation")
+	}
+	cleared, result, err := Advance(&awaiting, rep, p, &note, 0, 2)
+	if err != nil || result != ClearApplied || cleared.State != StateHealthy || cleared.LastClear == nil ||
+		!cleared.LastClear.At.Equal(t1) || cleared.LastClear.Note != note {
+		t.Errorf("a clear of the replay of a passing evaluation: %v, %+v, %v", result, cleared, err)
+	}
+	if c, _ := conditions.Find(cleared.Conditions, ConditionHealthy); !c.LastTransitionTime.Equal(t1) || c.Status != conditions.True {
+		t.Errorf("the cleared node's Healthy condition: %+v, want True as of the evaluation (%s)", c, t1)
+	}
+
+	rep, _ = Replay(p, recordNode, map[string]Result{id: {Tier: TierStatvfs, Detail: "mounted read-only"}}, t1)
+	if _, result, _ := Advance(&failed, rep, p, &note, 0, 2); result != ClearRefused {
+		t.Errorf("a clear of the replay of a failing evaluation: %v, want refused", result)
+	}
+	if _, ok := Replay(p, recordNode, map[string]Result{}, t1); ok {
+		t.Error("a replay of results that lack the node's check")
+	}
+}

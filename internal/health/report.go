@@ -19,6 +19,9 @@ const (
 	StateDegraded State = "degraded"
 	StateError    State = "error"
 	StateMissing  State = "missing"
+	// StatePending is a node a policy gained and has not evaluated yet:
+	// the next evaluation is its first (see Pending).
+	StatePending State = "pending"
 )
 
 // Schedulable reports whether work may be placed on a node in state s.

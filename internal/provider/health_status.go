@@ -50,7 +50,8 @@ var nodeStatusAttrTypes = map[string]attr.Type{
 var nodeStatusType = types.ObjectType{AttrTypes: nodeStatusAttrTypes}
 
 var statusDescriptions = map[string]string{
-	"state": "`healthy`, `degraded` (only checks with `severity = \"degraded\"` fail; still schedulable), `error` (a check a hosted object type depends on failed; not schedulable) or `missing` (the node could not be reached, or its checks could not run there; never reported as `error`). " +
+	"state": "`healthy`, `degraded` (only checks with `severity = \"degraded\"` fail; still schedulable), `error` (a check a hosted object type depends on failed; not schedulable), `missing` (the node could not be reached, or its checks could not run there; never reported as `error`) " +
+		"or, in `fleet_node_health_policy` only, `pending` (the node was added by the last apply and is first evaluated by the next refresh; in no summary). " +
 		"`fleet_node_health_policy` marks a node `missing` at once for a host key mismatch or a configuration fault, and on the second evaluation in a row for a transient failure; " +
 		"after the first it keeps its last state.",
 	"reason":            "The state in prose: the node, the role and object types concerned, each failed check's path or target and its cause.",
@@ -181,7 +182,10 @@ func nodeStatusValue(p *health.Policy, r health.Report, rec health.Record) types
 // comparison: when the node was evaluated, how long each probe took,
 // which tier decided a passing path check (a heartbeat is written every
 // write_probe_interval, statvfs suffices between) and its words for
-// passing, and the heartbeat times, which move at every heartbeat written.
+// passing, the heartbeat times, which move at every heartbeat written,
+// and the generation the conditions were observed at: a record that a
+// policy change (another node's, another check's) leaves as it was keeps
+// the generation it last changed at.
 func settled(prior, next types.Object) bool {
 	if prior.IsNull() || prior.IsUnknown() {
 		return false
@@ -202,16 +206,36 @@ func lookedAtOnly(o types.Object) types.Object {
 				checks = append(checks, c)
 				continue
 			}
-			ca := maps.Clone(co.Attributes())
-			ca["duration_ms"] = types.Int64Null()
-			if h, _ := ca["healthy"].(types.Bool); h.ValueBool() {
-				ca["tier"], ca["detail"] = types.StringNull(), types.StringNull()
-			}
-			checks = append(checks, types.ObjectValueMust(checkStatusAttrTypes, ca))
+			checks = append(checks, lookedAtCheck(co))
 		}
 		attrs["checks"] = types.ListValueMust(types.ObjectType{AttrTypes: checkStatusAttrTypes}, orEmpty(checks))
 	}
+	if l, ok := attrs["conditions"].(types.List); ok && !l.IsNull() && !l.IsUnknown() {
+		var conds []attr.Value
+		for _, c := range l.Elements() {
+			co, ok := c.(types.Object)
+			if !ok || co.IsNull() || co.IsUnknown() {
+				conds = append(conds, c)
+				continue
+			}
+			ca := maps.Clone(co.Attributes())
+			ca["observed_generation"] = types.Int64Null()
+			conds = append(conds, types.ObjectValueMust(co.AttributeTypes(context.Background()), ca))
+		}
+		attrs["conditions"] = types.ListValueMust(l.ElementType(context.Background()), orEmpty(conds))
+	}
 	return types.ObjectValueMust(nodeStatusAttrTypes, attrs)
+}
+
+// lookedAtCheck is a check's status with what describes the look itself
+// blanked: how long it took, and a passing check's tier and words.
+func lookedAtCheck(co types.Object) types.Object {
+	ca := maps.Clone(co.Attributes())
+	ca["duration_ms"] = types.Int64Null()
+	if h, _ := ca["healthy"].(types.Bool); h.ValueBool() {
+		ca["tier"], ca["detail"] = types.StringNull(), types.StringNull()
+	}
+	return types.ObjectValueMust(checkStatusAttrTypes, ca)
 }
 
 // orEmpty is v, or an empty slice for nil: state tells a null list from an
@@ -257,8 +281,8 @@ func nodeRecordFrom(ctx context.Context, o types.Object) (*health.Record, diag.D
 		return nil, nil
 	}
 	m, diags := nodeStatusFrom(ctx, o)
-	if diags.HasError() {
-		return nil, diags
+	if diags.HasError() || health.State(m.State.ValueString()) == health.StatePending {
+		return nil, diags // a pending node has no memory yet
 	}
 	rec := &health.Record{
 		State: health.State(m.State.ValueString()), Reason: m.Reason.ValueString(),

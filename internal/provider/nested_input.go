@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
 )
 
 // A nested input is a value operators write in HCL, with keys of its own:
@@ -403,22 +404,15 @@ func nullOf(typ attr.Type) attr.Value {
 	panic(fmt.Sprintf("nullOf: %T", typ))
 }
 
+// unknownOf is an unknown value of type typ (any type of the framework's
+// or timetypes').
 func unknownOf(typ attr.Type) attr.Value {
-	switch t := typ.(type) {
-	case basetypes.ObjectType:
-		return types.ObjectUnknown(t.AttrTypes)
-	case basetypes.ListType:
-		return types.ListUnknown(t.ElemType)
-	case basetypes.MapType:
-		return types.MapUnknown(t.ElemType)
-	case basetypes.StringType:
-		return types.StringUnknown()
-	case basetypes.Int64Type:
-		return types.Int64Unknown()
-	case basetypes.BoolType:
-		return types.BoolUnknown()
+	ctx := context.Background()
+	v, err := typ.ValueFromTerraform(ctx, tftypes.NewValue(typ.TerraformType(ctx), tftypes.UnknownValue))
+	if err != nil {
+		panic(fmt.Sprintf("unknownOf(%s): %v", typ, err))
 	}
-	panic(fmt.Sprintf("unknownOf: %T", typ))
+	return v
 }
 
 const keysHeading = "Keys (any other key is refused, naming the nearest valid one):"

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
@@ -144,6 +145,12 @@ func TestAccNodeHealthStickyErrorAndClear(t *testing.T) {
 				{
 					PreConfig: func() { ns.RemountReadWrite(t, uploads) },
 					Config:    clearWith("remounted rw, ticket 4711"),
+					// Known at plan, decided from the refresh that found the
+					// checks passing: what a deployment's hold reads.
+					ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("error_nodes"), knownvalue.ListExact([]knownvalue.Check{})),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("status").AtMapKey("st").AtMapKey("state"), knownvalue.StringExact("healthy")),
+					}},
 					ConfigStateChecks: []statecheck.StateCheck{
 						nodeState(addr, "st", "healthy"), names(addr, "error_nodes"), names(addr, "healthy_nodes", "hv", "st"),
 						statecheck.ExpectKnownValue(addr, tfjsonpath.New("status").AtMapKey("st").AtMapKey("last_clear").AtMapKey("note"),
@@ -214,5 +221,77 @@ func TestAccNodeHealthRefusesUnknownKeys(t *testing.T) {
 			})
 		}
 		return resource.TestCase{ProtoV6ProviderFactories: factories(), Steps: steps}
+	})
+}
+
+// A change of the policy plans known (issue 30 point 1), through both
+// CLIs: a node added is pending in the plan and after the apply, in no
+// summary, and the next refresh evaluates it; a check added to every node
+// leaves every record as it was in the plan and after the apply (the
+// records' generation below the policy's), and the next refresh observes
+// it; in both plans the summaries a deployment holds are known.
+func TestAccNodeHealthPolicyChangePlansKnown(t *testing.T) {
+	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
+		root, ns := storageRoot(t)
+		addr := "fleet_node_health_policy.cloud"
+		base := providerBlock(filepath.Join(t.TempDir(), "kh"))
+		config := base + cloudPolicy(root, "")
+		added := strings.Replace(config, `    st = { roles = ["storage"], local = true }`,
+			`    st = { roles = ["storage"], local = true }
+    nw = { roles = ["storage"], local = true }`, 1)
+		checked := strings.Replace(added, `    blob     = { checks = ["blobs"] }`, `    blob     = { checks = ["blobs", "shell"] }`, 1)
+		checked = strings.Replace(checked, `    uploads   = { path = "uploads", description = "upload storage" }`,
+			`    uploads   = { path = "uploads", description = "upload storage" }
+    shell     = { command = "true", description = "a shell" }`, 1)
+		known := func(attrs ...string) []plancheck.PlanCheck {
+			var out []plancheck.PlanCheck
+			for _, a := range attrs {
+				out = append(out, plancheck.ExpectKnownValue(addr, tfjsonpath.New(a), knownvalue.NotNull()))
+			}
+			return out
+		}
+		checks := func(node string, n int) statecheck.StateCheck {
+			return statecheck.ExpectKnownValue(addr, tfjsonpath.New("status").AtMapKey(node).AtMapKey("checks"), knownvalue.ListSizeExact(n))
+		}
+		return resource.TestCase{
+			ProtoV6ProviderFactories: factories(provider.WithLocalShell(ns.Command("/bin/sh", "-s")...)),
+			Steps: []resource.TestStep{
+				{Config: config, ConfigStateChecks: []statecheck.StateCheck{nodeState(addr, "st", "healthy")}},
+				{
+					Config: added,
+					ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(known("error_nodes", "healthy_nodes", "schedulable_nodes", "missing_nodes"),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("status").AtMapKey("nw").AtMapKey("state"), knownvalue.StringExact("pending")))},
+					ConfigStateChecks: []statecheck.StateCheck{
+						nodeState(addr, "nw", "pending"), nodeReason(addr, "nw", `^node nw is not evaluated yet`),
+						names(addr, "healthy_nodes", "hv", "st"), names(addr, "schedulable_nodes", "hv", "st"),
+					},
+				},
+				{
+					// The refresh evaluates it.
+					Config: added,
+					ConfigStateChecks: []statecheck.StateCheck{
+						nodeState(addr, "nw", "healthy"), names(addr, "healthy_nodes", "hv", "nw", "st"), checks("nw", 2),
+					},
+				},
+				{
+					Config: checked,
+					ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(known("error_nodes", "healthy_nodes", "schedulable_nodes", "missing_nodes", "status"),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("generation"), knownvalue.Int64Exact(3)))},
+					ConfigStateChecks: []statecheck.StateCheck{
+						checks("st", 2), checks("hv", 2),
+						statecheck.ExpectKnownValue(addr, tfjsonpath.New("status").AtMapKey("st").AtMapKey("conditions").AtSliceIndex(0).AtMapKey("observed_generation"), knownvalue.Int64Exact(1)),
+					},
+				},
+				{
+					// The refresh observes the check: a record it changes
+					// takes the policy's generation.
+					Config: checked,
+					ConfigStateChecks: []statecheck.StateCheck{
+						checks("st", 3), checks("hv", 3), nodeState(addr, "st", "healthy"),
+						statecheck.ExpectKnownValue(addr, tfjsonpath.New("status").AtMapKey("st").AtMapKey("conditions").AtSliceIndex(0).AtMapKey("observed_generation"), knownvalue.Int64Exact(3)),
+					},
+				},
+			},
+		}
 	})
 }

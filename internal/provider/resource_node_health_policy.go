@@ -79,12 +79,12 @@ func (r *nodeHealthPolicyResource) schema(version int64) schema.Schema {
 		MarkdownDescription: "Clear a node's `error` by itself after this many evaluations in a row with every check passing. Default 0: off, an error is cleared only through `clear_errors`."}
 	attrs["clear_errors"] = schema.MapAttribute{Optional: true, ElementType: types.StringType,
 		MarkdownDescription: "Operator clears of sticky errors: node name to a note (\"NVMe replaced, ticket 4711\"). Adding or changing a node's entry clears its `error` at that apply " +
-			"if its checks pass at that moment; if they still fail, the error stands and the apply warns. To clear again later, change the note."}
+			"if its last evaluation (the plan's refresh) found its checks passing, as the plan shows; if they still failed, the error stands and the plan warns. To clear again later, change the note."}
 	attrs["policy"] = schema.StringAttribute{Computed: true,
 		MarkdownDescription: "The policy as a JSON document (checks, object types, roles, nodes and timing), for `fleet_node_health`'s `policy`. Known at plan time whenever the configuration is."}
 	attrs["generation"] = schema.Int64Attribute{Computed: true,
-		MarkdownDescription: "Starts at 1 and increases by one whenever the policy (checks, object types, roles, nodes, storage root or timing) changes; conditions carry the generation they were observed at."}
-	attrs["status"] = schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, its health as last evaluated (at create, every refresh and every update).",
+		MarkdownDescription: "Starts at 1 and increases by one whenever the policy (checks, object types, roles, nodes, storage root or timing) changes. A node's conditions carry the generation its record last changed at: below this one until a refresh observes what the change changed for that node."}
+	attrs["status"] = schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, its health as last evaluated (at create and at every refresh), or `pending` for a node added since.",
 		NestedObject: schema.NestedAttributeObject{Attributes: resourceNodeStatusAttributes()}}
 	attrs["healthy_nodes"] = summaryAttribute("in state `healthy`")
 	attrs["schedulable_nodes"] = summaryAttribute("that may take work: `healthy` or `degraded`")
@@ -93,7 +93,7 @@ func (r *nodeHealthPolicyResource) schema(version int64) schema.Schema {
 	return schema.Schema{
 		Version: version,
 		MarkdownDescription: "Declares what each object type depends on (checks), which object types each role hosts, and which roles each node plays; " +
-			"evaluates every node at create, refresh and update, over one SSH connection per node (or locally), and keeps each node's health in state. " +
+			"evaluates every node at create and at every refresh, over one SSH connection per node (or locally), and keeps each node's health in state; a change of the policy is planned from those records (a node added is `pending` until the next refresh). " +
 			"A node whose checks fail is in `error` and stays there until an operator clears it through `clear_errors`. " +
 			"A node that cannot be reached is `missing` (at once for a host key mismatch or a configuration fault, on the second evaluation in a row for a transient failure). " +
 			"Plans warn about every node in `error` or `missing`, and about every node that could not be reached at its last evaluation.",
@@ -200,6 +200,9 @@ func (r *nodeHealthPolicyResource) ModifyPlan(ctx context.Context, req resource.
 			// A change of spelling only ("30s" for "30000ms", a default
 			// written out): the same policy, the same generation.
 			plan.Generation = prior.Generation
+		}
+		if plan.known() && !prior.Status.IsUnknown() && !r.planStatus(ctx, &plan, prior, &resp.Diagnostics) {
+			return
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
@@ -357,6 +360,9 @@ func (r *nodeHealthPolicyResource) Read(ctx context.Context, req resource.ReadRe
 	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
 }
 
+// Update records what the plan made of the policy's records (planStatus):
+// the apply observes nothing itself. A plan that could not make them (an
+// input known only at apply) leaves the apply to evaluate every node.
 func (r *nodeHealthPolicyResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var m, prior nodeHealthPolicyModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
@@ -368,11 +374,14 @@ func (r *nodeHealthPolicyResource) Update(ctx context.Context, req resource.Upda
 	prior.decode(ctx, nil)
 	m.ID = prior.ID
 	m.Policy = types.StringValue(m.doc(ctx, &resp.Diagnostics).json())
-	clears := changedClears(m.ClearErrors, prior.ClearErrors)
 	// What this run's refresh or plan warned about is not warned about again.
 	warned := r.warnedBy(prior.ID)
-	if !r.evaluate(ctx, &m, prior.Status, clears, warned, &resp.Diagnostics) {
-		return
+	if m.Status.IsUnknown() {
+		if !r.evaluate(ctx, &m, prior.Status, changedClears(m.ClearErrors, prior.ClearErrors), warned, &resp.Diagnostics) {
+			return
+		}
+	} else {
+		warnNodes(ctx, m.Status, warned, &resp.Diagnostics)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
