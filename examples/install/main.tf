@@ -1,10 +1,12 @@
 # A repository of your own, using the provider that make install put in
 # the plugin directory: the root module names the versions it accepts; the
-# modules that use it name only its source.
+# modules that use it name only its source. The source names its registry
+# host, so that Terraform and OpenTofu record the provider under one
+# address and one .terraform.lock.hcl serves both.
 terraform {
   required_providers {
     fleet = {
-      source  = "fleetops/fleet"
+      source  = "registry.terraform.io/fleetops/fleet"
       version = "~> 0.1"
     }
   }

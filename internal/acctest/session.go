@@ -95,10 +95,15 @@ func NewBinarySession(t testing.TB, cli CLI, binary string, opts ...BinaryOption
 	t.Helper()
 	s := newSession(t, cli)
 	rc := filepath.Join(t.TempDir(), "cli.tfrc")
-	// Both the address of a configuration without required_providers and
-	// the published one (fleetops/fleet) resolve to the binary.
+	// The address of a configuration without required_providers, the
+	// published one (fleetops/fleet), and the published one written with
+	// Terraform's registry host (which OpenTofu takes as it is) resolve to
+	// the binary.
 	dir := filepath.Dir(binary)
 	overrides := fmt.Sprintf("    %q = %q\n    %q = %q\n", cli.ProviderAddress(), dir, cli.Host+"/fleetops/fleet", dir)
+	if cli.Host != "registry.terraform.io" {
+		overrides += fmt.Sprintf("    %q = %q\n", "registry.terraform.io/fleetops/fleet", dir)
+	}
 	for _, o := range opts {
 		overrides += fmt.Sprintf("    %q = %q\n", cli.Host+"/"+o.source, filepath.Dir(o.binary))
 	}

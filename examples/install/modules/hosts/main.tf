@@ -1,9 +1,10 @@
-# A local module that uses the provider: it names the source only, and
-# gets the version the root module chose.
+# A local module that uses the provider: it names the source only (the
+# same address as the root module's), and gets the version the root
+# module chose.
 terraform {
   required_providers {
     fleet = {
-      source = "fleetops/fleet"
+      source = "registry.terraform.io/fleetops/fleet"
     }
   }
 }
