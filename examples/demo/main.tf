@@ -204,7 +204,7 @@ resource "fleet_ssh_deployment" "demo" {
 
 output "deployment" {
   description = "Each node's phase and message."
-  value       = { for s in fleet_ssh_deployment.demo.status : s.name => "${s.phase}: ${s.message}" }
+  value       = { for name, s in fleet_ssh_deployment.demo.status : name => "${s.phase}: ${s.message}" }
 }
 
 output "nixos_configurations" {

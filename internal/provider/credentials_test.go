@@ -87,7 +87,7 @@ resource "fleet_ssh_deployment" "d" {
   nodes    = [{ name = "n1", host = %q, host_key = %q, system = %q, ssh_opts = ["Port=%d"] }]
 }
 
-output "deployment" { value = fleet_ssh_deployment.d.status[0].phase }
+output "deployment" { value = fleet_ssh_deployment.d.status["n1"].phase }
 `, node.Host, node.HostKey, next, node.Port))
 				s.Run("init", "-input=false")
 				// The deployment's plan logs in to the node it switches.

@@ -122,6 +122,7 @@ type applyPlan struct {
 	priors  map[string]priorNode
 	planned map[string]string
 	hold    map[string]bool
+	only    map[string]bool // nil: every node
 	goal    deploy.Goal
 }
 
@@ -129,7 +130,15 @@ func (r *deploymentResource) applyPlanOf(ctx context.Context, m, prior *deployme
 	a := applyPlan{nodes: r.nodes(ctx, m, diags), priors: priorNodes(ctx, prior, diags), planned: map[string]string{}, goal: deploy.Goal(m.Goal.ValueString())}
 	diags.Append(m.Actions.ElementsAs(ctx, &a.planned, false)...)
 	a.hold, _ = stringSet(ctx, m.Hold, diags)
+	if !m.OnlyNodes.IsNull() {
+		a.only, _ = stringSet(ctx, m.OnlyNodes, diags)
+	}
 	return a
+}
+
+// leftOut says whether only_nodes leaves node n out of this apply.
+func (a applyPlan) leftOut(n deployNodeModel) bool {
+	return a.only != nil && !a.only[n.Name.ValueString()]
 }
 
 // switches says whether the apply deploys node n: the plan switches it,
@@ -139,7 +148,7 @@ func (r *deploymentResource) applyPlanOf(ctx context.Context, m, prior *deployme
 func (a applyPlan) switches(n deployNodeModel) bool {
 	name := n.Name.ValueString()
 	p, known := a.priors[name]
-	return !a.hold[name] && a.planned[name] == actionSwitch && needsSwitch(p, known, n.System.ValueString(), a.goal)
+	return !a.hold[name] && !a.leftOut(n) && a.planned[name] == actionSwitch && needsSwitch(p, known, n.System.ValueString(), a.goal)
 }
 
 // targets are the nodes the apply deploys, in node order.
@@ -214,7 +223,7 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 			pendingCause(byName, pending)+". They were not touched, and the next plan switches them.")
 	}
 	m.Actions = types.MapValueMust(types.StringType, actions)
-	m.Status = statusList(ctx, statuses, diags)
+	m.Status = statusMap(ctx, statuses, diags)
 	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = deploySummaries(statuses)
 	var names []string
 	var phases []deploy.Phase
@@ -249,11 +258,15 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 	p, known := a.priors[name]
 	action := a.planned[name]
 	switch {
-	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone)):
-		// Nothing to do, and nothing new to record (still held, or its
-		// last outcome stands): the record is written back untouched,
-		// as the plan showed it.
+	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone || a.leftOut(n) && needsSwitch(p, known, n.System.ValueString(), a.goal))):
+		// Nothing to do, and nothing new to record (still held, its last
+		// outcome stands, or only_nodes leaves it for a later apply): the
+		// record is written back untouched, as the plan showed it.
 		return keptRecord(n, p), p.action, nil
+	case !a.hold[name] && a.leftOut(n) && !known:
+		res = deploy.Result{Name: name, Phase: deploy.PhasePending,
+			Message: "not started: only_nodes left this node for a later apply, which deploys it"}
+		action = actionPending
 	case a.hold[name]:
 		res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: heldMessage,
 			CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}

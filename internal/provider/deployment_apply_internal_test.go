@@ -28,7 +28,7 @@ func plannedModel(actions map[string]string) *deploymentModel {
 	m.Generation = types.Int64Value(2)
 	m.ObservedGeneration = types.Int64Unknown()
 	m.Actions = types.MapValueMust(types.StringType, stringValues(actions))
-	m.Status = types.ListUnknown(deployStatusType)
+	m.Status = types.MapUnknown(deployStatusType)
 	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
 	m.Conditions, m.Phase = types.ListUnknown(conditionObjectType), types.StringUnknown()
 	return m

@@ -197,11 +197,7 @@ resource "fleet_ssh_deployment" "prod" {
 			if after > 10*time.Second {
 				t.Errorf("the apply ended %s after the interrupt", after)
 			}
-			st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any)
-			if len(st) != 1 {
-				t.Fatalf("status: %v", st)
-			}
-			rec, _ := st[0].(map[string]any)
+			rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)
 			if msg := fmt.Sprint(rec["message"]); rec["phase"] != "Failed" || !strings.Contains(msg, "interrupted during the build step") || !strings.Contains(msg, "nothing was done on the host") {
 				t.Errorf("web1's record: %v: %s", rec["phase"], msg)
 			}

@@ -249,7 +249,7 @@ func TestDeploymentOutcomeSettledSucceededSettlesTheDeployment(t *testing.T) {
 					}
 				}
 			}
-			rec := attrs["status"].([]any)[0].(map[string]any)
+			rec := attrs["status"].(map[string]any)["n1"].(map[string]any)
 			rec["phase"], rec["action"], rec["exit_code"], rec["message"] = "Unknown", "failed", 1, "the host could not be asked"
 			unknown(rec["conditions"].([]any), "OutcomeUnknown")
 			attrs["phase"], attrs["failed_nodes"], attrs["succeeded_nodes"] = "Failed", []any{"n1"}, []any{}

@@ -45,12 +45,10 @@ func TestDeploymentCtrlCDuringActivation(t *testing.T) {
 			if got := fmt.Sprint(v["actions"]); got != "map[n1:failed n2:pending]" {
 				t.Errorf("actions after the interrupt: %s", got)
 			}
-			st, _ := v["status"].([]any)
-			if len(st) != 2 {
+			if st, _ := v["status"].(map[string]any); len(st) != 2 {
 				t.Fatalf("status after the interrupt: %v", v["status"])
 			}
-			n1, _ := st[0].(map[string]any)
-			n2, _ := st[1].(map[string]any)
+			n1, n2 := nodeRecordOf(t, v, "n1"), nodeRecordOf(t, v, "n2")
 			if n1["phase"] != "Failed" || !strings.Contains(fmt.Sprint(n1["message"]), "interrupted during the activate step") ||
 				!strings.Contains(fmt.Sprint(n1["message"]), "it runs "+old) {
 				t.Errorf("n1's record: phase %v, message %v", n1["phase"], n1["message"])
@@ -98,14 +96,28 @@ func providerLog(t *testing.T, s *acctest.Session) func(text string) bool {
 	}
 }
 
-// nodeRecord is the status record of the node at index i.
+// nodeRecord is the status record of the node at index i of nodes.
 func nodeRecord(t *testing.T, v map[string]any, i int) map[string]any {
 	t.Helper()
-	st, _ := v["status"].([]any)
-	if len(st) <= i {
-		t.Fatalf("status has no node %d: %v", i, v["status"])
+	nodes, _ := v["nodes"].([]any)
+	if dyn, ok := v["nodes"].(map[string]any); ok {
+		nodes, _ = dyn["value"].([]any) // a dynamic value, with its type
 	}
-	rec, _ := st[i].(map[string]any)
+	if len(nodes) <= i {
+		t.Fatalf("nodes has no node %d: %v", i, v["nodes"])
+	}
+	name, _ := nodes[i].(map[string]any)["name"].(string)
+	return nodeRecordOf(t, v, name)
+}
+
+// nodeRecordOf is the status record of node name.
+func nodeRecordOf(t *testing.T, v map[string]any, name string) map[string]any {
+	t.Helper()
+	st, _ := v["status"].(map[string]any)
+	rec, ok := st[name].(map[string]any)
+	if !ok {
+		t.Fatalf("status has no record of node %s: %v", name, v["status"])
+	}
 	return rec
 }
 

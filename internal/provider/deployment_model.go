@@ -3,8 +3,10 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -35,7 +37,6 @@ type deploymentState struct {
 	LockTimeout       types.String   `tfsdk:"lock_timeout"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
 	Actions           types.Map      `tfsdk:"actions"`
-	Status            types.List     `tfsdk:"status"`
 	SucceededNodes    types.List     `tfsdk:"succeeded_nodes"`
 	FailedNodes       types.List     `tfsdk:"failed_nodes"`
 	SkippedNodes      types.List     `tfsdk:"skipped_nodes"`
@@ -53,12 +54,18 @@ type deploymentStatus struct {
 type deploymentModel struct {
 	deploymentState
 	deploymentStatus
+	// Status holds each node's record, by name (from schema version 3; a
+	// list in node order before).
+	Status        types.Map     `tfsdk:"status"`
 	DefaultsInput types.Dynamic `tfsdk:"defaults"`
 	NodesInput    types.Dynamic `tfsdk:"nodes"`
 	VerdictInput  types.Dynamic `tfsdk:"verdict"`
 	// PlanDryActivate: a plan dry-activates each switching node's new
 	// system to learn the units its switch changes.
 	PlanDryActivate types.Bool `tfsdk:"plan_dry_activate"`
+	// OnlyNodes, when set, are the only nodes this apply deploys (from
+	// schema version 3).
+	OnlyNodes types.List `tfsdk:"only_nodes"`
 
 	// The nested inputs, checked and typed by decode.
 	Defaults types.Object `tfsdk:"-"`
@@ -136,7 +143,7 @@ const (
 )
 
 var deployStatusAttrTypes = map[string]attr.Type{
-	"name": types.StringType, "host": types.StringType, "action": types.StringType, "phase": types.StringType,
+	"host": types.StringType, "action": types.StringType, "phase": types.StringType,
 	"system": types.StringType, "current_system": types.StringType, "previous_system": types.StringType,
 	"verified_system": types.StringType, "host_key_seen": types.StringType,
 	"exit_code": types.Int64Type, "message": types.StringType, "hint": types.StringType,
@@ -146,7 +153,8 @@ var deployStatusAttrTypes = map[string]attr.Type{
 
 // deployStatusModel is one node's record in status.
 type deployStatusModel struct {
-	Name           types.String `tfsdk:"name"`
+	// Name is the record's key in status.
+	Name           types.String `tfsdk:"-"`
 	Host           types.String `tfsdk:"host"`
 	Action         types.String `tfsdk:"action"`
 	Phase          types.String `tfsdk:"phase"`
@@ -166,21 +174,47 @@ type deployStatusModel struct {
 	Conditions         types.List  `tfsdk:"conditions"`
 }
 
-// statusRecords reads status; nil when it is null or unknown.
+// statusRecords reads status, in the order of m's nodes (then any record
+// of a node m does not have, by name); nil when it is null or unknown.
 func statusRecords(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) []deployStatusModel {
 	if m == nil || m.Status.IsNull() || m.Status.IsUnknown() {
 		return nil
 	}
-	var out []deployStatusModel
-	diags.Append(m.Status.ElementsAs(ctx, &out, false)...)
+	byName := map[string]deployStatusModel{}
+	diags.Append(m.Status.ElementsAs(ctx, &byName, false)...)
+	out := make([]deployStatusModel, 0, len(byName))
+	add := func(name string) {
+		if rec, ok := byName[name]; ok {
+			rec.Name = types.StringValue(name)
+			out = append(out, rec)
+			delete(byName, name)
+		}
+	}
+	var nodes []deployNodeModel
+	if !m.Nodes.IsNull() && !m.Nodes.IsUnknown() {
+		var ignored diag.Diagnostics
+		ignored.Append(m.Nodes.ElementsAs(ctx, &nodes, false)...)
+	}
+	for _, n := range nodes {
+		add(n.Name.ValueString())
+	}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		add(name)
+	}
 	return out
 }
 
-// statusList is status holding records.
-func statusList(ctx context.Context, records []deployStatusModel, diags *diag.Diagnostics) types.List {
-	l, d := types.ListValueFrom(ctx, deployStatusType, orEmpty(records))
+// statusMap is status holding records, by name.
+func statusMap(ctx context.Context, records []deployStatusModel, diags *diag.Diagnostics) types.Map {
+	elems := make(map[string]attr.Value, len(records))
+	for _, rec := range records {
+		v, d := types.ObjectValueFrom(ctx, deployStatusAttrTypes, rec)
+		diags.Append(d...)
+		elems[rec.Name.ValueString()] = v
+	}
+	m, d := types.MapValue(deployStatusType, elems)
 	diags.Append(d...)
-	return l
+	return m
 }
 
 var deployStatusType = types.ObjectType{AttrTypes: deployStatusAttrTypes}

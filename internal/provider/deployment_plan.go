@@ -121,6 +121,11 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 	}
 	if req.Plan.Raw.IsNull() {
+		if !req.State.Raw.IsNull() {
+			var prior deploymentModel
+			getDeployment(ctx, req.State.Get, &prior, &resp.Diagnostics)
+			warnDestroyed(priorNodes(ctx, &prior, &resp.Diagnostics), &resp.Diagnostics)
+		}
 		return
 	}
 	var plan deploymentModel
@@ -139,7 +144,8 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	nodes := r.nodes(ctx, &plan, &resp.Diagnostics)
 	seen := checkNodes(nodes, &resp.Diagnostics)
 	r.checkLocalFiles(ctx, &plan, nodes, &resp.Diagnostics)
-	hold, holdKnown := stringSet(ctx, plan.Hold, &resp.Diagnostics)
+	sc := planScope(ctx, &plan, seen, &resp.Diagnostics)
+	hold, holdKnown := sc.hold, sc.known
 	if holdKnown {
 		// One health policy's error_nodes holds the nodes of several
 		// deployments (as the guides wire it): a held name that is not
@@ -163,26 +169,33 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 		resp.Diagnostics.AddAttributeWarning(path.Root("nodes"), "Deployment deploys nothing",
 			"nodes is empty: this deployment switches no host. If a for expression builds the list, check its filter."+dropped)
+	} else {
+		warnLeaving(priors, seen, &resp.Diagnostics)
 	}
 	actions := map[string]attr.Value{}
 	// kept are the nodes whose record the apply writes back untouched:
 	// known in the plan, so that a change to one node is a short plan.
 	kept := map[string]bool{}
 	allKnown := holdKnown
+	var waiting []string // nodes that would switch, left for a later apply by only_nodes
 	for _, n := range nodes {
 		if n.Name.IsUnknown() {
 			plan.Actions = types.MapUnknown(types.StringType)
-			plan.Status, plan.Phase = types.ListUnknown(deployStatusType), types.StringUnknown()
+			plan.Status, plan.Phase = types.MapUnknown(deployStatusType), types.StringUnknown()
 			plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
 			resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 			return
 		}
 		name := n.Name.ValueString()
 		p, known := priors[name]
-		a, keep := nodeAction(n, p, known, hold, holdKnown, deploy.Goal(plan.Goal.ValueString()))
+		goal := deploy.Goal(plan.Goal.ValueString())
+		a, keep := nodeAction(n, p, known, sc, goal)
 		actions[name], kept[name] = a, keep
+		if sc.known && sc.leaves(name) && !n.System.IsUnknown() && !hold[name] && needsSwitch(p, known, n.System.ValueString(), goal) {
+			waiting = append(waiting, name)
+		}
 		switch {
-		case a.IsUnknown():
+		case a.IsUnknown() || a.ValueString() == actionPending:
 			allKnown = false
 		case a.ValueString() == actionSkip:
 			resp.Diagnostics.AddAttributeWarning(path.Root("hold"), "Node "+name+" is held",
@@ -191,6 +204,15 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 	}
 	plan.Actions = types.MapValueMust(types.StringType, actions)
+	if len(waiting) > 0 {
+		title, rest, them := "Nodes "+strings.Join(waiting, ", ")+" wait for a later apply", "they keep their records", "them"
+		if len(waiting) == 1 {
+			title, rest, them = "Node "+waiting[0]+" waits for a later apply", "it keeps its record", "it"
+		}
+		resp.Diagnostics.AddAttributeWarning(path.Root("only_nodes"), title,
+			fmt.Sprintf("only_nodes names %s, so this apply deploys no other node. %s would switch: %s, and the next apply without only_nodes deploys %s.",
+				list(slices.Sorted(maps.Keys(sc.only))), strings.Join(waiting, ", "), rest, them))
+	}
 	if prior == nil {
 		plan.Generation = types.Int64Value(1)
 	} else {
@@ -217,6 +239,47 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 		r.probe(ctx, &plan, nodes, priors, readNow, held, actions, kept, &resp.Diagnostics)
 	}
+}
+
+// warnLeaving says, once for all of them, which nodes state has a record
+// of and the configuration no longer lists (seen): their hosts keep what
+// they run, and their records go.
+func warnLeaving(priors map[string]priorNode, seen map[string]bool, diags *diag.Diagnostics) {
+	var names, runs []string
+	for _, name := range slices.Sorted(maps.Keys(priors)) {
+		if seen[name] {
+			continue
+		}
+		names = append(names, name)
+		runs = append(runs, fmt.Sprintf("%s keeps running %s", name, orStr(priors[name].current, "what it runs (never read)")))
+	}
+	switch len(names) {
+	case 0:
+		return
+	case 1:
+		diags.AddAttributeWarning(path.Root("nodes"), "Node "+names[0]+" leaves the deployment",
+			fmt.Sprintf("Removing a node switches nothing on its host: %s (as last read). The apply drops its record from status, its host_key_seen with it.", runs[0]))
+	default:
+		diags.AddAttributeWarning(path.Root("nodes"), "Nodes "+strings.Join(names, ", ")+" leave the deployment",
+			fmt.Sprintf("Removing nodes switches nothing on their hosts (as last read):\n  %s\nThe apply drops their records from status, their host_key_seen with them.", strings.Join(runs, "\n  ")))
+	}
+}
+
+// warnDestroyed says what destroying a deployment does to its hosts
+// (nothing) and to its records (they go).
+func warnDestroyed(priors map[string]priorNode, diags *diag.Diagnostics) {
+	names := slices.Sorted(maps.Keys(priors))
+	if len(names) == 0 {
+		return // no host to speak of
+	}
+	hosts := fmt.Sprintf("the hosts of its %d nodes (%s) keep running what they run", len(names), strings.Join(names, ", "))
+	if len(names) == 1 {
+		hosts = fmt.Sprintf("the host of node %s keeps running what it runs", names[0])
+	}
+	diags.AddWarning("Deployment destroyed: its hosts keep their systems",
+		fmt.Sprintf("Destroying a deployment switches no host back and stops nothing: %s. "+
+			"Its records go from state: each node's status (its phase, systems and host_key_seen) and the deployment's conditions. "+
+			"A deployment created again switches each node to its system as a new node, holding hosts without host_key to the keys in its known_hosts_file.", hosts))
 }
 
 // checkKeyFiles refuses at plan a key file that cannot be read, or that is
@@ -425,17 +488,56 @@ func fullyKnownNode(n deployNodeModel) bool {
 	return true
 }
 
-// nodeAction is what a plan does with node n, given what state says of it
-// (p; known: state has a record of it), the hold and the goal: unknown
-// while n's system or the hold is not known; kept says its last record
-// stands as it is. A plan asks a node what its switch will do only when
-// the action is switch and the record does not stand.
-func nodeAction(n deployNodeModel, p priorNode, known bool, hold map[string]bool, holdKnown bool, goal deploy.Goal) (action types.String, kept bool) {
+// scope is which nodes an apply may deploy: none held, and, when only is
+// not nil, only those it names (only_nodes). known is false while hold or
+// only_nodes is not known.
+type scope struct {
+	hold, only map[string]bool
+	known      bool
+}
+
+// leaves says whether only_nodes leaves node name out.
+func (sc scope) leaves(name string) bool { return sc.only != nil && !sc.only[name] }
+
+// planScope is m's scope; only_nodes naming a node m does not have (seen)
+// is refused.
+func planScope(ctx context.Context, m *deploymentModel, seen map[string]bool, diags *diag.Diagnostics) scope {
+	hold, holdKnown := stringSet(ctx, m.Hold, diags)
+	sc := scope{hold: hold, known: holdKnown}
 	switch {
-	case !holdKnown || n.System.IsUnknown():
+	case m.OnlyNodes.IsNull():
+	case !fullyKnown(m.OnlyNodes):
+		sc.known = false
+	default:
+		sc.only, _ = stringSet(ctx, m.OnlyNodes, diags)
+		for _, name := range slices.Sorted(maps.Keys(sc.only)) {
+			if !seen[name] {
+				diags.AddAttributeError(path.Root("only_nodes"), "Unknown node in only_nodes",
+					fmt.Sprintf("only_nodes names %q, which is not in nodes (%s): correct the name, or leave only_nodes unset to deploy every node.", name, list(slices.Sorted(maps.Keys(seen)))))
+			}
+		}
+	}
+	return sc
+}
+
+// nodeAction is what a plan does with node n, given what state says of it
+// (p; known: state has a record of it), the scope and the goal: unknown
+// while n's system or the scope is not known; kept says its last record
+// stands as it is. A node only_nodes leaves out keeps its record and
+// action (pending, for a node state has no record of). A plan asks a node
+// what its switch will do only when the action is switch and the record
+// does not stand.
+func nodeAction(n deployNodeModel, p priorNode, known bool, sc scope, goal deploy.Goal) (action types.String, kept bool) {
+	switch {
+	case !sc.known || n.System.IsUnknown():
 		return types.StringUnknown(), false
-	case hold[n.Name.ValueString()]:
+	case sc.hold[n.Name.ValueString()]:
 		return types.StringValue(actionSkip), known && p.action == actionSkip
+	case needsSwitch(p, known, n.System.ValueString(), goal) && sc.leaves(n.Name.ValueString()):
+		if known {
+			return types.StringValue(p.action), true
+		}
+		return types.StringValue(actionPending), false
 	case needsSwitch(p, known, n.System.ValueString(), goal):
 		return types.StringValue(actionSwitch), false
 	case p.action == actionSwitch || p.action == actionNone:
@@ -478,42 +580,52 @@ func stringSet(ctx context.Context, l types.List, diags *diag.Diagnostics) (map[
 	return out, true
 }
 
-// planRecords plans what the apply records. A node with nothing to do
-// keeps its record, known in the plan, and the apply writes it back
-// untouched: a change to one node is a short plan. Of a node the apply
-// deploys (or holds anew), the plan shows what a successful apply records
-// (Terraform holds an apply to its plan only when it succeeds, and a
-// failed node fails the apply), and leaves unknown what a success does not
-// decide: how it went, and when. So are the summaries and the
-// deployment's phase and condition known when every node's outcome is.
+// planRecords plans what the apply records, keyed by node: a change to
+// one node is that node's record alone. A node with nothing to do keeps
+// its record, known in the plan, and the apply writes it back untouched.
+// Of a node the apply deploys (or holds anew), the plan shows what a
+// successful apply records (Terraform holds an apply to its plan only
+// when it succeeds, and a failed node fails the apply), and leaves
+// unknown what a success does not decide: how it went, and when. A node
+// whose action is not known yet has its whole record unknown. The
+// summaries and the deployment's phase and condition are known when every
+// node's outcome is.
 func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
 	actions map[string]attr.Value, kept map[string]bool, allKnown bool, diags *diag.Diagnostics) {
-	unknownSummaries := func() {
-		plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
-		plan.ObservedGeneration, plan.Conditions, plan.Phase = types.Int64Unknown(), types.ListUnknown(conditionObjectType), types.StringUnknown()
-	}
-	if !allKnown {
-		plan.Status = types.ListUnknown(deployStatusType)
-		unknownSummaries()
-		return
-	}
 	goal := deploy.Goal(plan.Goal.ValueString())
-	records := make([]attr.Value, 0, len(nodes))
+	records := make(map[string]attr.Value, len(nodes))
 	planned := make([]deployStatusModel, 0, len(nodes))
 	for _, n := range nodes {
 		name := n.Name.ValueString()
-		p := priors[name]
+		a, _ := actions[name].(types.String)
+		if a.IsUnknown() || a.ValueString() == actionPending {
+			// Not known yet; or a new node only_nodes leaves out, which
+			// the apply records as not started.
+			records[name] = types.ObjectUnknown(deployStatusAttrTypes)
+			continue
+		}
+		p, known := priors[name]
 		rec := keptRecord(n, p)
 		if !kept[name] {
-			a, _ := actions[name].(types.String)
 			rec = r.successRecord(ctx, plan, n, p, a.ValueString(), goal)
 		}
+		if !known {
+			// A new node's conditions all begin at the apply: a line, not
+			// six conditions each with a time not known yet.
+			rec.Conditions = types.ListUnknown(nodeConditionObjectType)
+		}
+		rec.Name = n.Name
 		planned = append(planned, rec)
 		v, d := types.ObjectValueFrom(ctx, deployStatusAttrTypes, rec)
 		diags.Append(d...)
-		records = append(records, v)
+		records[name] = v
 	}
-	plan.Status = types.ListValueMust(deployStatusType, records)
+	plan.Status = types.MapValueMust(deployStatusType, records)
+	if !allKnown {
+		plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = types.ListUnknown(types.StringType), types.ListUnknown(types.StringType), types.ListUnknown(types.StringType)
+		plan.ObservedGeneration, plan.Conditions, plan.Phase = types.Int64Unknown(), types.ListUnknown(conditionObjectType), types.StringUnknown()
+		return
+	}
 	plan.SucceededNodes, plan.FailedNodes, plan.SkippedNodes = deploySummaries(planned)
 	plan.ObservedGeneration = plan.Generation
 	var names []string

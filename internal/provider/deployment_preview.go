@@ -170,9 +170,13 @@ func (r *deploymentResource) endUnasked(ctx context.Context, m *deploymentModel,
 		return
 	}
 	var diags diag.Diagnostics
-	hold, holdKnown := stringSet(ctx, m.Hold, &diags)
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		seen[n.Name.ValueString()] = true
+	}
+	sc := planScope(ctx, m, seen, &diags)
 	defaults := r.defaults(ctx, m, &diags)
-	if !holdKnown || diags.HasError() {
+	if !sc.known || diags.HasError() {
 		return
 	}
 	// The goal's default is the schema's: a plan sees it set.
@@ -192,7 +196,7 @@ func (r *deploymentResource) endUnasked(ctx context.Context, m *deploymentModel,
 				return nil, false
 			}
 			p, known := priors[name]
-			if a, kept := nodeAction(n, p, known, hold, holdKnown, goal); kept || a.ValueString() != actionSwitch {
+			if a, kept := nodeAction(n, p, known, sc, goal); kept || a.ValueString() != actionSwitch {
 				unasked = append(unasked, name)
 			}
 		}

@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -101,9 +102,9 @@ func TestDeploymentCIFilterNamesEverySwitchingNode(t *testing.T) {
 
 // savedPlanFilter is the deployment guide's jq filter over a saved plan,
 // as the guide shows it (TestDeploymentGuideShowsTheSavedPlanFilter).
-const savedPlanFilter = `.resource_changes[] | select(.type == "fleet_ssh_deployment") | .change as $c
-         | range($c.after.status | length) as $i | $c.after.status[$i].name as $n
-         | select($c.after.actions[$n] == "switch" and $c.after_unknown.status[$i].started_at) | "\(.address): \($n)"`
+const savedPlanFilter = `.resource_changes[] | select(.type == "fleet_ssh_deployment") | .address as $a | .change as $c
+         | ($c.after.actions // {} | keys[]) as $n
+         | select($c.after.actions[$n] == "switch" and $c.after_unknown.status[$n].started_at) | "\($a): \($n)"`
 
 // The deployment guide shows the filter the saved-plan test runs.
 func TestDeploymentGuideShowsTheSavedPlanFilter(t *testing.T) {
@@ -142,12 +143,9 @@ func TestDeploymentSavedPlanSaysWhichNodesSwitch(t *testing.T) {
 					Change  struct {
 						After struct {
 							Actions map[string]string `json:"actions"`
-							Status  []struct {
-								Name string `json:"name"`
-							} `json:"status"`
 						} `json:"after"`
 						AfterUnknown struct {
-							Status []struct {
+							Status map[string]struct {
 								StartedAt bool `json:"started_at"`
 							} `json:"status"`
 						} `json:"after_unknown"`
@@ -159,9 +157,9 @@ func TestDeploymentSavedPlanSaysWhichNodesSwitch(t *testing.T) {
 			}
 			c := plan.ResourceChanges[0].Change
 			var switching []string
-			for i, rec := range c.After.Status {
-				if c.After.Actions[rec.Name] == "switch" && i < len(c.AfterUnknown.Status) && c.AfterUnknown.Status[i].StartedAt {
-					switching = append(switching, rec.Name)
+			for _, name := range slices.Sorted(maps.Keys(c.After.Actions)) {
+				if c.After.Actions[name] == "switch" && c.AfterUnknown.Status[name].StartedAt {
+					switching = append(switching, name)
 				}
 			}
 			if got := strings.Join(switching, ","); got != "n2" {

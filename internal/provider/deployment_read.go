@@ -134,7 +134,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			}
 		}
 	}
-	m.Status = statusList(ctx, records, &resp.Diagnostics)
+	m.Status = statusMap(ctx, records, &resp.Diagnostics)
 	if settled {
 		settleDeployment(ctx, &m, records, r.data.clock.Now().UTC(), &resp.Diagnostics)
 	}

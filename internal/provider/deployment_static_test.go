@@ -134,20 +134,22 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 }
 
 // A state written by schema version 0, whose nested inputs were typed
-// (every key present, null when unset; the verdict's default written), or
-// by version 1, is upgraded: the generation each node condition held is
-// its record's observed_generation, the same configuration plans no
-// change, and applies.
-func TestDeploymentStateUpgradesFromVersions0And1(t *testing.T) {
+// (every key present, null when unset; the verdict's default written), by
+// version 1, or by version 2, is upgraded: the generation each node
+// condition of versions 0 and 1 held is its record's observed_generation,
+// the records listed in node order (versions 0 to 2) are keyed by node
+// name, the same configuration plans no change, and applies.
+func TestDeploymentStateUpgradesFromVersions0To2(t *testing.T) {
 	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	for _, cli := range acctest.CLIs(t) {
-		for _, version := range []int{0, 1} {
+		for _, version := range []int{0, 1, 2} {
 			t.Run(fmt.Sprintf("%s/version=%d", cli.Name, version), func(t *testing.T) {
-				tg := nixtest.NewTarget(t)
+				tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 				sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-				tg.Boot(t, sys)
+				tg1.Boot(t, sys)
+				tg2.Boot(t, sys)
 				s := acctest.NewSession(t, cli, server())
-				s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, ""))
+				s.WriteConfig(deploymentConfig([]*nixtest.Target{tg1, tg2}, []string{sys, sys}, ""))
 				s.Run("init", "-input=false")
 				s.Run("apply", "-auto-approve", "-input=false")
 				s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
@@ -166,17 +168,29 @@ func TestDeploymentStateUpgradesFromVersions0And1(t *testing.T) {
 					}
 					return out
 				}
-				var nodes []any
+				var nodes, records []any
 				for _, n := range attrs["nodes"].(map[string]any)["value"].([]any) {
 					nodes = append(nodes, typed(n, "name", "system", "host", "host_key", "user", "private_key_file", "ssh_opts"))
+					// Versions 0 to 2: the records in a list, in node order,
+					// each holding its node's name.
+					name := n.(map[string]any)["name"].(string)
+					rec := attrs["status"].(map[string]any)[name].(map[string]any)
+					rec["name"] = name
+					records = append(records, rec)
 				}
-				// Versions 0 and 1: each node condition held the generation
-				// (here 7, which no apply of this test writes), the record none.
-				for _, rec := range attrs["status"].([]any) {
+				attrs["status"] = records
+				for _, rec := range records {
 					rec := rec.(map[string]any)
 					if rec["observed_generation"] == nil {
 						t.Fatalf("a node record without observed_generation: %v", rec)
 					}
+					if version == 2 {
+						rec["observed_generation"] = 7
+						continue
+					}
+					// Versions 0 and 1: each node condition held the
+					// generation (here 7, which no apply of this test
+					// writes), the record none.
 					delete(rec, "observed_generation")
 					for _, c := range rec["conditions"].([]any) {
 						c.(map[string]any)["observed_generation"] = 7
@@ -198,15 +212,20 @@ func TestDeploymentStateUpgradesFromVersions0And1(t *testing.T) {
 				s.WantNoChanges()
 				s.Run("apply", "-auto-approve", "-input=false")
 				v := s.Values("fleet_ssh_deployment.prod")
-				if fmt.Sprint(v["actions"]) != "map[n1:switch]" || fmt.Sprint(v["generation"]) != "1" {
+				if fmt.Sprint(v["actions"]) != "map[n1:switch n2:switch]" || fmt.Sprint(v["generation"]) != "1" {
 					t.Errorf("actions after the upgrade: %v, generation %v", v["actions"], v["generation"])
 				}
-				rec := v["status"].([]any)[0].(map[string]any)
-				if fmt.Sprint(rec["observed_generation"]) != "7" {
-					t.Errorf("the node's observed_generation after the upgrade: %v, want the 7 its conditions held", rec["observed_generation"])
-				}
-				if _, has := rec["conditions"].([]any)[0].(map[string]any)["observed_generation"]; has {
-					t.Errorf("a node condition still holds a generation: %v", rec["conditions"])
+				for _, name := range []string{"n1", "n2"} {
+					rec := nodeRecordOf(t, v, name)
+					if fmt.Sprint(rec["observed_generation"]) != "7" || rec["host"] != "127.0.0.1" || rec["phase"] != "Succeeded" {
+						t.Errorf("%s's record after the upgrade: observed_generation %v (want the 7 it held), host %v, phase %v", name, rec["observed_generation"], rec["host"], rec["phase"])
+					}
+					if _, has := rec["conditions"].([]any)[0].(map[string]any)["observed_generation"]; has {
+						t.Errorf("a node condition still holds a generation: %v", rec["conditions"])
+					}
+					if _, has := rec["name"]; has {
+						t.Errorf("%s's record still holds its name: %v", name, rec)
+					}
 				}
 			})
 		}

@@ -274,11 +274,7 @@ resource "fleet_ssh_deployment" "prod" {
 			s.Run("init", "-input=false")
 			s.Run("apply", "-auto-approve", "-input=false")
 			keySeen := func() string {
-				st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any)
-				if len(st) != 1 {
-					t.Fatalf("status: %v", st)
-				}
-				k, _ := st[0].(map[string]any)["host_key_seen"].(string)
+				k, _ := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)["host_key_seen"].(string)
 				return k
 			}
 			want := strings.Join(strings.Fields(tg.HostKey)[:2], " ")
@@ -309,11 +305,9 @@ resource "fleet_ssh_deployment" "prod" {
 			if got := keySeen(); got != want {
 				t.Errorf("host_key_seen after the refusal %q, want still %q", got, want)
 			}
-			if st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any); len(st) == 1 {
-				if rec, _ := st[0].(map[string]any); rec["current_system"] != sys || rec["previous_system"] != first {
-					t.Errorf("a node refused before it was read lost what was known: current_system %v, previous_system %v; want %s, %s",
-						rec["current_system"], rec["previous_system"], sys, first)
-				}
+			if rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0); rec["current_system"] != sys || rec["previous_system"] != first {
+				t.Errorf("a node refused before it was read lost what was known: current_system %v, previous_system %v; want %s, %s",
+					rec["current_system"], rec["previous_system"], sys, first)
 			}
 
 			// The fix the hint gives: pin the new key; its apply records it.
@@ -367,11 +361,7 @@ resource "fleet_ssh_deployment" "prod" {
 			s.Run("init", "-input=false")
 			s.Run("apply", "-auto-approve", "-input=false")
 			keySeen := func() string {
-				st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any)
-				if len(st) != 1 {
-					t.Fatalf("status: %v", st)
-				}
-				k, _ := st[0].(map[string]any)["host_key_seen"].(string)
+				k, _ := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)["host_key_seen"].(string)
 				return k
 			}
 			if got, want := keySeen(), strings.Join(strings.Fields(tg.HostKey)[:2], " "); got != want {
@@ -598,8 +588,7 @@ resource "fleet_ssh_deployment" "prod" {
 			}
 			// The refused node keeps the key it was held to, so yet another
 			// fresh runner refuses the other host too.
-			st, _ := s.Values("fleet_ssh_deployment.prod")["status"].([]any)
-			if rec, _ := st[0].(map[string]any); rec["host_key_seen"] != strings.Join(strings.Fields(tg1.HostKey)[:2], " ") {
+			if rec := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0); rec["host_key_seen"] != strings.Join(strings.Fields(tg1.HostKey)[:2], " ") {
 				t.Errorf("n1's host_key_seen after the refusal: %v", rec["host_key_seen"])
 			}
 			if err := os.Remove(knownHosts); err != nil {

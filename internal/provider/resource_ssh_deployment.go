@@ -121,14 +121,16 @@ var (
 )
 
 func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	resp.Schema = r.schema(ctx, 2)
+	resp.Schema = r.schema(ctx, 3)
 }
 
 // schema is the resource's schema at a version: 0 took the nested inputs
 // as nested attributes, which Terraform converts to their type before the
 // provider sees them, dropping misspelt keys; 1 takes them as dynamic
 // attributes that nestedInput checks; 2 says a node's generation once in
-// its record (observed_generation), not in each of its conditions.
+// its record (observed_generation), not in each of its conditions; 3 keys
+// status by node name (a list in node order before, where a node added or
+// removed in the middle rewrote every record after it).
 func (r *deploymentResource) schema(ctx context.Context, version int64) schema.Schema {
 	computedStr := func(desc string) schema.StringAttribute {
 		return schema.StringAttribute{Computed: true, MarkdownDescription: desc}
@@ -186,15 +188,20 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 					"The answer is kept for ten minutes (in `terraform-provider-fleet/dry-activations` under `$XDG_STATE_HOME`, else `~/.local/state`) for the same host on the same running system, so the apply's own plan does not dry-activate again. " +
 					"Default `false`: the plan compares the two systems' unit files instead, a lower bound. Either way the plan says, per switching node, what is copied, how the packages change and whether a reboot is needed.",
 			},
+			"only_nodes": schema.ListAttribute{Optional: true, ElementType: types.StringType,
+				MarkdownDescription: "Deploy only these nodes in this apply, as `colmena apply --on` or `deploy .#web1` do: every other node that would switch waits, its record and action as they were, " +
+					"and the next apply without it deploys them (the plan names them). Meant for the command line: `only_nodes = var.only_nodes`, a variable that defaults to `null`, " +
+					"and `terraform apply -var 'only_nodes=[\"web1\"]'`. Default `null`: every node. A name not in `nodes` is refused.",
+				Validators: []validator.List{listvalidator.UniqueValues(), listvalidator.ValueStringsAre(stringvalidator.LengthAtLeast(1))}},
 			"activation_timeout": optionalString("How long an activation may take, as a Go duration of at least 1s. Default `5m`.", durationValidator{least: time.Second}),
 			"lock_timeout":       optionalString("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder.", durationValidator{}),
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
 			"timeouts":           timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `none`: nothing was to do, the host ran the system after a passing verdict, `failed`: the next plan retries it (a node whose outcome is not known too), `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`)."},
-			"status": schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
+			"status": schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, by name, its record (`status[\"web1\"].phase`). A node added, removed or renamed changes its own record only.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"name": computedStr("Node name."), "host": computedStr("Host."), "action": computedStr("Action of the last apply."),
+					"host": computedStr("Host."), "action": computedStr("Action of the last apply."),
 					"phase": computedStr("Derived from the node's `Ready` condition: `Succeeded`, `Failed` (an interrupted node too: exit 130, its message names the step it stopped in and what the host does now), " +
 						"`RolledBack`, `Skipped`, `Pending` (not started: an interrupt, the failure budget, or a deployment that could not start on this machine; no exit code, and the message says why), " +
 						"or `Unknown` (the host stopped answering between its decision and its answer, and could not be asked: the next refresh reads the host and settles the record, its message starting `settled by a refresh`)."),
@@ -221,11 +228,17 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"conditions":          conditionsAttribute("`Ready`"),
 		},
 	}
-	if version < 2 {
-		if rec, ok := s.Attributes["status"].(schema.ListNestedAttribute); ok {
-			delete(rec.NestedObject.Attributes, "observed_generation")
-			rec.NestedObject.Attributes["conditions"] = conditionsAttribute(nodeConditionKinds)
+	if version < 3 {
+		delete(s.Attributes, "only_nodes")
+		rec, _ := s.Attributes["status"].(schema.MapNestedAttribute)
+		attrs := maps.Clone(rec.NestedObject.Attributes)
+		attrs["name"] = computedStr("Node name.")
+		if version < 2 {
+			delete(attrs, "observed_generation")
+			attrs["conditions"] = conditionsAttribute(nodeConditionKinds)
 		}
+		s.Attributes["status"] = schema.ListNestedAttribute{Computed: true, MarkdownDescription: "Per node, in node order, its record.",
+			NestedObject: schema.NestedAttributeObject{Attributes: attrs}}
 	}
 	if version == 0 {
 		// Added in version 1, with no change of version: a plan-time
@@ -269,29 +282,49 @@ func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.Va
 type deploymentModelV0 struct {
 	deploymentState
 	deploymentStatus
+	Status   types.List   `tfsdk:"status"`
 	Defaults types.Object `tfsdk:"defaults"`
 	Nodes    types.List   `tfsdk:"nodes"`
 	Verdict  types.Object `tfsdk:"verdict"`
 }
 
-// UpgradeState turns a version 0 state's nested inputs into the values a
-// configuration writes (a tuple of objects holding the keys that were set),
-// so that a configuration unchanged since plans no change; and the
-// generation each node condition of versions 0 and 1 held into its
-// record's observed_generation.
+// deploymentModelV2 is the state of schema versions 1 and 2, whose status
+// is a list in node order.
+type deploymentModelV2 struct {
+	deploymentState
+	deploymentStatus
+	Status          types.List    `tfsdk:"status"`
+	DefaultsInput   types.Dynamic `tfsdk:"defaults"`
+	NodesInput      types.Dynamic `tfsdk:"nodes"`
+	VerdictInput    types.Dynamic `tfsdk:"verdict"`
+	PlanDryActivate types.Bool    `tfsdk:"plan_dry_activate"`
+}
+
+// UpgradeState turns a state of an earlier version into one of version 3:
+// version 0's nested inputs into the values a configuration writes (a
+// tuple of objects holding the keys that were set), so that a
+// configuration unchanged since plans no change; the generation each node
+// condition of versions 0 and 1 held into its record's
+// observed_generation; and the list of records of versions 0 to 2 into
+// records keyed by node name.
 func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resource.StateUpgrader {
-	prior, prior1 := r.schema(ctx, 0), r.schema(ctx, 1)
-	return map[int64]resource.StateUpgrader{1: {PriorSchema: &prior1,
-		StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
-			var m deploymentModel
-			resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-			if resp.Diagnostics.HasError() {
-				return
-			}
-			m.Status = recordsWithGeneration(m.Status, &resp.Diagnostics)
-			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-		}}, 0: {PriorSchema: &prior,
-		StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
+	prior0, prior1, prior2 := r.schema(ctx, 0), r.schema(ctx, 1), r.schema(ctx, 2)
+	fromList := func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
+		var old deploymentModelV2
+		resp.Diagnostics.Append(req.State.Get(ctx, &old)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+		m := deploymentModel{deploymentState: old.deploymentState, deploymentStatus: old.deploymentStatus,
+			DefaultsInput: old.DefaultsInput, NodesInput: old.NodesInput, VerdictInput: old.VerdictInput, PlanDryActivate: old.PlanDryActivate,
+			OnlyNodes: types.ListNull(types.StringType)}
+		m.Status = keyedStatus(recordsWithGeneration(old.Status, &resp.Diagnostics), &resp.Diagnostics)
+		resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	}
+	return map[int64]resource.StateUpgrader{
+		2: {PriorSchema: &prior2, StateUpgrader: fromList},
+		1: {PriorSchema: &prior1, StateUpgrader: fromList},
+		0: {PriorSchema: &prior0, StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
 			var old deploymentModelV0
 			resp.Diagnostics.Append(req.State.Get(ctx, &old)...)
 			if resp.Diagnostics.HasError() {
@@ -307,29 +340,54 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 				}
 			}
 			m := deploymentModel{deploymentState: old.deploymentState, deploymentStatus: old.deploymentStatus,
-				DefaultsInput: writtenValue(old.Defaults), NodesInput: writtenValue(old.Nodes), VerdictInput: writtenValue(verdict)}
-			m.Status = recordsWithGeneration(m.Status, &resp.Diagnostics)
+				DefaultsInput: writtenValue(old.Defaults), NodesInput: writtenValue(old.Nodes), VerdictInput: writtenValue(verdict),
+				OnlyNodes: types.ListNull(types.StringType)}
+			m.Status = keyedStatus(recordsWithGeneration(old.Status, &resp.Diagnostics), &resp.Diagnostics)
+			m.decode(ctx, &diag.Diagnostics{})
 			completeStatus(ctx, &m, &resp.Diagnostics)
 			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 		}}}
 }
 
+// keyedStatus is a list of records holding their node's name (schema
+// versions 0 to 2) as records keyed by it.
+func keyedStatus(records []types.Object, diags *diag.Diagnostics) types.Map {
+	elems := map[string]attr.Value{}
+	for _, rec := range records {
+		attrs := maps.Clone(rec.Attributes())
+		name, _ := attrs["name"].(types.String)
+		delete(attrs, "name")
+		v, d := types.ObjectValue(deployStatusAttrTypes, attrs)
+		diags.Append(d...)
+		elems[name.ValueString()] = v
+	}
+	m, d := types.MapValue(deployStatusType, elems)
+	diags.Append(d...)
+	return m
+}
+
 // recordsWithGeneration is a status of schema versions 0 and 1, whose
 // node conditions each held their generation, as version 2 has it: the
 // generation in the record, once (the six were always written together;
-// null for a record without conditions).
-func recordsWithGeneration(status types.List, diags *diag.Diagnostics) types.List {
+// null for a record without conditions). A record of version 2 keeps
+// its own.
+func recordsWithGeneration(status types.List, diags *diag.Diagnostics) []types.Object {
 	if status.IsNull() || status.IsUnknown() {
-		return types.ListNull(deployStatusType)
+		return nil
 	}
-	var records []attr.Value
+	recordTypes := maps.Clone(deployStatusAttrTypes)
+	recordTypes["name"] = types.StringType
+	var records []types.Object
 	for _, e := range status.Elements() {
 		rec, ok := e.(types.Object)
 		if !ok || rec.IsNull() || rec.IsUnknown() {
 			continue
 		}
 		attrs := maps.Clone(rec.Attributes())
-		gen := types.Int64Null()
+		gen, kept := attrs["observed_generation"].(types.Int64)
+		if !kept {
+			gen = types.Int64Null()
+		}
 		var conds []attr.Value
 		if l, ok := attrs["conditions"].(types.List); ok && !l.IsNull() && !l.IsUnknown() {
 			for _, ce := range l.Elements() {
@@ -347,11 +405,9 @@ func recordsWithGeneration(status types.List, diags *diag.Diagnostics) types.Lis
 		}
 		attrs["observed_generation"] = gen
 		attrs["conditions"] = types.ListValueMust(nodeConditionObjectType, orEmpty(conds))
-		v, d := types.ObjectValue(deployStatusAttrTypes, attrs)
+		v, d := types.ObjectValue(recordTypes, attrs)
 		diags.Append(d...)
 		records = append(records, v)
 	}
-	l, d := types.ListValue(deployStatusType, orEmpty(records))
-	diags.Append(d...)
-	return l
+	return records
 }
