@@ -100,7 +100,7 @@ func (r Report) State() State {
 // roles and object types concerned, each failed check's target and cause.
 func (r Report) Reason(p *Policy) string {
 	switch r.State() {
-	case StateError, StateDegraded:
+	case StateError, StateDegraded, StatePending: // a report is never pending
 	case StateMissing:
 		return fmt.Sprintf("node %s is missing: it %s: %s", r.Node, r.notEvaluated(), unreachable(r.Unreachable))
 	case StateHealthy:
