@@ -23,10 +23,13 @@ import (
 // attribute asked for; with the names, the Nix version and NIX_CONFIG,
 // which could change what an evaluation gives. (Nix's own cache serves
 // installables only, one per evaluation, not one evaluation of the whole
-// fleet.) A Nix file's evaluation is not kept: nothing says what it read.
+// fleet.) The flake reference is in the key too: a flake in a directory of
+// a git repository (git+file:///repo?dir=prod) locks the whole
+// repository's narHash, which another directory's flake shares. A Nix
+// file's evaluation is not kept: nothing says what it read.
 
 // cacheVersion changes when what the cache holds does.
-const cacheVersion = "fleet-nixos-systems-1"
+const cacheVersion = "fleet-nixos-systems-2"
 
 // cached returns the kept evaluation of src's names, if any and every
 // derivation in it is still in the store; key is what to keep a new one
@@ -44,7 +47,7 @@ func (n Nix) cached(ctx context.Context, src Source, names []string) (systems []
 	}
 	v, _ := versions.Load(n.bin("nix"))
 	version, _ := v.(versionResult)
-	sum := sha256.Sum256([]byte(strings.Join([]string{cacheVersion, version.version, hash, src.attribute(),
+	sum := sha256.Sum256([]byte(strings.Join([]string{cacheVersion, version.version, hash, src.ref(), src.attribute(),
 		strings.Join(names, "\x00"), os.Getenv("NIX_CONFIG"), strings.Join(n.Env, "\x00")}, "\x01")))
 	key = hex.EncodeToString(sum[:])
 	return n.kept(key), key, nil
@@ -67,7 +70,7 @@ type flakeMetadata struct {
 
 func (n Nix) metadata(ctx context.Context, src Source) (flakeMetadata, bool) {
 	var meta flakeMetadata
-	stdout, _, err := n.output(ctx, "nix", "--extra-experimental-features", features, "flake", "metadata", "--json", src.ref())
+	stdout, _, err := n.output(ctx, "nix", "--extra-experimental-features", features, "flake", "metadata", "--json", "--", src.ref())
 	if err != nil || json.Unmarshal([]byte(stdout), &meta) != nil {
 		return flakeMetadata{}, false
 	}
@@ -103,7 +106,13 @@ func (n Nix) localiser(ctx context.Context, src Source) func(string) string {
 			local = u.Path
 		}
 	}
-	if !filepath.IsAbs(local) {
+	if local == "" {
+		return same
+	}
+	// A relative path: flake ("path:./nixos", as path.module makes it) is
+	// relative to the directory Nix ran in, which is this process's.
+	local, err := filepath.Abs(local)
+	if err != nil {
 		return same
 	}
 	// Positions only (file:line:col): a file the copy lacks (one Git does

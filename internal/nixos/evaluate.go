@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -60,13 +59,16 @@ func (s Source) attribute() string {
 	return ""
 }
 
-// args are the arguments that select attribute path attr of the source
-// for a nix command: a flake installable, or -f file and the path.
+// args are the arguments that select attribute paths of the source for a
+// nix command, to come after its options: -f file for a file, then "--"
+// and each path (a flake installable, or the path itself), so that
+// nothing a configuration names is read as an option.
 func (s Source) args(paths ...string) []string {
 	var out []string
 	if s.Flake == "" {
 		out = []string{"-f", s.File}
 	}
+	out = append(out, "--")
 	for _, p := range paths {
 		if s.Flake != "" {
 			out = append(out, s.ref()+"#"+p)
@@ -77,36 +79,19 @@ func (s Source) args(paths ...string) []string {
 	return out
 }
 
-// path is the attribute path of name's element of the source's
-// configurations, then rest.
-func (s Source) path(name string, rest ...string) string {
-	parts := []string{}
-	if a := s.attribute(); a != "" {
-		parts = append(parts, a)
-	}
-	if name != "" {
-		parts = append(parts, attrName(name))
-	}
-	return strings.Join(append(parts, rest...), ".")
-}
-
-var plainAttr = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_'-]*$`)
-
-// attrName is name as one element of a Nix attribute path.
-func attrName(name string) string {
-	if plainAttr.MatchString(name) {
-		return name
-	}
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "${", `\${`).Replace(name) + `"`
-}
-
-// Check refuses a source that names neither a flake nor a file, or both.
+// Check refuses a source that names neither a flake nor a file, or both,
+// and a flake reference or attribute that begins with a dash: Nix would
+// read it as an option ("--impure" taken as a flake evaluates impurely).
 func (s Source) Check() error {
 	switch {
 	case s.Flake == "" && s.File == "":
 		return fmt.Errorf("name the configurations' flake or file")
 	case s.Flake != "" && s.File != "":
 		return fmt.Errorf("name a flake or a file, not both")
+	case strings.HasPrefix(s.Flake, "-"):
+		return fmt.Errorf("the flake reference %q begins with a dash, which Nix reads as an option: give a reference (path:./nixos, git+file:///repo, github:owner/repo)", s.Flake)
+	case strings.HasPrefix(s.Attribute, "-"):
+		return fmt.Errorf("the attribute %q begins with a dash, which Nix reads as an option: give an attribute path (nixosConfigurations)", s.Attribute)
 	}
 	return nil
 }
@@ -148,6 +133,13 @@ type EvaluateOptions struct {
 	// KeepGoing records a configuration that does not evaluate in its
 	// System's Error instead of failing the evaluation.
 	KeepGoing bool
+	// Workers is how many Nix processes evaluate at once, each over a
+	// share of the configurations; 0: the machine's cores.
+	Workers int
+	// MaxMemory is the resident size, in bytes, past which a worker's
+	// process is replaced by a new one for the rest of its share, once it
+	// has done a configuration; 0: DefaultMaxMemory.
+	MaxMemory int64
 }
 
 // Names lists the source's configurations, sorted as Nix sorts attribute
@@ -159,8 +151,8 @@ func (n Nix) Names(ctx context.Context, src Source) ([]string, error) {
 	if err := n.Check(ctx); err != nil {
 		return nil, err
 	}
-	args := append([]string{"--extra-experimental-features", features, "eval", "--json"}, src.args(src.path(""))...)
-	stdout, stderr, err := n.output(ctx, "nix", append(args, "--apply", "builtins.attrNames")...)
+	args := append([]string{"--extra-experimental-features", features, "eval", "--json", "--apply", "builtins.attrNames"}, src.args(src.attribute())...)
+	stdout, stderr, err := n.output(ctx, "nix", args...)
 	if err != nil {
 		return nil, interrupted(ctx, fmt.Errorf("%s: %s", src, errorHead(stderr)))
 	}
@@ -172,15 +164,16 @@ func (n Nix) Names(ctx context.Context, src Source) ([]string, error) {
 }
 
 // Evaluate evaluates the configurations named (all of the source's when
-// names is empty) to their systems and derivations, in one Nix process:
-// what they share (nixpkgs, the repository's modules) is evaluated once.
-// The systems come in the order of names (of Nix's sorted attribute names
-// without them); Built says this machine's store has the system. With a
-// CacheDir, a flake's evaluation is kept and an unchanged flake is not
-// evaluated again. A configuration that does not
-// evaluate is named with the head of Nix's error; one that does not exist
-// is named with those that do (a MissingError); a source that does not
-// evaluate itself is its own error, blamed on no configuration.
+// names is empty) to their systems and derivations, in opts' workers, each
+// a Nix process at a time over a share of them (see workers.go): what a
+// share's configurations import (nixpkgs, the repository's modules) is
+// evaluated once per process. The systems come in the order of names (of
+// Nix's sorted attribute names without them); Built says this machine's
+// store has the system. With a CacheDir, a flake's evaluation is kept and
+// an unchanged flake is not evaluated again. A configuration that does
+// not evaluate is named with the head of Nix's error; one that does not
+// exist is named with those that do (a MissingError); a source that does
+// not evaluate itself is its own error, blamed on no configuration.
 func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts EvaluateOptions) ([]System, error) {
 	if err := src.Check(); err != nil {
 		return nil, err
@@ -189,22 +182,35 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 		return nil, err
 	}
 	if len(names) == 0 {
-		names = nil // all of them, in the one evaluation
+		names = nil // all of them
 	}
 	kept, key, err := n.cached(ctx, src, names)
 	if err != nil || kept != nil {
 		return kept, err
 	}
-	systems, stderr, err := n.evaluate(ctx, src, names)
-	if err == nil {
+	asked := names
+	if names == nil {
+		if names, err = n.Names(ctx, src); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			return nil, errors.New(n.localiser(ctx, src)(err.Error()))
+		}
+	}
+	out := n.evaluateAll(ctx, src, names, opts)
+	if ctx.Err() != nil {
+		return nil, interrupted(ctx, fmt.Errorf("%s: %s", src, errorHead(out.source)))
+	}
+	if out.sourceErr == nil && len(out.failed) == 0 {
+		systems := make([]System, len(names))
+		for i, name := range names {
+			systems[i] = out.systems[name]
+		}
 		return systems, n.keep(key, systems)
 	}
-	if ctx.Err() != nil {
-		return nil, interrupted(ctx, fmt.Errorf("%s: %s", src, errorHead(stderr)))
-	}
 	// The source itself may be what fails (a file that is not there, a
-	// flake.nix that does not parse): then no configuration is to blame,
-	// and its listing says so with Nix's words.
+	// flake.nix that does not parse), or a name it lacks: then no
+	// configuration is to blame, and its listing says so with Nix's words.
 	all, lerr := n.Names(ctx, src)
 	if lerr != nil {
 		if ctx.Err() != nil {
@@ -212,93 +218,39 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 		}
 		return nil, errors.New(n.localiser(ctx, src)(lerr.Error()))
 	}
-	if names == nil {
-		names = all
-	} else if missing := missingOf(src, names, all); missing != nil {
+	if missing := missingOf(src, names, all); asked != nil && missing != nil {
 		return nil, missing
 	}
-	// One evaluation failed: find which configurations, each with its own
-	// error, evaluating halves again (a few more processes, only when
-	// something is wrong).
-	good, bad := n.blame(ctx, src, names, stderr)
-	if ctx.Err() != nil {
-		return nil, interrupted(ctx, err)
-	}
 	local := n.localiser(ctx, src)
-	if len(bad) == 0 {
-		// Together they fail, apart they do not: say what Nix said.
-		return nil, fmt.Errorf("%s: %s", src, local(errorHead(stderr)))
+	if out.sourceErr != nil {
+		// The configurations' attribute set fails as a whole.
+		return nil, fmt.Errorf("%s: %s", src, local(errorHead(out.source)))
 	}
-	for i := range bad {
-		bad[i].Message = local(bad[i].Message)
+	var bad Errors
+	for _, name := range names {
+		if head, ok := out.failed[name]; ok {
+			bad = append(bad, ConfigError{Name: name, Message: local(head)})
+		}
 	}
 	if !opts.KeepGoing {
 		return nil, bad
 	}
-	byName := map[string]System{}
-	for _, s := range good {
-		byName[s.Name] = s
-	}
-	for _, b := range bad {
-		byName[b.Name] = System{Name: b.Name, Error: b.Message}
-	}
-	out := make([]System, len(names))
-	for i, name := range names {
-		out[i] = byName[name]
-	}
-	return out, nil
-}
-
-// selection is the Nix function that takes the configurations to the
-// system and derivation of each of names (all of them when names is
-// nil), by name. Reading drvPath instantiates the derivation: its .drv is
-// written to the store, for a later build.
-func selection(names []string) string {
-	pick := `let t = c.` + toplevel + `; in { drv = t.drvPath; out = t.outPath; }`
-	if names == nil {
-		return "cs: builtins.mapAttrs (n: c: " + pick + ") cs"
-	}
-	list := make([]string, len(names))
-	for i, n := range names {
-		list[i] = nixString(n)
-	}
-	return "cs: builtins.listToAttrs (map (n: { name = n; value = let c = builtins.getAttr n cs; in " + pick + "; }) [ " + strings.Join(list, " ") + " ])"
-}
-
-// nixString is s as a Nix string literal.
-func nixString(s string) string {
-	b, _ := json.Marshal(s)
-	return strings.ReplaceAll(string(b), "${", `\${`)
-}
-
-// evaluate evaluates names' systems (all of them for nil) in one nix eval,
-// as one would by hand: the configurations' shared imports are evaluated
-// once, nothing is built.
-func (n Nix) evaluate(ctx context.Context, src Source, names []string) ([]System, string, error) {
-	args := append([]string{"--extra-experimental-features", features, "eval", "--json"}, src.args(src.path(""))...)
-	stdout, stderr, err := n.output(ctx, "nix", append(args, "--apply", selection(names))...)
-	if err != nil {
-		return nil, stderr, err
-	}
-	var results map[string]struct {
-		Drv string `json:"drv"`
-		Out string `json:"out"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &results); err != nil {
-		return nil, stderr, fmt.Errorf("nix eval printed %.300q, not the configurations' systems", stdout)
-	}
-	if names == nil {
-		for name := range results {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-	}
 	systems := make([]System, len(names))
 	for i, name := range names {
-		r := results[name]
-		systems[i] = System{Name: name, Path: r.Out, Derivation: r.Drv, Built: r.Out != "" && inStore(r.Out)}
+		systems[i] = out.systems[name]
+		if head, ok := out.failed[name]; ok {
+			systems[i] = System{Name: name, Error: local(head)}
+		}
 	}
-	return systems, stderr, nil
+	return systems, nil
+}
+
+// Literal is s as a Nix string literal, which Nix reads back as s: a
+// backslash escapes a quote, a backslash and the dollar of an
+// interpolation, and \n, \r, \t are the only other escapes it knows
+// (JSON's \u0026 would read as u0026); every other byte stands as it is.
+func Literal(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "${", `\${`, "\n", `\n`, "\r", `\r`, "\t", `\t`).Replace(s) + `"`
 }
 
 func inStore(path string) bool {
@@ -350,28 +302,4 @@ func orNoneList(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, ", ")
-}
-
-// blame evaluates halves of names until each failing configuration is
-// alone with its error.
-func (n Nix) blame(ctx context.Context, src Source, names []string, stderr string) ([]System, Errors) {
-	if len(names) == 1 {
-		return nil, Errors{{Name: names[0], Message: errorHead(stderr)}}
-	}
-	var good []System
-	var bad Errors
-	half := len(names) / 2
-	for _, part := range [][]string{names[:half], names[half:]} {
-		if ctx.Err() != nil {
-			return good, bad
-		}
-		systems, errOut, err := n.evaluate(ctx, src, part)
-		if err == nil {
-			good = append(good, systems...)
-			continue
-		}
-		g, b := n.blame(ctx, src, part, errOut)
-		good, bad = append(good, g...), append(bad, b...)
-	}
-	return good, bad
 }

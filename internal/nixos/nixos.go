@@ -63,7 +63,7 @@ func (n Nix) command(ctx context.Context, name string, args ...string) *exec.Cmd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
 	cmd.WaitDelay = interruptGrace
-	cmd.Env = shell.Environ(n.Env...)
+	cmd.Env = shell.NixEnviron(n.Env...)
 	if n.Ran != nil {
 		n.Ran(append([]string{name}, args...))
 	}

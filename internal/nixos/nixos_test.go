@@ -3,6 +3,7 @@ package nixos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,17 +40,28 @@ func newNix() *counted {
 	return c
 }
 
-// evaluations counts the nix processes that evaluate (eval, build).
-func (c *counted) evaluations() int {
+// evaluations counts the nix processes that evaluate configurations
+// (not those that list them).
+func (c *counted) evaluations() int { return len(c.evaluated()) }
+
+// evaluated are the configurations each nix process that evaluated
+// configurations was given, in order.
+func (c *counted) evaluated() [][]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
+	var out [][]string
 	for _, r := range c.runs {
-		if strings.HasPrefix(r, "nix ") && (strings.Contains(r, " eval ") || strings.Contains(r, " build ")) {
-			n++
+		if !strings.HasPrefix(r, "nix ") || !strings.Contains(r, " eval ") || strings.Contains(r, "builtins.attrNames") {
+			continue
 		}
+		list := r[strings.LastIndex(r, "[ ")+2 : strings.LastIndex(r, " ]")]
+		var names []string
+		for _, q := range strings.Fields(list) {
+			names = append(names, strings.Trim(q, `"`))
+		}
+		out = append(out, names)
 	}
-	return n
+	return out
 }
 
 func repo(t *testing.T, configs map[string]nixtest.Configuration) *nixtest.Repository {
@@ -67,21 +79,21 @@ func fleetOf(n int) map[string]nixtest.Configuration {
 	return out
 }
 
-// N configurations are evaluated by one Nix process, named or all of
-// them, from a flake and from a file alike,
-// in the order asked for; each system's derivation is known and nothing
-// is built.
-func TestEvaluateIsOneProcessForTheFleet(t *testing.T) {
+// N configurations are evaluated by one Nix process per worker, each over
+// a share of consecutive names, named or all of them, from a flake and
+// from a file alike, in the order asked for; each system's derivation is
+// known and nothing is built.
+func TestEvaluateIsOneProcessPerWorker(t *testing.T) {
 	r := repo(t, fleetOf(8))
 	for _, src := range []nixos.Source{{Flake: "path:" + r.Dir}, {File: filepath.Join(r.Dir, "hosts.nix"), Attribute: "nixosConfigurations"}} {
 		t.Run(src.String(), func(t *testing.T) {
 			n := newNix()
-			systems, err := n.Evaluate(context.Background(), src, []string{"webh", "weba", "webc"}, nixos.EvaluateOptions{})
+			systems, err := n.Evaluate(context.Background(), src, []string{"webh", "weba", "webc"}, nixos.EvaluateOptions{Workers: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := n.evaluations(); got != 1 {
-				t.Errorf("%d Nix processes evaluated 3 configurations, want 1: %q", got, n.runs)
+			if got := n.evaluated(); len(got) != 1 || strings.Join(got[0], ",") != "webh,weba,webc" {
+				t.Errorf("one worker evaluated 3 configurations in %q, want one process of all three", got)
 			}
 			for i, name := range []string{"webh", "weba", "webc"} {
 				s := systems[i]
@@ -92,12 +104,15 @@ func TestEvaluateIsOneProcessForTheFleet(t *testing.T) {
 					t.Errorf("the derivation of %s is not in the store: %v", name, err)
 				}
 			}
-			all, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+			n = newNix()
+			all, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{Workers: 3})
 			if err != nil || len(all) != 8 || all[0].Name != "weba" || all[7].Name != "webh" {
 				t.Fatalf("all configurations: %+v, %v", all, err)
 			}
-			if got := n.evaluations(); got != 2 {
-				t.Errorf("%d Nix processes for the second evaluation, of all 8, want 1", got-1)
+			got := n.evaluated()
+			slices.SortFunc(got, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+			if fmt.Sprint(got) != "[[weba webb] [webc webd webe] [webf webg webh]]" {
+				t.Errorf("three workers evaluated all 8 in %q, want three processes, each over consecutive names", got)
 			}
 		})
 	}
@@ -346,11 +361,12 @@ func TestEvaluateKeepsAnUnchangedFlake(t *testing.T) {
 	n := newNix()
 	n.CacheDir = filepath.Join(t.TempDir(), "cache")
 	src := nixos.Source{Flake: "path:" + r.Dir}
-	first, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+	one := nixos.EvaluateOptions{Workers: 1}
+	first, err := n.Evaluate(context.Background(), src, nil, one)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+	again, err := n.Evaluate(context.Background(), src, nil, one)
 	if err != nil || !slices.Equal(first, again) {
 		t.Fatalf("the second evaluation: %+v, %v; want %+v", again, err, first)
 	}
@@ -359,7 +375,7 @@ func TestEvaluateKeepsAnUnchangedFlake(t *testing.T) {
 	}
 	configs["webb"] = nixtest.Configuration{System: configs["webb"].System, Revision: 2}
 	r.Write(t)
-	edited, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{})
+	edited, err := n.Evaluate(context.Background(), src, nil, one)
 	if err != nil || edited[1].Path == first[1].Path || edited[0].Path != first[0].Path {
 		t.Fatalf("after webb was edited: %+v, %v", edited, err)
 	}
@@ -371,5 +387,272 @@ func TestEvaluateKeepsAnUnchangedFlake(t *testing.T) {
 	}
 	if _, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{}); err == nil || !strings.Contains(err.Error(), n.CacheDir) || !strings.Contains(err.Error(), "other users") {
 		t.Errorf("a cache others can write: %v", err)
+	}
+}
+
+// A failure every configuration shares (a broken import they all use) is
+// found once, not bisected down to each configuration: with one worker,
+// three processes (the first and two more, each failing on its first
+// configuration); with two workers, four at most. Every configuration is
+// named with the failure.
+func TestEvaluateFindsASharedFailureOnce(t *testing.T) {
+	r := &nixtest.Repository{Dir: t.TempDir(), Configurations: fleetOf(16), SharedError: "the shared module is broken on purpose"}
+	r.Write(t)
+	for workers, most := range map[int]int{1: 3, 2: 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			n := newNix()
+			_, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{Workers: workers})
+			var errs nixos.Errors
+			if !errors.As(err, &errs) || len(errs) != 16 {
+				t.Fatalf("Evaluate = %v, want all 16 configurations named", err)
+			}
+			for _, e := range errs {
+				if !strings.HasPrefix(e.Message, "error: the shared module is broken on purpose") {
+					t.Errorf("%s: %q, want the shared failure", e.Name, e.Message)
+				}
+			}
+			if got := n.evaluations(); got > most {
+				t.Errorf("%d processes evaluated a failure all 16 share, want at most %d: %q", got, most, n.evaluated())
+			}
+		})
+	}
+}
+
+// Two configurations failing alike, each the first of its process, are
+// not yet a failure every configuration shares: the others evaluate.
+func TestEvaluateTwoAlikeFailuresAreNotShared(t *testing.T) {
+	configs := fleetOf(6)
+	configs["weba"] = nixtest.Configuration{EvalError: "the same typo"}
+	configs["webb"] = nixtest.Configuration{EvalError: "the same typo"}
+	r := repo(t, configs)
+	n := newNix()
+	systems, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{Workers: 1, KeepGoing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range systems {
+		if bad := s.Name == "weba" || s.Name == "webb"; bad != (s.Error != "") {
+			t.Errorf("%s: %+v", s.Name, s)
+		}
+	}
+}
+
+// A worker's process is replaced once it passes the memory bound, after
+// each configuration it has done: with a bound nothing stays under, one
+// worker evaluates four configurations (each about a tenth of a second) in
+// a process each, every one over the rest of its share, and every system
+// is right. (A machine so busy that a process finishes a configuration
+// before it is stopped makes one process fewer; never more.)
+func TestEvaluateReplacesAWorkerPastItsMemoryBound(t *testing.T) {
+	configs := fleetOf(4)
+	for name, c := range configs {
+		c.Cost = 200_000
+		configs[name] = c
+	}
+	r := repo(t, configs)
+	n := newNix()
+	systems, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{Workers: 1, MaxMemory: 1})
+	if err != nil || len(systems) != 4 {
+		t.Fatalf("Evaluate: %+v, %v", systems, err)
+	}
+	for i, s := range systems {
+		if want := "web" + string(rune('a'+i)); s.Name != want || !strings.HasSuffix(s.Path, "-nixos-system-"+want) {
+			t.Errorf("systems[%d] = %+v, want %s's", i, s, want)
+		}
+	}
+	got := n.evaluated()
+	all := []string{"weba", "webb", "webc", "webd"}
+	if len(got) < 3 || len(got) > 4 || !slices.Equal(got[0], all) {
+		t.Fatalf("processes evaluated %q, want each replaced after one configuration", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if len(got[i]) >= len(got[i-1]) || !slices.Equal(got[i], all[len(all)-len(got[i]):]) {
+			t.Errorf("process %d evaluated %q after %q: not the rest of the share", i, got[i], got[i-1])
+		}
+	}
+}
+
+// Names reach Nix as data: a configuration named with &, <, >, a quote, a
+// dollar and braces, or a newline is found under its name; a reference or
+// an attribute that begins with a dash is refused before Nix sees it, as
+// an option it would be.
+func TestEvaluateTakesNamesAndReferencesAsData(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{"a&b", "x<y>", `q"uote`, "d${o}llar", "new\nline"}
+	var attrs strings.Builder
+	for i, name := range names {
+		fmt.Fprintf(&attrs, "      %s = { config.system.build.toplevel = derivation { name = \"odd-%d\"; system = %q; builder = \"/bin/sh\"; args = [ \"-c\" \"echo > $out\" ]; }; };\n",
+			nixos.Literal(name), i, nixtest.Platform(t))
+	}
+	flake := "{\n  outputs = { self }: {\n    nixosConfigurations = {\n" + attrs.String() + "    };\n  };\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "flake.nix"), []byte(flake), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := newNix()
+	systems, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + dir}, names, nixos.EvaluateOptions{})
+	if err != nil || len(systems) != len(names) {
+		t.Fatalf("Evaluate: %+v, %v", systems, err)
+	}
+	for i, s := range systems {
+		if s.Name != names[i] || !strings.HasSuffix(s.Path, fmt.Sprintf("-odd-%d", i)) {
+			t.Errorf("systems[%d] = %+v, want %q's", i, s, names[i])
+		}
+	}
+	for _, src := range []nixos.Source{{Flake: "--version"}, {Flake: "--impure"}, {File: filepath.Join(dir, "flake.nix"), Attribute: "--version"}} {
+		n := newNix()
+		if _, err := n.Evaluate(context.Background(), src, nil, nixos.EvaluateOptions{}); err == nil || !strings.Contains(err.Error(), "begins with a dash") {
+			t.Errorf("%+v: %v, want it refused", src, err)
+		}
+		if len(n.runs) != 0 {
+			t.Errorf("%+v reached Nix: %q", src, n.runs)
+		}
+	}
+}
+
+// An error's position in a flake named by a relative path (as
+// "path:${path.module}/nixos" is from the configuration's directory) is
+// given in the repository's file, not in the flake's copy in the store.
+func TestEvaluateGivesPositionsOfARelativeFlakeInItsFiles(t *testing.T) {
+	configs := fleetOf(2)
+	configs["webb"] = nixtest.Configuration{EvalExpression: `1 + "a"`}
+	r := repo(t, configs)
+	t.Chdir(filepath.Dir(r.Dir))
+	n := newNix()
+	_, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:./" + filepath.Base(r.Dir)}, nil, nixos.EvaluateOptions{})
+	var errs nixos.Errors
+	if !errors.As(err, &errs) || len(errs) != 1 || !strings.Contains(errs[0].Message, " at "+r.Dir+"/configurations.nix:") {
+		t.Errorf("Evaluate = %v, want webb's error at its position in %s", err, r.Dir)
+	}
+}
+
+// The cache answers only for what it was asked: each input of its key
+// changed alone is one new evaluation, with the right result. Two flakes
+// in one git repository (?dir=prod, ?dir=staging) share the repository's
+// narHash: each gets its own systems.
+func TestEvaluateCacheKeyHoldsWhatSelects(t *testing.T) {
+	top := t.TempDir()
+	for dir, rev := range map[string]int{"prod": 0, "staging": 1} {
+		c := fleetOf(2)
+		for name, cfg := range c {
+			cfg.Revision = rev
+			c[name] = cfg
+		}
+		r := &nixtest.Repository{Dir: filepath.Join(top, dir), Configurations: c}
+		r.Write(t)
+	}
+	// A second attribute of configurations in prod's flake: webb only.
+	flake, err := os.ReadFile(filepath.Join(top, "prod", "flake.nix"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flake = []byte(strings.Replace(string(flake), "nixosConfigurations = import ./configurations.nix",
+		"other = { inherit (self.nixosConfigurations) webb; };\n    nixosConfigurations = import ./configurations.nix", 1))
+	if err := os.WriteFile(filepath.Join(top, "prod", "flake.nix"), flake, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}} {
+		if out, err := exec.Command("git", append([]string{"-C", top}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	// A Nix that says another version: the user upgraded.
+	upgraded := t.TempDir()
+	real, err := exec.LookPath("nix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'nix (Nix) 2.99.0'; exit 0; fi\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(upgraded, "nix"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	n := newNix()
+	n.CacheDir = filepath.Join(t.TempDir(), "cache")
+	one := nixos.EvaluateOptions{Workers: 1}
+	prod := nixos.Source{Flake: "git+file://" + top + "?dir=prod"}
+	base, err := n.Evaluate(context.Background(), prod, []string{"webb"}, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := n.evaluations()
+	for _, c := range []struct {
+		what  string
+		src   nixos.Source
+		names []string
+		nix   func(*counted)
+		same  bool // the same systems as base
+	}{
+		{what: "the reference (another directory of the repository)", src: nixos.Source{Flake: "git+file://" + top + "?dir=staging"}, names: []string{"webb"}},
+		{what: "the attribute", src: nixos.Source{Flake: prod.Flake + "#other"}, names: []string{"webb"}, same: true},
+		{what: "the names", src: prod, names: []string{"webb", "weba"}, same: true},
+		{what: "NIX_CONFIG", src: prod, names: []string{"webb"}, same: true, nix: func(*counted) { t.Setenv("NIX_CONFIG", nixtest.NixConfig+"max-jobs = 3\n") }},
+		{what: "the environment given to Nix", src: prod, names: []string{"webb"}, same: true, nix: func(c *counted) { c.Env = append(c.Env, "NIX_PATH=x=/nonexistent") }},
+		{what: "the Nix version", src: prod, names: []string{"webb"}, same: true, nix: func(c *counted) { c.Dir = upgraded }},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			m := newNix()
+			m.CacheDir, m.Env, m.Ran = n.CacheDir, slices.Clone(n.Env), n.Ran
+			if c.nix != nil {
+				c.nix(m)
+			}
+			got, err := m.Evaluate(context.Background(), c.src, c.names, one)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now := n.evaluations(); now != count+1 {
+				t.Errorf("changing %s alone: %d new evaluations, want 1", c.what, now-count)
+			}
+			count = n.evaluations()
+			if c.same != (got[0] == base[0]) || got[0].Name != "webb" {
+				t.Errorf("changing %s: %+v, the first evaluation %+v (want the same: %v)", c.what, got[0], base[0], c.same)
+			}
+			// Unchanged, it is the cache's.
+			if _, err := m.Evaluate(context.Background(), c.src, c.names, one); err != nil || n.evaluations() != count {
+				t.Errorf("%s asked again: %v, %d new evaluations, want none", c.what, err, n.evaluations()-count)
+			}
+		})
+	}
+}
+
+// Nix gets what its fetchers and substituters read of the user's
+// environment (an S3 substituter's AWS_*, a private git input's
+// GIT_SSH_COMMAND and GIT_CONFIG_*, NETRC), and nothing else of the
+// provider's (its key, a runner's tokens).
+func TestEvaluateGivesNixWhatItsFetchersRead(t *testing.T) {
+	wrapped := t.TempDir()
+	real, err := exec.LookPath("nix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	envFile := filepath.Join(t.TempDir(), "env")
+	script := "#!/bin/sh\nenv >> " + envFile + "\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(wrapped, "nix"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	passed := map[string]string{"AWS_PROFILE": "cache", "AWS_ACCESS_KEY_ID": "AKIA", "GIT_SSH_COMMAND": "ssh -i /k", "GIT_CONFIG_COUNT": "1",
+		"GIT_CONFIG_KEY_0": "url.x.insteadOf", "GIT_CONFIG_VALUE_0": "y", "NETRC": "/n"}
+	for k, v := range passed {
+		t.Setenv(k, v)
+	}
+	t.Setenv("FLEET_PRIVATE_KEY", "secret")
+	t.Setenv("GITHUB_TOKEN", "secret")
+	r := repo(t, fleetOf(1))
+	n := newNix()
+	n.Dir = wrapped
+	if _, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(b)
+	for k, v := range passed {
+		if !strings.Contains(env, "\n"+k+"="+v+"\n") && !strings.HasPrefix(env, k+"="+v+"\n") {
+			t.Errorf("Nix did not get %s", k)
+		}
+	}
+	if strings.Contains(env, "secret") {
+		t.Errorf("Nix got the provider's secrets:\n%s", env)
 	}
 }

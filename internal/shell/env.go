@@ -10,10 +10,12 @@ import (
 // they need of the provider's own. The provider's environment holds
 // secrets (FLEET_PRIVATE_KEY, TF_VAR_*, a CI runner's tokens), and ssh
 // sends a host whatever variables an ssh_config's SendEnv names.
-func Environ(extra ...string) []string {
+func Environ(extra ...string) []string { return environ(passed, extra) }
+
+func environ(pass func(name string) bool, extra []string) []string {
 	var out []string
 	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); passed(name) {
+		if name, _, _ := strings.Cut(kv, "="); pass(name) {
 			out = append(out, kv)
 		}
 	}
@@ -38,11 +40,30 @@ var (
 	passedPrefixes = []string{"LC_", "XDG_", "NIX_"}
 )
 
-func passed(name string) bool {
-	if passedNames[name] {
+// NixEnviron is Environ, and what Nix's own fetchers and substituters
+// read of the user's environment: S3 substituters' credentials on a
+// single-user Nix (AWS_*), and how git reaches a private input
+// (GIT_SSH_COMMAND, GIT_SSH, GIT_CONFIG_*, NETRC). Only the Nix processes
+// that evaluate and build get them: never ssh, which sends a host what
+// SendEnv names.
+func NixEnviron(extra ...string) []string {
+	return environ(func(name string) bool { return passed(name) || nixPassed(name) }, extra)
+}
+
+var (
+	nixPassedNames    = map[string]bool{"GIT_SSH_COMMAND": true, "GIT_SSH": true, "NETRC": true, "GIT_CONFIG_GLOBAL": true, "GIT_CONFIG_SYSTEM": true, "GIT_CONFIG_NOSYSTEM": true, "GIT_CONFIG_COUNT": true}
+	nixPassedPrefixes = []string{"AWS_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"}
+)
+
+func nixPassed(name string) bool { return named(name, nixPassedNames, nixPassedPrefixes) }
+
+func passed(name string) bool { return named(name, passedNames, passedPrefixes) }
+
+func named(name string, names map[string]bool, prefixes []string) bool {
+	if names[name] {
 		return true
 	}
-	for _, p := range passedPrefixes {
+	for _, p := range prefixes {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
