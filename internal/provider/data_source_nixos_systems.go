@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
@@ -40,6 +41,8 @@ type nixosSystemsModel struct {
 	Names     types.List   `tfsdk:"names"`
 	Build     types.Bool   `tfsdk:"build"`
 	KeepGoing types.Bool   `tfsdk:"keep_going"`
+	Workers   types.Int64  `tfsdk:"workers"`
+	MaxMemory types.Int64  `tfsdk:"worker_memory_mib"`
 	Systems   types.Map    `tfsdk:"systems"`
 }
 
@@ -57,8 +60,8 @@ func (d *nixosSystemsDataSource) Metadata(_ context.Context, req datasource.Meta
 func (d *nixosSystemsDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Evaluates a repository's NixOS configurations now, during plan, to the store paths of their systems " +
-			"(`config.system.build.toplevel`) and derivations: all the configurations asked for in one Nix process, so what they share " +
-			"(nixpkgs, the repository's modules) is evaluated once. Everything it returns is known at plan. " +
+			"(`config.system.build.toplevel`) and derivations: in `workers` Nix processes at once, each over a share of consecutive configurations, " +
+			"so what a share imports (nixpkgs, the repository's modules) is evaluated once per process. Everything it returns is known at plan. " +
 			"Nix runs as the user configured it (`NIX_CONFIG`, `nix.conf`, substituters, `builders`); only the `nix-command` and `flakes` " +
 			"experimental features are added to each invocation.",
 		Attributes: map[string]schema.Attribute{
@@ -96,6 +99,20 @@ func (d *nixosSystemsDataSource) Schema(_ context.Context, _ datasource.SchemaRe
 				Optional: true,
 				MarkdownDescription: "Record a configuration that fails to evaluate (or, with `build`, to build) in its entry's `error`, with a warning, " +
 					"and return the others (default `false`: the read fails, naming each failing configuration and the head of Nix's error).",
+			},
+			"workers": schema.Int64Attribute{
+				Optional: true,
+				MarkdownDescription: "How many Nix processes evaluate at once, each over a share of the configurations (consecutive names, as Nix sorts them: " +
+					"hosts of one role, which import the same modules, tend to share a process). Default: this machine's cores. " +
+					"Each process holds what its share imports once, and a configuration's evaluation is single-threaded: more workers than cores gain nothing.",
+				Validators: []validator.Int64{int64validator.Between(1, 256)},
+			},
+			"worker_memory_mib": schema.Int64Attribute{
+				Optional: true,
+				MarkdownDescription: "The resident size, in MiB, past which a worker's Nix process is replaced by a new one for the rest of its share, " +
+					"once it has evaluated a configuration (as `nix-eval-jobs --max-memory-size` does): a fleet's evaluation is bounded in memory by " +
+					"`workers` times this, plus one configuration. Default 2048.",
+				Validators: []validator.Int64{int64validator.AtLeast(64)},
 			},
 			"systems": schema.MapNestedAttribute{
 				Computed:            true,
@@ -137,6 +154,16 @@ func (d *nixosSystemsDataSource) ValidateConfig(ctx context.Context, req datasou
 		resp.Diagnostics.AddAttributeError(path.Root("attribute"), "attribute is for a file",
 			fmt.Sprintf("fleet_nixos_systems: a flake names the attribute holding its configurations after # in the reference: remove attribute and set flake = %q.",
 				flakeWithAttribute(m.Flake.ValueString(), m.Attribute.ValueString())))
+	case m.Attribute.IsUnknown():
+	default:
+		src := nixos.Source{Flake: m.Flake.ValueString(), File: m.File.ValueString(), Attribute: m.Attribute.ValueString()}
+		if err := src.Check(); err != nil {
+			at := path.Root("flake")
+			if strings.HasPrefix(src.Attribute, "-") {
+				at = path.Root("attribute")
+			}
+			resp.Diagnostics.AddAttributeError(at, "Not a source Nix can take", "fleet_nixos_systems: "+err.Error()+".")
+		}
 	}
 }
 
@@ -166,7 +193,8 @@ func (d *nixosSystemsDataSource) Read(ctx context.Context, req datasource.ReadRe
 	ctx, stop := d.readContext(ctx)
 	defer stop()
 	began := time.Now()
-	r := nixosRead{nix: loggedNix(ctx), src: src, at: at, keepGoing: m.KeepGoing.ValueBool(), diags: &resp.Diagnostics}
+	r := nixosRead{nix: loggedNix(ctx), src: src, at: at, diags: &resp.Diagnostics,
+		opts: nixos.EvaluateOptions{KeepGoing: m.KeepGoing.ValueBool(), Workers: int(m.Workers.ValueInt64()), MaxMemory: m.MaxMemory.ValueInt64() << 20}}
 	var systems []nixos.System
 	if m.Names.IsNull() || len(names) > 0 {
 		systems = r.evaluate(ctx, names)
@@ -238,7 +266,7 @@ type nixosRead struct {
 	nix       nixos.Nix
 	src       nixos.Source
 	at        path.Path // the source's attribute
-	keepGoing bool
+	opts      nixos.EvaluateOptions
 	diags     *diag.Diagnostics
 }
 
@@ -248,7 +276,7 @@ func (r nixosRead) evaluate(ctx context.Context, names []string) []nixos.System 
 		r.diags.AddAttributeError(r.at, "Nix cannot evaluate NixOS configurations", err.Error())
 		return nil
 	}
-	systems, err := r.nix.Evaluate(ctx, r.src, names, nixos.EvaluateOptions{KeepGoing: r.keepGoing})
+	systems, err := r.nix.Evaluate(ctx, r.src, names, r.opts)
 	var missing *nixos.MissingError
 	var errs nixos.Errors
 	switch {
@@ -326,7 +354,7 @@ func (r nixosRead) build(ctx context.Context, systems []nixos.System) {
 			return
 		case err == nil:
 			s.Built = true
-		case r.keepGoing:
+		case r.opts.KeepGoing:
 			s.Error = err.Error()
 			r.diags.AddAttributeWarning(path.Root("build"), fmt.Sprintf("NixOS configuration %s does not build", s.Name),
 				fmt.Sprintf("Configuration %s of %s: %v\n\nWith keep_going, its entry in systems holds this error, built = false; the others were built.", s.Name, r.src, err))

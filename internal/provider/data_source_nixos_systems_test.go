@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -375,6 +376,13 @@ var (
 // INFO line's fields and duration, and the Nix command lines that
 // evaluated.
 func read(t *testing.T, log string) (fields string, ms int, evaluations []string) {
+	fields, ms, evaluations, _ = readLog(t, log)
+	return fields, ms, evaluations
+}
+
+// readLog is read, and every command line of a Nix tool the provider ran
+// (nix, nix-store, nix-instantiate, nix-copy-closure, …).
+func readLog(t *testing.T, log string) (fields string, ms int, evaluations, commands []string) {
 	t.Helper()
 	lines := readLine.FindAllStringSubmatch(log, -1)
 	if len(lines) != 1 {
@@ -387,21 +395,25 @@ func read(t *testing.T, log string) (fields string, ms int, evaluations []string
 	}
 	_, _ = fmt.Sscan(m[1], &ms)
 	for _, c := range nixCommand.FindAllStringSubmatch(log, -1) {
-		if strings.HasPrefix(c[1], "nix ") && (strings.Contains(c[1], " eval ") || strings.Contains(c[1], " build ")) {
+		commands = append(commands, c[1])
+		listing := strings.Contains(c[1], "builtins.attrNames")
+		if strings.HasPrefix(c[1], "nix ") && (strings.Contains(c[1], " eval ") && !listing || strings.Contains(c[1], " build ")) {
 			evaluations = append(evaluations, c[1])
 		}
 	}
-	return fields, ms, evaluations
+	return fields, ms, evaluations, commands
 }
 
 // Through the built provider, as operators run it: N configurations that
 // share an expensive import (a stand-in for nixpkgs, about half a second
-// to evaluate) are evaluated by one Nix process, whatever N; a second plan
+// to evaluate) are evaluated by one Nix process per worker, whatever N,
+// and built; a second plan
 // of the unchanged repository is empty (exit 0, and so is a refresh-only
 // plan), evaluates nothing (the evaluation kept for the flake's locked
 // content answers) and costs a fraction of the first; an edited
 // configuration is evaluated again and the plan shows it. Each read is one INFO line (source, count, duration) and
-// each Nix command line is logged at DEBUG; none adds a substituter.
+// each Nix command line is logged at DEBUG; none, the build's included,
+// adds a substituter or an option of its own.
 func TestNixOSSystemsUnchangedRepositoryIsCheap(t *testing.T) {
 	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	binary := acctest.ProviderBinary(t)
@@ -417,7 +429,9 @@ func TestNixOSSystemsUnchangedRepositoryIsCheap(t *testing.T) {
 			s := acctest.NewBinarySession(t, cli, binary)
 			s.WriteConfig(fmt.Sprintf(`
 data "fleet_nixos_systems" "all" {
-  flake = "path:%s"
+  flake   = "path:%s"
+  workers = 2
+  build   = true
 }
 
 resource "terraform_data" "systems" {
@@ -430,13 +444,17 @@ resource "terraform_data" "systems" {
 			s.Setenv("TF_LOG_PATH", logFile)
 
 			s.Run("apply", "-auto-approve", "-input=false")
-			fields, first, evaluations := read(t, takeLog(t, logFile))
-			if len(evaluations) != 1 {
-				t.Errorf("%d Nix processes evaluated %d configurations, want 1:\n%s", len(evaluations), n, strings.Join(evaluations, "\n"))
+			fields, first, evaluations, commands := readLog(t, takeLog(t, logFile))
+			if len(evaluations) != 2 {
+				t.Errorf("%d Nix processes evaluated %d configurations, want one per worker, 2:\n%s", len(evaluations), n, strings.Join(evaluations, "\n"))
 			}
-			for _, e := range evaluations {
-				if strings.Contains(e, "substituter") || strings.Contains(e, "--option") {
-					t.Errorf("the provider set Nix options of its own: %s", e)
+			// Every Nix invocation, the build's nix-store --realise included.
+			if !slices.ContainsFunc(commands, func(c string) bool { return strings.HasPrefix(c, "nix-store --realise") }) {
+				t.Fatalf("no build among the Nix commands logged:\n%s", strings.Join(commands, "\n"))
+			}
+			for _, c := range commands {
+				if strings.Contains(c, "substitute") || strings.Contains(c, "--option") || strings.Contains(c, "://") {
+					t.Errorf("the provider set Nix options of its own: %s", c)
 				}
 			}
 			if !strings.Contains(fields, fmt.Sprintf("count=%d", n)) || !strings.Contains(fields, `source="flake path:`+r.Dir+`#nixosConfigurations"`) {
