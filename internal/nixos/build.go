@@ -81,6 +81,7 @@ func (n Nix) StartBuild(ctx context.Context, outs map[string]string) (*Build, er
 	go func() {
 		defer close(b.done)
 		err := cmd.Wait()
+		n.exited(cmd)
 		killGroup(cmd)
 		<-read
 		<-watched

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -34,6 +35,9 @@ type Nix struct {
 	// Ran, when not nil, is called with the arguments of every Nix
 	// process started (tests count them).
 	Ran func(args []string)
+	// Exited, when not nil, is called with the arguments and the end of
+	// every Nix process that ran (benchmarks read their resident sizes).
+	Exited func(args []string, state *os.ProcessState)
 	// CacheDir, when set, keeps flakes' evaluations (see cache.go): a
 	// private directory of the user's, made when missing.
 	CacheDir string
@@ -74,6 +78,13 @@ func (n Nix) command(ctx context.Context, name string, args ...string) *exec.Cmd
 // builders before its process group is killed.
 const interruptGrace = 5 * time.Second
 
+// exited tells Exited that cmd ended.
+func (n Nix) exited(cmd *exec.Cmd) {
+	if n.Exited != nil && cmd.ProcessState != nil {
+		n.Exited(append([]string{filepath.Base(cmd.Path)}, cmd.Args[1:]...), cmd.ProcessState)
+	}
+}
+
 // killGroup ends what is left of cmd's process group.
 func killGroup(cmd *exec.Cmd) {
 	if cmd.Process != nil {
@@ -88,6 +99,7 @@ func (n Nix) output(ctx context.Context, name string, args ...string) (stdout, s
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
+	n.exited(cmd)
 	killGroup(cmd)
 	return out.String(), errb.String(), err
 }

@@ -233,6 +233,7 @@ func (n Nix) evaluate(ctx context.Context, src Source, names []string, maxMemory
 		}
 	}
 	p.err = cmd.Wait()
+	n.exited(cmd)
 	close(stop)
 	<-watched
 	killGroup(cmd)
