@@ -263,11 +263,11 @@ func loggedNix(ctx context.Context) nixos.Nix {
 // nixosRead is one read's evaluation and build, and the diagnostics they
 // give.
 type nixosRead struct {
-	nix       nixos.Nix
-	src       nixos.Source
-	at        path.Path // the source's attribute
-	opts      nixos.EvaluateOptions
-	diags     *diag.Diagnostics
+	nix   nixos.Nix
+	src   nixos.Source
+	at    path.Path // the source's attribute
+	opts  nixos.EvaluateOptions
+	diags *diag.Diagnostics
 }
 
 // evaluate evaluates the configurations named (all when none are).
