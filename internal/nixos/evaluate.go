@@ -199,7 +199,7 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 	}
 	out := n.evaluateAll(ctx, src, names, opts)
 	if ctx.Err() != nil {
-		return nil, interrupted(ctx, fmt.Errorf("%s: %s", src, errorHead(out.source)))
+		return nil, interrupted(ctx, fmt.Errorf("%s: the evaluation stopped", src))
 	}
 	if out.sourceErr == nil && len(out.failed) == 0 {
 		systems := make([]System, len(names))

@@ -141,7 +141,7 @@ func (n Nix) work(ctx context.Context, src Source, share []string, maxMemory int
 	for len(share) > 0 && ctx.Err() == nil && !out.abandoned() {
 		if head, from := out.sharedFailure(); head != "" {
 			for _, name := range share {
-				out.fail(name, fmt.Sprintf("%s (as %s: a failure every configuration shares, not evaluated again for each)", head, strings.Join(from, ", ")), false)
+				out.fail(name, fmt.Sprintf("%s (not evaluated: configurations %s each failed with it first in a process of their own, so it is taken as a failure every configuration shares)", head, strings.Join(from, ", ")), false)
 			}
 			return
 		}
