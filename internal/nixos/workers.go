@@ -199,7 +199,7 @@ func (n Nix) evaluate(ctx context.Context, src Source, names []string, maxMemory
 	}
 	go func() {
 		defer close(watched)
-		n.watchMemory(cmd.Process.Pid, maxMemory, stop, func() bool { return doneCount.Load() > 0 }, replace)
+		watchMemory(cmd.Process.Pid, maxMemory, stop, func() bool { return doneCount.Load() > 0 }, replace)
 	}()
 	var tail strings.Builder
 	begun := false
@@ -249,7 +249,7 @@ func (n Nix) evaluate(ctx context.Context, src Source, names []string, maxMemory
 // watchMemory kills the process pid (through kill) once its resident
 // size passes maxMemory and it may be replaced (some configuration done),
 // until stop closes.
-func (n Nix) watchMemory(pid int, maxMemory int64, stop <-chan struct{}, replaceable func() bool, kill func()) {
+func watchMemory(pid int, maxMemory int64, stop <-chan struct{}, replaceable func() bool, kill func()) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
