@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/nixos"
@@ -23,12 +24,15 @@ type localBuilds struct {
 	// missing are derivations this machine's store lacks too: the plan
 	// was made on another machine.
 	missing map[string]bool
+	// outputs are what each derivation it builds makes, for the nodes
+	// whose system is not one of them.
+	outputs map[string][]string
 }
 
 // startBuilds starts building what nodes need here.
 func (d *Deployer) startBuilds(ctx context.Context, nodes []Target) *localBuilds {
 	bs := &localBuilds{drvs: map[string]bool{}, missing: map[string]bool{}}
-	outs := map[string]string{}
+	var drvs []string
 	for _, n := range nodes {
 		if !n.buildsHere() {
 			continue
@@ -37,11 +41,30 @@ func (d *Deployer) startBuilds(ctx context.Context, nodes []Target) *localBuilds
 			bs.missing[n.Derivation] = true
 			continue
 		}
-		outs[n.Derivation] = n.System
+		if !bs.drvs[n.Derivation] {
+			drvs = append(drvs, n.Derivation)
+		}
 		bs.drvs[n.Derivation] = true
 	}
-	if len(outs) == 0 {
+	if len(drvs) == 0 {
 		return bs
+	}
+	// A derivation is built for what it makes: two nodes that give it
+	// each another system share its build, and the node whose system it
+	// does not make fails alone (wait).
+	if bs.outputs, bs.err = d.builder().Outputs(ctx, drvs...); bs.err != nil {
+		return bs
+	}
+	outs := map[string]string{}
+	for _, drv := range drvs {
+		if o := bs.outputs[drv]; len(o) > 0 {
+			outs[drv] = o[0]
+		}
+	}
+	for _, n := range nodes {
+		if bs.drvs[n.Derivation] && slices.Contains(bs.outputs[n.Derivation], n.System) {
+			outs[n.Derivation] = n.System
+		}
 	}
 	d.emit(Event{Kind: EventNote, Message: fmt.Sprintf("building %d systems with one nix-store --realise", len(outs))})
 	bs.build, bs.err = d.builder().StartBuild(ctx, outs)
@@ -69,6 +92,10 @@ func (bs *localBuilds) wait(ctx context.Context, n Target) error {
 			"plan again on this machine (the same checkout evaluates to the same derivations), or carry them from the machine that planned: nix copy --derivation --to file:///tmp/drvs "+n.Derivation+" there, then nix copy --derivation --from file:///tmp/drvs "+n.Derivation+" here")
 	case bs.err != nil:
 		return fail(1, "BuildFailed", "the build could not start: "+bs.err.Error(), "")
+	case !slices.Contains(bs.outputs[n.Derivation], n.System):
+		return fail(1, "SystemNotOfDerivation", fmt.Sprintf("the system %s is not what its derivation %s builds (%s): the node's system and derivation come from different evaluations",
+			n.System, n.Derivation, strings.Join(bs.outputs[n.Derivation], ", ")),
+			"give the node both from one evaluation: system and derivation of the same fleet_nixos_systems entry")
 	}
 	err := bs.build.Wait(ctx, n.Derivation)
 	var be *nixos.BuildError
@@ -78,7 +105,7 @@ func (bs *localBuilds) wait(ctx context.Context, n Target) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case errors.As(err, &be):
-		return fail(1, "BuildFailed", "the system did not build: "+be.Message, "the build's log: nix log "+n.Derivation)
+		return fail(1, "BuildFailed", "the system did not build: "+be.Message, "the build's log: nix log "+be.Failed)
 	}
 	return fail(1, "BuildFailed", "the system did not build: "+err.Error(), "")
 }
@@ -130,7 +157,16 @@ var remoteBuildStep = &step{
 		}
 		if err != nil {
 			exit, msg := exitOf(err, out)
-			return fail(exit, "BuildFailed", fmt.Sprintf("nix-store --realise on the host exited %d: %s", exit, orNone(msg)), "build_on = \"target\" builds with the host's Nix: its log is nix log "+nr.n.Derivation+" there")
+			failed, account := nixos.BuilderFailure(out)
+			switch {
+			case failed == "":
+				failed = nr.n.Derivation
+			case failed == nr.n.Derivation:
+				msg = account
+			default:
+				msg = fmt.Sprintf("%s, which the system needs, did not build: %s", nixos.DerivationName(failed), account)
+			}
+			return fail(exit, "BuildFailed", fmt.Sprintf("nix-store --realise on the host exited %d: %s", exit, orNone(msg)), "build_on = \"target\" builds with the host's Nix: its log is nix log "+failed+" there")
 		}
 		if !strings.Contains(out, nr.n.System) {
 			return fail(1, "BuildFailed", fmt.Sprintf("the host built %s, not the planned system %s", orNone(strings.TrimSpace(out)), nr.n.System), "")

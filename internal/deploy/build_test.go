@@ -2,7 +2,9 @@ package deploy_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,6 +44,26 @@ func good() nixtest.Configuration {
 	return nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}, Units: map[string]string{"web.service": "[Service]\n"}}}
 }
 
+// needsBroken is a configuration whose system needs a package that does
+// not build, app-1.0, as a real system fails far more often than by its
+// own builder.
+func needsBroken() nixtest.Configuration {
+	c := good()
+	c.System.Packages, c.System.FailingPackage = map[string]int{"app-1.0": 16}, "app-1.0"
+	return c
+}
+
+// wantsBrokenPackage fails the test unless r names app-1.0 as what did
+// not build, with its builder's last log line, and points at its own log
+// (where), not the system's, which has none.
+func wantsBrokenPackage(t *testing.T, r deploy.Result, where string) {
+	t.Helper()
+	wantPhase(t, r, deploy.PhaseFailed, "app-1.0, which", "did not build", nixtest.FailingPackageLine+" app-1.0")
+	if !strings.Contains(r.Hint, "nix log /nix/store/") || !strings.HasSuffix(strings.TrimSuffix(r.Hint, where), "-app-1.0.drv") {
+		t.Errorf("the hint %q does not name app-1.0's log%s", r.Hint, where)
+	}
+}
+
 // builderRuns counts the processes a deployer's Builder starts.
 type builderRuns struct {
 	mu   sync.Mutex
@@ -73,10 +95,10 @@ func (b *builderRuns) count(prefix string) int {
 // naming Nix's words, before anything is done on its host; the others
 // deploy.
 func TestDeployBuildsWhatThisMachineLacks(t *testing.T) {
-	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good(), "web2": {System: good().System, BuildFails: true}, "web3": good()})
+	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good(), "web2": {System: good().System, BuildFails: true}, "web3": good(), "web4": needsBroken()})
 	var nodes []deploy.Target
 	var tgs []*nixtest.Target
-	for _, name := range []string{"web1", "web2", "web3"} {
+	for _, name := range []string{"web1", "web2", "web3", "web4"} {
 		tg := nixtest.NewTarget(t)
 		tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 		n := targetOf(tg, name, systems[name].Path)
@@ -90,6 +112,7 @@ func TestDeployBuildsWhatThisMachineLacks(t *testing.T) {
 	wantPhase(t, res[0], deploy.PhaseSucceeded)
 	wantPhase(t, res[1], deploy.PhaseFailed, "did not build", "fails to build, on purpose", "nix log "+systems["web2"].Derivation)
 	wantPhase(t, res[2], deploy.PhaseSucceeded)
+	wantsBrokenPackage(t, res[3], "")
 	if res[1].Step != deploy.StepBuild || res[1].Outcomes[deploy.CondCopied].Reason != "BuildFailed" {
 		t.Errorf("web2 failed in %q with %+v, want the build step", res[1].Step, res[1].Outcomes[deploy.CondCopied])
 	}
@@ -130,6 +153,23 @@ func TestDeployBuildsOnTheTarget(t *testing.T) {
 	}
 	if n := runs.count("nix-store --realise"); n != 0 {
 		t.Errorf("%d builds on this machine", n)
+	}
+}
+
+// A system built on the host that needs a package that does not build:
+// the node fails naming the package, its builder's last log lines, and
+// its log on the host.
+func TestDeployBuildOnTheTargetNamesTheDependencyThatFails(t *testing.T) {
+	systems := evaluated(t, map[string]nixtest.Configuration{"web1": needsBroken()})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n := targetOf(tg, "web1", systems["web1"].Path)
+	n.Derivation, n.BuildOn = systems["web1"].Derivation, deploy.BuildTarget
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantsBrokenPackage(t, r, " there")
+	if tg.CurrentSystem() == n.System {
+		t.Error("the host runs a system that did not build")
 	}
 }
 
@@ -259,4 +299,96 @@ func builderSleeps(seconds string) bool {
 		}
 	}
 	return false
+}
+
+// With build_on = "target", the plan's summary says what the host's
+// store lacks, not this machine's: a host that runs an earlier revision
+// of the system (the same packages) builds the new toplevel only,
+// although this machine, whose store has not the packages, would build
+// them too.
+func TestPreviewOnTheTargetSaysWhatTheHostLacks(t *testing.T) {
+	c := good()
+	// Packages of this test's own, which no other system holds.
+	unique := fmt.Sprint(time.Now().UnixNano())
+	c.System.Packages = map[string]int{"app-" + unique: 16, "libc-" + unique: 16}
+	r := &nixtest.Repository{Dir: t.TempDir(), Configurations: map[string]nixtest.Configuration{"web1": c}}
+	r.Write(t)
+	nix := nixos.Nix{Env: []string{"NIX_CONFIG=" + nixtest.NixConfig}}
+	earlier, err := nix.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	realise := exec.Command("nix-store", "--realise", earlier[0].Derivation)
+	realise.Env = nixtest.DeployerEnv()
+	if out, err := realise.CombinedOutput(); err != nil {
+		t.Fatalf("nix-store --realise: %v\n%s", err, out)
+	}
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, earlier[0].Path)
+	// This machine keeps neither the system nor its packages (the
+	// rest, other tests' systems hold too).
+	closure, err := exec.Command("nix-store", "--query", "--requisites", earlier[0].Path).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own []string
+	for _, p := range strings.Fields(string(closure)) {
+		if p == earlier[0].Path || strings.Contains(p, unique) {
+			own = append(own, p)
+		}
+	}
+	del := exec.Command("nix-store", append([]string{"--delete"}, own...)...)
+	del.Env = nixtest.DeployerEnv()
+	if out, err := del.CombinedOutput(); err != nil {
+		t.Fatalf("nix-store --delete: %v\n%s", err, out)
+	}
+	c.Revision = 1
+	r.Configurations["web1"] = c
+	r.Write(t)
+	next, err := nix.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	here, err := nix.WillBuild(context.Background(), next[0].Derivation)
+	if err != nil || len(here.Build) != 3 {
+		t.Fatalf("this machine would build %q (%v): want the two packages and the system", here.Build, err)
+	}
+	d := deployer(t, deploy.Options{})
+	n := targetOf(tg, "web1", next[0].Path)
+	sess, err := d.OpenSession(context.Background(), n.Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	p, err := d.Preview(context.Background(), sess, next[0].Path, deploy.PreviewOptions{Derivation: next[0].Derivation, BuildOn: deploy.BuildTarget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(p.Pending.Build, " ") != next[0].Derivation || !strings.Contains(p.Text(), "build 1 derivation on the host (what its store lacks)") {
+		t.Errorf("the host builds %q, want the new toplevel only:\n%s", p.Pending.Build, p.Text())
+	}
+}
+
+// Two nodes that give one derivation each another system (the second's
+// system from another evaluation): the derivation is built once, for what
+// it makes; the node whose system it makes deploys, the other fails alone,
+// saying its system and derivation do not go together.
+func TestDeployNodesSharingADerivation(t *testing.T) {
+	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good(), "web2": {System: good().System, Revision: 1}})
+	var nodes []deploy.Target
+	var tgs []*nixtest.Target
+	for _, sys := range []string{systems["web1"].Path, systems["web2"].Path} {
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+		n := targetOf(tg, fmt.Sprintf("n%d", len(nodes)+1), sys)
+		n.Derivation = systems["web1"].Derivation
+		nodes, tgs = append(nodes, n), append(tgs, tg)
+	}
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	res := d.Deploy(context.Background(), nodes, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	wantPhase(t, res[1], deploy.PhaseFailed, "is not what its derivation "+systems["web1"].Derivation+" builds", "from one evaluation")
+	if tgs[0].CurrentSystem() != systems["web1"].Path || tgs[1].AcceptedConnections() != 0 {
+		t.Errorf("n1 runs %s (want %s); n2 was logged in to %d times", tgs[0].CurrentSystem(), systems["web1"].Path, tgs[1].AcceptedConnections())
+	}
 }

@@ -103,6 +103,14 @@ func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, op
 		// Not built: what the build takes, from Nix's dry run; the
 		// rest is known once it is built.
 		p.Unbuilt, p.BuildOnHost = true, opts.BuildOn == BuildTarget
+		if p.BuildOnHost {
+			// What the host's store lacks, not this machine's.
+			builds, err := d.builder().HostBuilds(ctx, opts.Derivation, func(outputs []string) (map[string]bool, error) {
+				return hostHas(ctx, c, outputs)
+			})
+			p.Pending = nixos.Pending{Build: builds}
+			return p, err
+		}
 		pending, err := d.builder().WillBuild(ctx, opts.Derivation)
 		p.Pending = pending
 		return p, err
@@ -196,6 +204,26 @@ func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, op
 // booted system's kernel, initrd and modules, the running system's units
 // (name and the file they resolve to) and a digest of its switch
 // inhibitors, then the closure's paths the store lacks.
+// hostHas says which of paths the host's store has, asked over c.
+func hostHas(ctx context.Context, c *Conn, paths []string) (map[string]bool, error) {
+	cmd := c.Command(ctx, remote(`paths=$(cat); [ -z "$paths" ] || nix-store --check-validity --print-invalid $paths`))
+	cmd.Stdin = strings.NewReader(strings.Join(paths, "\n") + "\n")
+	out, err := output(cmd)
+	if err != nil {
+		_, msg := exitOf(err, out)
+		return nil, fmt.Errorf("asking the host which paths its store has: %s", orNone(msg))
+	}
+	invalid := map[string]bool{}
+	for _, p := range strings.Fields(out) {
+		invalid[p] = true
+	}
+	has := map[string]bool{}
+	for _, p := range paths {
+		has[p] = !invalid[p]
+	}
+	return has, nil
+}
+
 const previewScript = `cur=$(readlink -f /run/current-system)
 booted=$cur; [ ! -e /run/booted-system ] || booted=$(readlink -f /run/booted-system)
 echo "current $cur"
@@ -598,7 +626,7 @@ func (p Preview) own() []string {
 	if p.Unbuilt {
 		where := "on this machine"
 		if p.BuildOnHost {
-			where = "on the host, once the derivations are copied there"
+			where = "on the host (what its store lacks), once the derivations are copied there"
 		}
 		lines = append(lines, fmt.Sprintf("  build %s %s%s", derivations(len(p.Pending.Build)), where, storeNames(p.Pending.Build, ".drv")))
 		if len(p.Pending.Fetch) > 0 {

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +28,7 @@ type Build struct {
 	errs   map[string]error
 	notes  map[string][]string // Nix's error messages, by the derivation they name
 	logs   map[string][]string // the last lines of each derivation's build log
+	failed map[string]string   // the derivations whose builders failed, with Nix's words
 	builds map[uint64]string   // the derivation of each build activity
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -39,7 +43,7 @@ type Build struct {
 func (n Nix) StartBuild(ctx context.Context, outs map[string]string) (*Build, error) {
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b := &Build{outs: outs, ended: map[string]chan struct{}{}, errs: map[string]error{}, notes: map[string][]string{},
-		logs: map[string][]string{}, builds: map[uint64]string{},
+		logs: map[string][]string{}, failed: map[string]string{}, builds: map[uint64]string{},
 		cancel: cancel, done: make(chan struct{}), n: n, kick: make(chan struct{}, 1)}
 	drvs := make([]string, 0, len(outs))
 	for drv := range outs {
@@ -214,6 +218,9 @@ func (b *Build) follow(r io.Reader) {
 					b.notes[drv] = append(b.notes[drv], msg)
 				}
 			}
+			if m := builderFailed.FindStringSubmatch(msg); m != nil {
+				b.failed[m[1]] = m[0]
+			}
 			b.mu.Unlock()
 		}
 	}
@@ -242,18 +249,120 @@ func (b *Build) finish(err error) {
 			b.settle(drv, nil)
 			continue
 		}
-		b.mu.Lock()
-		notes, log := b.notes[drv], b.logs[drv]
-		b.mu.Unlock()
+		b.settle(drv, b.failure(drv, err))
+	}
+}
+
+// builderFailed is Nix's word that a derivation's builder failed.
+var builderFailed = regexp.MustCompile(`builder for '(/nix/store/[^']+\.drv)' failed[^;\n]*`)
+
+// failure is why drv did not build: its own builder's failure, with the
+// last lines of its log, or, as usually, the failures of the dependencies
+// it needs, each with its own (Nix says only that dependencies failed).
+func (b *Build) failure(drv string, err error) *BuildError {
+	b.mu.Lock()
+	notes := slices.Clone(b.notes[drv])
+	failed := maps.Clone(b.failed)
+	logs := map[string][]string{}
+	for d := range failed {
+		logs[d] = b.logs[d]
+	}
+	b.mu.Unlock()
+	var causes []string
+	if _, own := failed[drv]; !own && len(failed) > 0 {
+		// Which failed builds this one needs: its closure's derivations.
+		stdout, _, qerr := b.n.output(context.Background(), "nix-store", "--query", "--requisites", drv)
+		if qerr == nil {
+			needs := map[string]bool{}
+			for _, p := range strings.Fields(stdout) {
+				needs[p] = true
+			}
+			for _, d := range slices.Sorted(maps.Keys(failed)) {
+				if needs[d] {
+					causes = append(causes, d)
+				}
+			}
+		}
+	}
+	e := &BuildError{Derivation: drv, Failed: drv}
+	if len(causes) == 0 {
 		msg := strings.Join(notes, "; ")
 		if msg == "" {
 			msg = orDefault(b.stderr.String(), fmt.Sprintf("nix-store --realise ended (%v) without building it", err))
 		}
-		if len(log) > 0 {
-			msg += "\nlast log lines:\n> " + strings.Join(log, "\n> ")
-		}
-		b.settle(drv, &BuildError{Derivation: drv, Message: msg})
+		e.Message = msg + logLines(logs[drv]) + "\nits log: nix log " + drv
+		return e
 	}
+	e.Failed = causes[0]
+	parts := make([]string, len(causes))
+	for i, d := range causes {
+		parts[i] = fmt.Sprintf("%s, which it needs, did not build: %s%s\nits log: nix log %s", DerivationName(d), failed[d], logLines(logs[d]), d)
+	}
+	e.Message = strings.Join(parts, "\n")
+	return e
+}
+
+// BuilderFailure reads the output of a plain nix-store --realise (one run
+// elsewhere, on a host) for the first builder that failed: the derivation
+// and Nix's account of it, with the last lines of its builder's log (the
+// nix-store command prints them under its "building '…'" line as they
+// come; the nix command below its error, indented). drv is "" when no
+// builder failed there.
+func BuilderFailure(output string) (drv, account string) {
+	lines := strings.Split(stripColour(strings.ReplaceAll(output, "\r", "")), "\n")
+	logs := map[string][]string{}
+	building := ""
+	for i, l := range lines {
+		if m := buildingLine.FindStringSubmatch(l); m != nil {
+			building = m[1]
+			continue
+		}
+		m := builderFailed.FindStringSubmatch(l)
+		if m == nil {
+			if building != "" && !strings.HasPrefix(l, "error:") && strings.TrimSpace(l) != "" {
+				logs[building] = append(logs[building], strings.TrimRight(l, " \t"))
+			}
+			continue
+		}
+		account = m[0]
+		var below []string
+		for _, next := range lines[i+1:] {
+			if next == "" || (next[0] != ' ' && next[0] != '\t') {
+				break
+			}
+			below = append(below, strings.TrimSpace(next))
+		}
+		if len(below) > 0 {
+			return m[1], account + ";\n" + strings.Join(below, "\n")
+		}
+		log := logs[m[1]]
+		if len(log) > logTail {
+			log = log[len(log)-logTail:]
+		}
+		return m[1], account + logLines(log)
+	}
+	return "", ""
+}
+
+// buildingLine is the nix-store command's word that a derivation's build
+// begins: the lines of its log follow.
+var buildingLine = regexp.MustCompile(`^building '(/nix/store/[^']+\.drv)'`)
+
+// logLines are a build's last log lines, as an error shows them.
+func logLines(log []string) string {
+	if len(log) == 0 {
+		return ""
+	}
+	return "\nlast log lines:\n> " + strings.Join(log, "\n> ")
+}
+
+// DerivationName is a derivation's name: app-1.0 of /nix/store/…-app-1.0.drv.
+func DerivationName(drv string) string {
+	base := strings.TrimSuffix(filepath.Base(drv), ".drv")
+	if _, name, ok := strings.Cut(base, "-"); ok {
+		return name
+	}
+	return base
 }
 
 func orDefault(s, def string) string {
@@ -267,6 +376,10 @@ func orDefault(s, def string) string {
 type BuildError struct {
 	Derivation string
 	Message    string
+	// Failed is the derivation whose builder failed: Derivation itself, or
+	// the first of its dependencies that did not build. Its log (nix log
+	// Failed) says why.
+	Failed string
 }
 
 func (e *BuildError) Error() string {
@@ -361,4 +474,90 @@ func parsePending(stderr string) Pending {
 		}
 	}
 	return p
+}
+
+// HostBuilds is what realising drv builds in another store (a host's),
+// from drv's derivation graph here (nix show-derivation -r) and valid,
+// which says which of the outputs it is given that store has: the
+// derivations from drv down whose outputs it lacks, not below one whose
+// outputs it has (that one is not built again).
+func (n Nix) HostBuilds(ctx context.Context, drv string, valid func(outputs []string) (map[string]bool, error)) ([]string, error) {
+	if err := n.Check(ctx); err != nil {
+		return nil, err
+	}
+	stdout, stderr, err := n.output(ctx, "nix", "--extra-experimental-features", features, "show-derivation", "-r", "--", drv)
+	if err != nil {
+		return nil, interrupted(ctx, fmt.Errorf("nix show-derivation %s: %s", drv, errorHead(stderr)))
+	}
+	var graph map[string]struct {
+		Outputs map[string]struct {
+			Path string `json:"path"`
+		} `json:"outputs"`
+		InputDrvs map[string]any `json:"inputDrvs"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &graph); err != nil {
+		return nil, fmt.Errorf("nix show-derivation %s printed no derivations: %w", drv, err)
+	}
+	var outputs []string
+	for _, d := range graph {
+		for _, o := range d.Outputs {
+			outputs = append(outputs, o.Path)
+		}
+	}
+	slices.Sort(outputs)
+	there, err := valid(outputs)
+	if err != nil {
+		return nil, err
+	}
+	var builds []string
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(d string) {
+		if seen[d] {
+			return
+		}
+		seen[d] = true
+		complete := true
+		for _, o := range graph[d].Outputs {
+			complete = complete && there[o.Path]
+		}
+		if complete {
+			return
+		}
+		builds = append(builds, d)
+		for in := range graph[d].InputDrvs {
+			walk(in)
+		}
+	}
+	walk(drv)
+	slices.Sort(builds)
+	return builds, nil
+}
+
+// Outputs are the output paths of each of drvs, as its derivation says
+// (nix show-derivation): what building it makes.
+func (n Nix) Outputs(ctx context.Context, drvs ...string) (map[string][]string, error) {
+	if err := n.Check(ctx); err != nil {
+		return nil, err
+	}
+	stdout, stderr, err := n.output(ctx, "nix", append([]string{"--extra-experimental-features", features, "show-derivation", "--"}, drvs...)...)
+	if err != nil {
+		return nil, interrupted(ctx, fmt.Errorf("nix show-derivation: %s", errorHead(stderr)))
+	}
+	var shown map[string]struct {
+		Outputs map[string]struct {
+			Path string `json:"path"`
+		} `json:"outputs"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &shown); err != nil {
+		return nil, fmt.Errorf("nix show-derivation printed no derivations: %w", err)
+	}
+	out := map[string][]string{}
+	for drv, d := range shown {
+		for _, o := range d.Outputs {
+			out[drv] = append(out[drv], o.Path)
+		}
+		slices.Sort(out[drv])
+	}
+	return out, nil
 }

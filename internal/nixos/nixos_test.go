@@ -235,6 +235,8 @@ func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
 	configs := fleetOf(3)
 	configs["slow"] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: 4 * time.Second}
 	configs["broken"] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildFails: true}
+	configs["needs"] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed},
+		Packages: map[string]int{"app-1.0": 16, "libc-2.40": 16}, FailingPackage: "app-1.0"}}
 	r := repo(t, configs)
 	n := newNix()
 	systems, err := n.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
@@ -262,8 +264,18 @@ func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
 	err = b.Wait(context.Background(), byName["broken"].Derivation)
 	var be *nixos.BuildError
 	if !errors.As(err, &be) || !strings.Contains(be.Message, "error: builder for '"+byName["broken"].Derivation+"' failed with exit code 1") ||
-		!strings.Contains(be.Message, "\nlast log lines:\n> nixtest: this system fails to build, on purpose") {
+		!strings.Contains(be.Message, "\nlast log lines:\n> nixtest: this system fails to build, on purpose") ||
+		be.Failed != byName["broken"].Derivation || !strings.Contains(be.Message, "\nits log: nix log "+byName["broken"].Derivation) {
 		t.Errorf("broken: %v", err)
+	}
+	// A dependency that does not build is named, with its builder's last
+	// log lines and its own log, not the system's (which has none).
+	err = b.Wait(context.Background(), byName["needs"].Derivation)
+	if !errors.As(err, &be) || !strings.HasSuffix(be.Failed, "-app-1.0.drv") ||
+		!strings.Contains(be.Message, "app-1.0, which it needs, did not build: builder for '"+be.Failed+"' failed with exit code 1") ||
+		!strings.Contains(be.Message, "\nlast log lines:\n> compiling app-1.0\n> "+nixtest.FailingPackageLine+" app-1.0") ||
+		!strings.Contains(be.Message, "\nits log: nix log "+be.Failed) || strings.Contains(be.Message, "libc") {
+		t.Errorf("needs: %v", err)
 	}
 	for _, name := range []string{"webb", "webc", "slow"} {
 		if err := b.Wait(context.Background(), byName[name].Derivation); err != nil {
@@ -654,5 +666,26 @@ func TestEvaluateGivesNixWhatItsFetchersRead(t *testing.T) {
 	}
 	if strings.Contains(env, "secret") {
 		t.Errorf("Nix got the provider's secrets:\n%s", env)
+	}
+}
+
+// BuilderFailure finds the builder that failed in a plain build's output,
+// with its last log lines, as the nix-store command prints them (under
+// its "building" line) and as the nix command does (below its error).
+func TestBuilderFailureReadsBothOutputs(t *testing.T) {
+	const app = "/nix/store/ilw1nxvlchc7zf1kjh62j7qh51ywbrbq-app-1.0.drv"
+	for _, c := range []struct{ what, output, want string }{
+		{"nix-store", "these 2 derivations will be built:\n  " + app + "\nbuilding '" + app + "'...\ncompiling app-1.0\nit broke\n" +
+			"error: builder for '" + app + "' failed with exit code 1\nerror: 1 dependencies of derivation '/nix/store/x-nixos-system-web1.drv' failed to build\n",
+			"builder for '" + app + "' failed with exit code 1\nlast log lines:\n> compiling app-1.0\n> it broke"},
+		{"nix", "error: builder for '" + app + "' failed with exit code 1;\n       last 2 log lines:\n       > compiling app-1.0\n       > it broke\n" +
+			"       For full logs, run 'nix log " + app + "'.\nerror: 1 dependencies of derivation '/nix/store/x-nixos-system-web1.drv' failed to build\n",
+			"builder for '" + app + "' failed with exit code 1;\nlast 2 log lines:\n> compiling app-1.0\n> it broke\nFor full logs, run 'nix log " + app + "'."},
+		{"nothing failed", "copying path '/nix/store/y' from 'https://cache'...\n", ""},
+	} {
+		drv, account := nixos.BuilderFailure(c.output)
+		if account != c.want || (c.want != "") != (drv == app) {
+			t.Errorf("%s: %q, %q; want %q", c.what, drv, account, c.want)
+		}
 	}
 }

@@ -194,7 +194,11 @@ func systemJSONOf(name string, spec SystemSpec) systemJSON {
 		in.Units = append(in.Units, unitJSON{Name: u, StoreName: UnitStoreName(u), Text: spec.Units[u]})
 	}
 	for _, p := range sortedKeys(spec.Packages) {
-		in.Packages = append(in.Packages, packageJSON{Name: p, Size: spec.Packages[p]})
+		pj := packageJSON{Name: p, Size: spec.Packages[p]}
+		if p == spec.FailingPackage {
+			pj.Fails = FailingPackageLine + " " + p
+		}
+		in.Packages = append(in.Packages, pj)
 	}
 	for _, tool := range systemTools {
 		target := stateLink + "/bin/" + tool

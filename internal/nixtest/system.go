@@ -26,6 +26,10 @@ type SystemSpec struct {
 	// Packages maps a package's name and version ("nginx-1.26.2") to the
 	// size in bytes of its content.
 	Packages map[string]int
+	// FailingPackage, when set, is a package of Packages whose builder
+	// fails: it prints FailingPackageLine and the name, then exits 1, as a
+	// dependency of a real system does far more often than the system.
+	FailingPackage string
 	// Kernel is the version of the system's kernel ("6.6.1"); empty means
 	// "6.6.0".
 	Kernel string
@@ -64,6 +68,9 @@ func (s SystemSpec) check() error {
 		if size < 0 {
 			return fmt.Errorf("package %s of %d bytes: want a size of 0 or more", p, size)
 		}
+	}
+	if _, ok := s.Packages[s.FailingPackage]; s.FailingPackage != "" && !ok {
+		return fmt.Errorf("failing package %s is not one of the packages", s.FailingPackage)
 	}
 	if err := checkStoreName("kernel version", s.kernel()); err != nil {
 		return err
@@ -114,7 +121,10 @@ let
     /bin/mkdir "$out"
     printf '%s' "$text" > "$out/$unit"
   '' { unit = u.name; text = u.text; };
-  package = p: build p.name ''
+  package = p: if p ? fails then build p.name ''
+    printf '%s\n' "compiling $name" "$fails"
+    exit 1
+  '' { inherit (p) fails; } else build p.name ''
     /bin/mkdir "$out"
     /usr/bin/head -c "$size" /dev/zero > "$out/data"
   '' { size = toString p.size; };
@@ -173,9 +183,14 @@ type unitJSON struct {
 }
 
 type packageJSON struct {
-	Name string `json:"name"`
-	Size int    `json:"size"`
+	Name  string `json:"name"`
+	Size  int    `json:"size"`
+	Fails string `json:"fails,omitempty"`
 }
+
+// FailingPackageLine is the last line a SystemSpec's FailingPackage's
+// builder prints, before its name.
+const FailingPackageLine = "nixtest: this package does not build, on purpose:"
 
 type toolJSON struct {
 	Name   string `json:"name"`

@@ -67,7 +67,7 @@ resource "fleet_ssh_deployment" "prod" {
 `, nodes.String()))
 			s.Run("init", "-input=false")
 			out, errOut := s.Run("plan", "-input=false", "-no-color")
-			for _, want := range []string{"build 1 derivation on this machine: nixos-system-web1", "build 1 derivation on the host, once the derivations are copied there: nixos-system-web3\n  what the switch changes is known once the host has built the system\n", "known once the system is built (build = true"} {
+			for _, want := range []string{"build 1 derivation on this machine: nixos-system-web1", "build 1 derivation on the host (what its store lacks), once the derivations are copied there: nixos-system-web3\n  what the switch changes is known once the host has built the system\n", "known once the system is built (build = true"} {
 				if !strings.Contains(out+errOut, want) {
 					t.Errorf("the plan does not say %q:\n%s%s", want, out, errOut)
 				}
