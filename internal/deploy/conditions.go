@@ -51,7 +51,13 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 	}
 	conds := prev
 	var err error
-	for _, t := range ConditionTypes[:len(ConditionTypes)-1] {
+	steps := ConditionTypes[:len(ConditionTypes)-1]
+	if r.Phase == PhaseSkipped && hasAll(prev, steps) {
+		// Held: the steps stand as its last deploy left them; Ready says
+		// it is held.
+		steps = nil
+	}
+	for _, t := range steps {
 		c := conditions.Condition{Type: t, Status: conditions.Unknown, Reason: "NotReached", Message: "node " + r.Name + ": the deploy did not reach this step", ObservedGeneration: generation}
 		if s, ok := r.Outcomes[Condition(t)]; ok {
 			c.Status, c.Reason, c.Message = conditions.False, s.Reason, s.Message
@@ -82,6 +88,16 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 		ready.Status, ready.Reason = conditions.Unknown, ReasonNotStarted
 	}
 	return ConditionTypes.Set(conds, ready, now)
+}
+
+// hasAll says whether conds holds a condition of each of types.
+func hasAll(conds []conditions.Condition, types []string) bool {
+	for _, t := range types {
+		if _, ok := conditions.Find(conds, t); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // SucceededConditions are the conditions of a node whose deploy with goal

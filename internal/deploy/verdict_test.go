@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
 )
 
 // The verdict matrix: each rule, in order, with what decides and its words.
@@ -90,6 +92,41 @@ func TestNodePhaseLadder(t *testing.T) {
 			if got := NodePhase(conds); got != c.want {
 				t.Errorf("%s after %s: phase %s, want %s (%+v)", c.name, before, got, c.want, conds)
 			}
+		}
+	}
+}
+
+// A node held after a deploy keeps the steps' conditions that deploy
+// recorded; only Ready says it is held. One state has no steps of gets
+// them all as skipped.
+func TestHeldNodeKeepsItsSteps(t *testing.T) {
+	at := time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC)
+	prev, err := NodeConditions(nil, Result{Name: "web1", Phase: PhaseSucceeded, Goal: GoalSwitch}, 1, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := NodeConditions(prev, Result{Name: "web1", Phase: PhaseSkipped, Message: "held"}, 2, at.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range held {
+		if c.Type == ConditionReady {
+			if c.Status != conditions.Unknown || c.Reason != ReasonSkipped {
+				t.Errorf("Ready of a held node: %+v", c)
+			}
+			continue
+		}
+		if was, _ := conditions.Find(prev, c.Type); c != was {
+			t.Errorf("holding changed %s: %+v -> %+v", c.Type, was, c)
+		}
+	}
+	fresh, err := NodeConditions(nil, Result{Name: "web1", Phase: PhaseSkipped, Message: "held"}, 1, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range fresh {
+		if c.Reason != ReasonSkipped {
+			t.Errorf("a node held from its first apply: %+v", c)
 		}
 	}
 }

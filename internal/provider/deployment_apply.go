@@ -81,6 +81,24 @@ func keySeen(n deployNodeModel, p priorNode, seen string) string {
 // heldMessage is the message of a node held back.
 const heldMessage = "held: listed in this deployment's hold"
 
+// heldRecord is the record of node n, which state knows (p), newly held
+// back: what its last deploy recorded stands (systems, times, exit code,
+// the steps' conditions); its action, phase, message and Ready say it is
+// held. conds are its conditions (deploy.NodeConditions of a skipped
+// result); planned says they are a plan's, whose changed times are
+// unknown.
+func heldRecord(n deployNodeModel, p priorNode, conds []conditions.Condition, generation types.Int64, planned bool) deployStatusModel {
+	rec := p.record
+	rec.Action, rec.Phase = types.StringValue(actionSkip), types.StringValue(string(deploy.PhaseSkipped))
+	rec.Message, rec.Hint = types.StringValue(heldMessage), types.StringValue("")
+	rec.HostKeySeen = types.StringValue(keySeen(n, p, ""))
+	rec.ObservedGeneration, rec.Conditions = generation, nodeConditionsValue(conds, planned)
+	return rec
+}
+
+// recorded says whether state holds a record of the node p describes.
+func (p priorNode) recorded() bool { return p.record.Name.ValueString() != "" }
+
 // errInterrupted is what an interrupt (Ctrl-C, Terraform stopping the
 // provider) records.
 var errInterrupted = errors.New("interrupted")
@@ -271,6 +289,13 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 		res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: heldMessage,
 			CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
 		action = actionSkip
+		if known {
+			conds, err := deploy.NodeConditions(p.conds, res, generation, now)
+			if err != nil {
+				return deployStatusModel{}, action, err
+			}
+			return heldRecord(n, p, conds, types.Int64Value(generation), false), action, nil
+		}
 	case !ran:
 		// Planned none after a failure: the host runs the configured
 		// system, which passed its verdict there.

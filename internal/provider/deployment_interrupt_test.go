@@ -292,3 +292,15 @@ func TestDeploymentTimeoutsExpireMidRollout(t *testing.T) {
 		})
 	}
 }
+
+// conditionOf is the condition of type typ in record rec (nil when it has
+// none).
+func conditionOf(rec map[string]any, typ string) map[string]any {
+	cs, _ := rec["conditions"].([]any)
+	for _, c := range cs {
+		if m, ok := c.(map[string]any); ok && m["type"] == typ {
+			return m
+		}
+	}
+	return nil
+}

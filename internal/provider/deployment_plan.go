@@ -649,13 +649,20 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 
 // successRecord is the record a successful apply writes of a node it
 // deploys (action switch), finds done after a failure (none) or holds
-// anew (skip): what success decides is known, the rest unknown. Its
+// anew (skip; one state has a record of keeps it: heldRecord): what
+// success decides is known, the rest unknown. Its
 // conditions are what success records (deploy.SucceededConditions, or a
 // hold's), known but for the times of those whose status changes: a
 // switch that succeeds changes no condition but its generation, and plans
 // as a few lines rather than every condition gone unknown.
 func (r *deploymentResource) successRecord(ctx context.Context, plan *deploymentModel, n deployNodeModel, p priorNode, action string, goal deploy.Goal) deployStatusModel {
 	name := n.Name.ValueString()
+	if action == actionSkip && p.recorded() && !plan.Generation.IsUnknown() {
+		conds, err := deploy.NodeConditions(p.conds, deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: heldMessage}, plan.Generation.ValueInt64(), time.Time{})
+		if err == nil {
+			return heldRecord(n, p, conds, plan.Generation, true)
+		}
+	}
 	unknown := types.StringUnknown()
 	rec := deployStatusModel{
 		Name: n.Name, Host: types.StringValue(orStr(n.Host.ValueString(), name)), Action: types.StringValue(action), System: n.System,

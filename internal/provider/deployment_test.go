@@ -121,12 +121,26 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 				t.Errorf("n1 after an apply of its drift: %s, want %s", tg1.CurrentSystem(), good1)
 			}
 			s.WantNoChanges()
+			deployed := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)
 			tg1.Boot(t, first)
-			// Held, n1 is skipped.
+			// Held, n1 is skipped; its record keeps what its last deploy
+			// recorded (the trial's held node whose record was wiped).
 			s.WriteConfig(deploymentConfig(nodes, []string{good1, good2}, `  hold = ["n1"]`+"\n"))
 			s.Run("apply", "-auto-approve", "-input=false")
 			if tg1.CurrentSystem() != first {
 				t.Errorf("the held n1 was deployed")
+			}
+			held := nodeRecord(t, s.Values("fleet_ssh_deployment.prod"), 0)
+			if held["phase"] != "Skipped" || held["action"] != "skip" || !strings.Contains(fmt.Sprint(held["message"]), "held") {
+				t.Errorf("the held n1's record: %v", held)
+			}
+			for _, k := range []string{"verified_system", "started_at", "finished_at", "exit_code", "host_key_seen"} {
+				if fmt.Sprint(held[k]) != fmt.Sprint(deployed[k]) || fmt.Sprint(held[k]) == "" {
+					t.Errorf("holding n1 changed its record's %s: %v -> %v", k, deployed[k], held[k])
+				}
+			}
+			if got := conditionOf(held, "Activated"); got["status"] != "True" || got["reason"] == "Skipped" {
+				t.Errorf("the held n1's Activated condition: %v (its last deploy activated it)", got)
 			}
 			s.Run("apply", "-auto-approve", "-input=false")
 			s.WriteConfig(deploymentConfig(nodes, []string{good1, good2}, ""))
