@@ -371,7 +371,14 @@ func TestFleetsGuideDeploysSomeNodesNow(t *testing.T) {
 			}
 			f.repo.Write(t)
 
-			out, errOut := f.s.Run("apply", "-auto-approve", "-input=false", "-no-color", "-var", `only_nodes=["n01"]`)
+			// A name not in hosts reaches the provider, which names what
+			// it has (the trial's typo met Terraform's index error instead).
+			out, errOut, code := f.s.ExitCode("plan", "-input=false", "-no-color", "-var", `only_nodes=["n1"]`)
+			if flat := strings.Join(strings.Fields(errOut), " "); code == 0 || !strings.Contains(flat, `only_nodes names "n1", which is not in nodes`) {
+				t.Errorf("a plan with only_nodes naming no host (exit %d):\n%s\n%s", code, out, errOut)
+			}
+
+			out, errOut = f.s.Run("apply", "-auto-approve", "-input=false", "-no-color", "-var", `only_nodes=["n01"]`)
 			flat := strings.Join(strings.Fields(out+errOut), " ")
 			if f.targets["n01"].CurrentSystem() == before["n01"] || f.targets["n02"].CurrentSystem() != before["n02"] || f.targets["n03"].CurrentSystem() != before["n03"] {
 				t.Errorf("only_nodes = [n01] switched n01 %v, n02 %v, n03 %v; want n01 only:\n%s\n%s", f.targets["n01"].CurrentSystem() != before["n01"],

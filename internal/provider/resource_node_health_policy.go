@@ -122,7 +122,7 @@ func (r *nodeHealthPolicyResource) ValidateConfig(ctx context.Context, req resou
 		for name := range m.ClearErrors.Elements() {
 			if _, ok := m.Nodes.Elements()[name]; !ok {
 				resp.Diagnostics.AddAttributeError(path.Root("clear_errors").AtMapKey(name), "Unknown node in clear_errors",
-					fmt.Sprintf("clear_errors names node %q, which is not in nodes (%s).", name, list(slices.Sorted(maps.Keys(m.Nodes.Elements())))))
+					fmt.Sprintf("clear_errors names node %q, which is not in nodes (%s): remove the entry (a node retired or renamed has no error left to clear), or correct its name.", name, list(slices.Sorted(maps.Keys(m.Nodes.Elements())))))
 			}
 		}
 	}

@@ -21,6 +21,10 @@ variable "hosts" {
     role        = string
     extra_roles = optional(list(string), [])
   }))
+  validation {
+    condition     = length(var.hosts) > 0
+    error_message = "hosts is empty: list at least one host (a fleet of none has nothing to check or deploy)."
+  }
 }
 
 variable "ssh_key_file" {
@@ -80,7 +84,9 @@ resource "fleet_node_health_policy" "fleet" {
       connection = fleet_executor.host[name].ssh_connection
     }
   }
-  clear_errors = var.clear_errors
+  # A clear left in the variable after its host was retired or renamed
+  # names no node: dropped here rather than refused.
+  clear_errors = { for name, note in var.clear_errors : name => note if contains(keys(var.hosts), name) }
 }
 
 # Known at plan: each host's system and derivation.
@@ -106,8 +112,10 @@ resource "fleet_ssh_deployment" "role" {
   ]
   # This role's nodes in error only: a node of another role that turns
   # error, or is cleared, changes that role's deployment alone.
-  hold         = [for name in fleet_node_health_policy.fleet.error_nodes : name if try(var.hosts[name].role, null) == each.key]
-  only_nodes   = var.only_nodes == null ? null : [for name in var.only_nodes : name if var.hosts[name].role == each.key]
+  hold = [for name in fleet_node_health_policy.fleet.error_nodes : name if try(var.hosts[name].role, null) == each.key]
+  # A name not in hosts reaches every role's deployment, which refuses it
+  # and lists the names it has.
+  only_nodes   = var.only_nodes == null ? null : [for name in var.only_nodes : name if try(var.hosts[name].role, each.key) == each.key]
   parallelism  = 10
   max_failures = 2
 }
