@@ -158,10 +158,10 @@ var remoteBuildStep = &step{
 		if err != nil {
 			exit, msg := exitOf(err, out)
 			failed, account := nixos.BuilderFailure(out)
-			switch {
-			case failed == "":
+			switch failed {
+			case "":
 				failed = nr.n.Derivation
-			case failed == nr.n.Derivation:
+			case nr.n.Derivation:
 				msg = account
 			default:
 				msg = fmt.Sprintf("%s, which the system needs, did not build: %s", nixos.DerivationName(failed), account)

@@ -569,11 +569,11 @@ func TestEvaluateCacheKeyHoldsWhatSelects(t *testing.T) {
 	}
 	// A Nix that says another version: the user upgraded.
 	upgraded := t.TempDir()
-	real, err := exec.LookPath("nix")
+	nix, err := exec.LookPath("nix")
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'nix (Nix) 2.99.0'; exit 0; fi\nexec " + real + " \"$@\"\n"
+	script := "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'nix (Nix) 2.99.0'; exit 0; fi\nexec " + nix + " \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(upgraded, "nix"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -632,12 +632,12 @@ func TestEvaluateCacheKeyHoldsWhatSelects(t *testing.T) {
 // provider's (its key, a runner's tokens).
 func TestEvaluateGivesNixWhatItsFetchersRead(t *testing.T) {
 	wrapped := t.TempDir()
-	real, err := exec.LookPath("nix")
+	nix, err := exec.LookPath("nix")
 	if err != nil {
 		t.Fatal(err)
 	}
 	envFile := filepath.Join(t.TempDir(), "env")
-	script := "#!/bin/sh\nenv >> " + envFile + "\nexec " + real + " \"$@\"\n"
+	script := "#!/bin/sh\nenv >> " + envFile + "\nexec " + nix + " \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(wrapped, "nix"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
