@@ -84,16 +84,19 @@ const heldMessage = "held: listed in this deployment's hold"
 // heldRecord is the record of node n, which state knows (p), newly held
 // back: what its last deploy recorded stands (systems, times, exit code,
 // the steps' conditions); its action, phase, message and Ready say it is
-// held. conds are its conditions (deploy.NodeConditions of a skipped
-// result); planned says they are a plan's, whose changed times are
-// unknown.
-func heldRecord(n deployNodeModel, p priorNode, conds []conditions.Condition, generation types.Int64, planned bool) deployStatusModel {
+// held. planned says it is a plan's, whose changed times are unknown (now
+// is zero).
+func heldRecord(n deployNodeModel, p priorNode, generation int64, now time.Time, planned bool) (deployStatusModel, error) {
+	conds, err := deploy.NodeConditions(p.conds, deploy.Result{Name: n.Name.ValueString(), Phase: deploy.PhaseSkipped, Message: heldMessage}, generation, now)
+	if err != nil {
+		return deployStatusModel{}, err
+	}
 	rec := p.record
 	rec.Action, rec.Phase = types.StringValue(actionSkip), types.StringValue(string(deploy.PhaseSkipped))
 	rec.Message, rec.Hint = types.StringValue(heldMessage), types.StringValue("")
 	rec.HostKeySeen = types.StringValue(keySeen(n, p, ""))
-	rec.ObservedGeneration, rec.Conditions = generation, nodeConditionsValue(conds, planned)
-	return rec
+	rec.ObservedGeneration, rec.Conditions = types.Int64Value(generation), nodeConditionsValue(conds, planned)
+	return rec, nil
 }
 
 // recorded says whether state holds a record of the node p describes.
@@ -290,11 +293,8 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 			CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
 		action = actionSkip
 		if known {
-			conds, err := deploy.NodeConditions(p.conds, res, generation, now)
-			if err != nil {
-				return deployStatusModel{}, action, err
-			}
-			return heldRecord(n, p, conds, types.Int64Value(generation), false), action, nil
+			rec, err := heldRecord(n, p, generation, now, false)
+			return rec, action, err
 		}
 	case !ran:
 		// Planned none after a failure: the host runs the configured

@@ -658,9 +658,8 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 func (r *deploymentResource) successRecord(ctx context.Context, plan *deploymentModel, n deployNodeModel, p priorNode, action string, goal deploy.Goal) deployStatusModel {
 	name := n.Name.ValueString()
 	if action == actionSkip && p.recorded() && !plan.Generation.IsUnknown() {
-		conds, err := deploy.NodeConditions(p.conds, deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: heldMessage}, plan.Generation.ValueInt64(), time.Time{})
-		if err == nil {
-			return heldRecord(n, p, conds, plan.Generation, true)
+		if rec, err := heldRecord(n, p, plan.Generation.ValueInt64(), time.Time{}, true); err == nil {
+			return rec
 		}
 	}
 	unknown := types.StringUnknown()
