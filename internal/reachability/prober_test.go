@@ -157,7 +157,10 @@ func TestProbeWaitsForASlot(t *testing.T) {
 // a quick host's result is not dated by a slow one's timeout.
 func TestProbeAllStampsEachProbe(t *testing.T) {
 	client := sshtest.NewKey(t)
-	const timeout = 800 * time.Millisecond
+	// The timeout is long against a quick probe, so that a busy machine's
+	// slow handshake does not eat the margin; stamping every outcome at the
+	// pass's end would put the two stamps within moments of each other.
+	const timeout = 3 * time.Second
 	targets := []reachability.Named{
 		named("quick", sshtest.NewServerWithKeys(t, sshtest.Healthy, nil, client)),
 		blackHoled(t, "slow", client),
@@ -169,8 +172,8 @@ func TestProbeAllStampsEachProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	quick, slow := out[0].CheckedAt, out[1].CheckedAt
-	if quick.Before(begin) || slow.Sub(quick) < timeout*9/10 {
-		t.Fatalf("quick probe stamped %s, slow one %s: want the quick one a timeout (%s) earlier", quick, slow, timeout)
+	if quick.Before(begin) || slow.Sub(quick) < timeout/2 {
+		t.Fatalf("quick probe stamped %s, slow one %s: want the quick one most of a timeout (%s) earlier", quick, slow, timeout)
 	}
 }
 
