@@ -27,14 +27,47 @@ type localBuilds struct {
 	// outputs are what each derivation it builds makes, for the nodes
 	// whose system is not one of them.
 	outputs map[string][]string
+	// runs are the nodes whose hosts ran their systems, after a passing
+	// verdict, when the rollout began: not built (alreadyRun).
+	runs map[string]bool
 }
 
-// startBuilds starts building what nodes need here.
-func (d *Deployer) startBuilds(ctx context.Context, nodes []Target) *localBuilds {
-	bs := &localBuilds{drvs: map[string]bool{}, missing: map[string]bool{}}
+// hostRan reports whether n's host ran its system when the rollout began,
+// which is why this machine did not build it.
+func (bs *localBuilds) hostRan(n Target) bool {
+	return bs != nil && bs.runs[n.Name] && !bs.drvs[n.Derivation]
+}
+
+// alreadyRun asks the hosts of the nodes no record speaks of, whose
+// systems this machine would build, what they run, one login after the
+// other (as the rollout's own logins come): those that run their system
+// after a passing verdict are recorded by the rollout (its read finds them
+// done) and need no build. A host that cannot be asked now is built for.
+func (d *Deployer) alreadyRun(ctx context.Context, nodes []Target) map[string]bool {
+	runs := map[string]bool{}
+	if d.Options.Goal != GoalSwitch && d.Options.Goal != GoalTest {
+		return runs // only these record a host that runs the system (readStep)
+	}
+	for _, n := range nodes {
+		if !n.Unrecorded || !n.buildsHere() || ctx.Err() != nil {
+			continue
+		}
+		cur, err := d.ReadCurrent(ctx, n.Settings)
+		if err == nil && cur.Runs(n.System) {
+			runs[n.Name] = true
+			d.note(n.Name, StepBuild, "the host already runs %s after a passing verdict: it is not built here", n.System)
+		}
+	}
+	return runs
+}
+
+// startBuilds starts building what nodes need here, but for the nodes
+// whose hosts already run their systems (runs, by name).
+func (d *Deployer) startBuilds(ctx context.Context, nodes []Target, runs map[string]bool) *localBuilds {
+	bs := &localBuilds{drvs: map[string]bool{}, missing: map[string]bool{}, runs: runs}
 	var drvs []string
 	for _, n := range nodes {
-		if !n.buildsHere() {
+		if !n.buildsHere() || runs[n.Name] {
 			continue
 		}
 		if !inStore(n.Derivation) {
@@ -105,7 +138,9 @@ func (bs *localBuilds) wait(ctx context.Context, n Target) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case errors.As(err, &be):
-		return fail(1, "BuildFailed", "the system did not build: "+be.Message, "the build's log: nix log "+be.Failed)
+		// The command that prints the log is the hint, said once.
+		log := nixos.LogCommand(be.Failed)
+		return fail(1, "BuildFailed", "the system did not build: "+strings.Replace(be.Message, "\nits log: "+log, "", 1), "its build log: "+log)
 	}
 	return fail(1, "BuildFailed", "the system did not build: "+err.Error(), "")
 }
@@ -166,7 +201,7 @@ var remoteBuildStep = &step{
 			default:
 				msg = fmt.Sprintf("%s, which the system needs, did not build: %s", nixos.DerivationName(failed), account)
 			}
-			return fail(exit, "BuildFailed", fmt.Sprintf("nix-store --realise on the host exited %d: %s", exit, orNone(msg)), "build_on = \"target\" builds with the host's Nix: its log is nix log "+failed+" there")
+			return fail(exit, "BuildFailed", fmt.Sprintf("nix-store --realise on the host exited %d: %s", exit, orNone(msg)), "build_on = \"target\" builds with the host's Nix: its log is "+nixos.LogCommand(failed)+", run on the host")
 		}
 		if !strings.Contains(out, nr.n.System) {
 			return fail(1, "BuildFailed", fmt.Sprintf("the host built %s, not the planned system %s", orNone(strings.TrimSpace(out)), nr.n.System), "")

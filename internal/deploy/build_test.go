@@ -59,8 +59,9 @@ func needsBroken() nixtest.Configuration {
 func wantsBrokenPackage(t *testing.T, r deploy.Result, where string) {
 	t.Helper()
 	wantPhase(t, r, deploy.PhaseFailed, "app-1.0, which", "did not build", nixtest.FailingPackageLine+" app-1.0")
-	if !strings.Contains(r.Hint, "nix log /nix/store/") || !strings.HasSuffix(strings.TrimSuffix(r.Hint, where), "-app-1.0.drv") {
-		t.Errorf("the hint %q does not name app-1.0's log%s", r.Hint, where)
+	if !strings.Contains(r.Hint, "nix-store -l /nix/store/") || !strings.HasSuffix(strings.TrimSuffix(r.Hint, where), "-app-1.0.drv") ||
+		strings.Contains(r.Message, "nix-store -l") || strings.Contains(r.Message, "nix log") {
+		t.Errorf("the hint %q does not name app-1.0's log%s, or the message %q names a log too", r.Hint, where, r.Message)
 	}
 }
 
@@ -110,7 +111,10 @@ func TestDeployBuildsWhatThisMachineLacks(t *testing.T) {
 	runs.hook(d)
 	res := d.Deploy(context.Background(), nodes, nil)
 	wantPhase(t, res[0], deploy.PhaseSucceeded)
-	wantPhase(t, res[1], deploy.PhaseFailed, "did not build", "fails to build, on purpose", "nix log "+systems["web2"].Derivation)
+	wantPhase(t, res[1], deploy.PhaseFailed, "did not build", "fails to build, on purpose")
+	if res[1].Hint != "its build log: nix-store -l "+systems["web2"].Derivation {
+		t.Errorf("web2's hint is %q, want the command that prints its build log", res[1].Hint)
+	}
 	wantPhase(t, res[2], deploy.PhaseSucceeded)
 	wantsBrokenPackage(t, res[3], "")
 	if res[1].Step != deploy.StepBuild || res[1].Outcomes[deploy.CondCopied].Reason != "BuildFailed" {
@@ -167,7 +171,7 @@ func TestDeployBuildOnTheTargetNamesTheDependencyThatFails(t *testing.T) {
 	n.Derivation, n.BuildOn = systems["web1"].Derivation, deploy.BuildTarget
 	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
 	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
-	wantsBrokenPackage(t, r, " there")
+	wantsBrokenPackage(t, r, ", run on the host")
 	if tg.CurrentSystem() == n.System {
 		t.Error("the host runs a system that did not build")
 	}
@@ -390,5 +394,53 @@ func TestDeployNodesSharingADerivation(t *testing.T) {
 	wantPhase(t, res[1], deploy.PhaseFailed, "is not what its derivation "+systems["web1"].Derivation+" builds", "from one evaluation")
 	if tgs[0].CurrentSystem() != systems["web1"].Path || tgs[1].AcceptedConnections() != 0 {
 		t.Errorf("n1 runs %s (want %s); n2 was logged in to %d times", tgs[0].CurrentSystem(), systems["web1"].Path, tgs[1].AcceptedConnections())
+	}
+}
+
+// A node no record speaks of (every node of a deployment replaced after
+// its first apply failed) whose host already runs its system after a
+// passing verdict (built there, with build_on = "target" then) is asked
+// first and recorded without a build here; a node a record speaks of is
+// not asked, and its system is built.
+func TestDeployDoesNotBuildWhatTheHostRuns(t *testing.T) {
+	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good()})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+	n := targetOf(tg, "web1", systems["web1"].Path)
+	n.Derivation, n.BuildOn = systems["web1"].Derivation, deploy.BuildTarget
+	opts := deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
+	wantPhase(t, deployer(t, opts).Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseSucceeded)
+
+	n.BuildOn, n.Unrecorded = deploy.BuildLocal, true
+	// The plan's look says so: nothing to build.
+	d := deployer(t, opts)
+	sess, err := d.OpenSession(context.Background(), n.Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.Preview(context.Background(), sess, n.System, deploy.PreviewOptions{Derivation: n.Derivation, BuildOn: deploy.BuildLocal})
+	sess.Close()
+	if text := p.Text(); err != nil || !strings.Contains(text, "already runs its system") || !strings.Contains(text, "without building or activating it again") || strings.Contains(text, "build ") {
+		t.Errorf("the preview of a host that runs its unbuilt system (%v):\n%s", err, text)
+	}
+	d = deployer(t, opts)
+	var runs builderRuns
+	runs.hook(d)
+	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded, "already runs")
+	if !r.AlreadyCurrent || runs.count("nix-store --realise") != 0 {
+		t.Errorf("a host that runs its system: recorded without activation %v, %d builds here (%q), want none", r.AlreadyCurrent, runs.count("nix-store --realise"), runs.runs)
+	}
+	if _, err := os.Stat(n.System); err == nil {
+		t.Errorf("the system %s was built on this machine", n.System)
+	}
+
+	n.Unrecorded = false
+	d = deployer(t, opts)
+	var recorded builderRuns
+	recorded.hook(d)
+	wantPhase(t, d.Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseSucceeded, "already runs")
+	if recorded.count("nix-store --realise") != 1 {
+		t.Errorf("a node a record speaks of: %d builds here, want 1 (it is not asked first)", recorded.count("nix-store --realise"))
 	}
 }

@@ -157,6 +157,12 @@ type Target struct {
 	// Derivation is the system's derivation: a system this machine's
 	// store lacks is built from it first, where BuildOn says.
 	Derivation string
+	// Unrecorded says no record tells what the host runs (a new node, or
+	// every node of a deployment replaced after its first apply failed):
+	// it may run System already, after a passing verdict. Such a node's
+	// host is asked before its system is built here, and one that runs
+	// it is recorded without a build.
+	Unrecorded bool
 }
 
 // builds reports whether the deploy builds the target's system on this
@@ -255,7 +261,7 @@ func (d *Deployer) note(node string, step StepName, format string, args ...any) 
 // then all waiting on their activations.
 func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Result)) []Result {
 	out := make([]Result, len(nodes))
-	builds := d.startBuilds(ctx, nodes)
+	builds := d.startBuilds(ctx, nodes, d.alreadyRun(ctx, nodes))
 	defer builds.stop()
 	slots := make(chan struct{}, max(1, d.Options.Parallelism))
 	var (

@@ -99,6 +99,11 @@ type PreviewOptions struct {
 func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, opts PreviewOptions) (Preview, error) {
 	c := sess.conn
 	p := Preview{Node: c.s.Name, System: system, Current: sess.Current.System, Verified: sess.Current.Succeeded == system}
+	if opts.Derivation != "" && !inStore(system) && p.Recorded() && opts.BuildOn != BuildTarget {
+		// The apply asks the host first and records it without a build
+		// (Deployer.alreadyRun): nothing is built, copied or switched.
+		return p, nil
+	}
 	if opts.Derivation != "" && !inStore(system) {
 		// Not built: what the build takes, from Nix's dry run; the
 		// rest is known once it is built.
@@ -616,6 +621,10 @@ func (p Preview) Body() string {
 func (p Preview) own() []string {
 	lines := []string{"  to   " + p.System}
 	switch {
+	case p.Recorded() && p.ClosurePaths == 0:
+		// Not measured: this machine's store lacks it, and the apply
+		// builds nothing for it.
+		return append(lines, "  from the same system, which a deploy of it left there: the apply records it without building or activating it again")
 	case p.Recorded():
 		lines = append(lines, "  from the same system, which a deploy of it left there: the apply records it without activating it again")
 	case p.Current == p.System:
@@ -647,6 +656,9 @@ func (p Preview) own() []string {
 // does are the lines of Body that say what the switch does to the host,
 // which a fleet-wide change has the same for many nodes.
 func (p Preview) does() []string {
+	if p.Recorded() && p.ClosurePaths == 0 && !p.Unbuilt {
+		return nil // nothing measured: see own
+	}
 	if p.Unbuilt {
 		if p.BuildOnHost {
 			return []string{"  what the switch changes is known once the host has built the system"}

@@ -17,7 +17,7 @@ import (
 var connectStep = &step{
 	name: StepConnect, does: "logging in over SSH", cond: CondReachable,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if !inStore(nr.n.System) && !nr.n.buildsThere() {
+		if !inStore(nr.n.System) && !nr.n.buildsThere() && !nr.builds.hostRan(nr.n) {
 			return fail(1, "SystemMissing", fmt.Sprintf("system %s does not exist on this machine: build it first, or give the node its derivation", nr.n.System), "")
 		}
 		c, err := nr.d.Transport.Open(ctx, nr.n.Settings)
@@ -91,6 +91,10 @@ var readStep = &step{
 			nr.r.Phase, nr.r.AlreadyCurrent = PhaseSucceeded, true
 			nr.r.Message = fmt.Sprintf("the host already runs %s, which passed its verdict there on an earlier deploy: recorded as switched without a new activation", nr.n.System)
 			return errFinished
+		}
+		if nr.builds.hostRan(nr.n) && !inStore(nr.n.System) {
+			return fail(1, "SystemMissing", fmt.Sprintf("the host ran %s after a passing verdict when the rollout began, so this machine did not build it; it runs %s now (another deployer changed it since)",
+				nr.n.System, orNone(nr.r.PreviousSystem)), "apply again: the next apply builds the system")
 		}
 		nr.d.note(nr.n.Name, StepRead, "locked; current system %s", orNone(nr.r.PreviousSystem))
 		return nil

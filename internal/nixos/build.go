@@ -290,13 +290,13 @@ func (b *Build) failure(drv string, err error) *BuildError {
 		if msg == "" {
 			msg = orDefault(b.stderr.String(), fmt.Sprintf("nix-store --realise ended (%v) without building it", err))
 		}
-		e.Message = msg + logLines(logs[drv]) + "\nits log: nix log " + drv
+		e.Message = msg + logLines(logs[drv]) + "\nits log: " + LogCommand(drv)
 		return e
 	}
 	e.Failed = causes[0]
 	parts := make([]string, len(causes))
 	for i, d := range causes {
-		parts[i] = fmt.Sprintf("%s, which it needs, did not build: %s%s\nits log: nix log %s", DerivationName(d), failed[d], logLines(logs[d]), d)
+		parts[i] = fmt.Sprintf("%s, which it needs, did not build: %s%s\nits log: %s", DerivationName(d), failed[d], logLines(logs[d]), LogCommand(d))
 	}
 	e.Message = strings.Join(parts, "\n")
 	return e
@@ -319,7 +319,9 @@ func BuilderFailure(output string) (drv, account string) {
 		}
 		m := builderFailed.FindStringSubmatch(l)
 		if m == nil {
-			if building != "" && !strings.HasPrefix(l, "error:") && strings.TrimSpace(l) != "" {
+			// A builder's own "error: …" (a compiler's) is its log; Nix's
+			// account of the builds that could not go on is not.
+			if building != "" && !nixSays.MatchString(l) && strings.TrimSpace(l) != "" {
 				logs[building] = append(logs[building], strings.TrimRight(l, " \t"))
 			}
 			continue
@@ -330,7 +332,11 @@ func BuilderFailure(output string) (drv, account string) {
 			if next == "" || (next[0] != ' ' && next[0] != '\t') {
 				break
 			}
-			below = append(below, strings.TrimSpace(next))
+			if t := strings.TrimSpace(next); !strings.HasPrefix(t, "For full logs, run ") {
+				// The command Nix names needs nix-command, which a Nix
+				// 2.8 without it refuses: the error names LogCommand.
+				below = append(below, t)
+			}
 		}
 		if len(below) > 0 {
 			return m[1], account + ";\n" + strings.Join(below, "\n")
@@ -343,6 +349,15 @@ func BuilderFailure(output string) (drv, account string) {
 	}
 	return "", ""
 }
+
+// nixSays is Nix's own account, under a build's log lines, of builds that
+// could not go on.
+var nixSays = regexp.MustCompile(`^error: (build of '|\d+ dependenc(y|ies) of derivation '|cannot build |some substitutes |interrupted by the user)`)
+
+// LogCommand is the command that prints drv's build log, on any Nix (nix
+// log needs the nix-command feature, which Nix 2.8 does not enable by
+// default).
+func LogCommand(drv string) string { return "nix-store -l " + drv }
 
 // buildingLine is the nix-store command's word that a derivation's build
 // begins: the lines of its log follow.
@@ -377,7 +392,7 @@ type BuildError struct {
 	Derivation string
 	Message    string
 	// Failed is the derivation whose builder failed: Derivation itself, or
-	// the first of its dependencies that did not build. Its log (nix log
+	// the first of its dependencies that did not build. Its log (LogCommand
 	// Failed) says why.
 	Failed string
 }

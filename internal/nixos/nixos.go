@@ -174,6 +174,10 @@ func errorHead(stderr string) string {
 			// before Nix said that it failed: its first word is the cause.
 			if said := programSaid(lines[:i]); said != "" {
 				head = append(head, "("+said+")")
+				if sshRefused.MatchString(said) {
+					head = append(head, "(an input fetched over ssh: git runs ssh as the user running Terraform, with that user's keys and known_hosts; "+
+						"give it a key and a known_hosts file with GIT_SSH_COMMAND, or an agent with SSH_AUTH_SOCK, in the environment of terraform or tofu)")
+				}
 			}
 		}
 		for _, m := range lines[i+1:] {
@@ -197,6 +201,9 @@ func errorHead(stderr string) string {
 	}
 	return "Nix printed no error"
 }
+
+// sshRefused is ssh's word, through git, that it could not log in.
+var sshRefused = regexp.MustCompile(`Host key verification failed|Permission denied \(|Could not resolve hostname|Connection refused|No ED25519 host key is known`)
 
 // programSaid is the first line a program printed before Nix's error,
 // Nix's own warnings passed over.

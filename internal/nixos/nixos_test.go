@@ -265,7 +265,7 @@ func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
 	var be *nixos.BuildError
 	if !errors.As(err, &be) || !strings.Contains(be.Message, "error: builder for '"+byName["broken"].Derivation+"' failed with exit code 1") ||
 		!strings.Contains(be.Message, "\nlast log lines:\n> nixtest: this system fails to build, on purpose") ||
-		be.Failed != byName["broken"].Derivation || !strings.Contains(be.Message, "\nits log: nix log "+byName["broken"].Derivation) {
+		be.Failed != byName["broken"].Derivation || !strings.Contains(be.Message, "\nits log: nix-store -l "+byName["broken"].Derivation) {
 		t.Errorf("broken: %v", err)
 	}
 	// A dependency that does not build is named, with its builder's last
@@ -274,8 +274,16 @@ func TestBuildWaitsForEachSystemOnItsOwn(t *testing.T) {
 	if !errors.As(err, &be) || !strings.HasSuffix(be.Failed, "-app-1.0.drv") ||
 		!strings.Contains(be.Message, "app-1.0, which it needs, did not build: builder for '"+be.Failed+"' failed with exit code 1") ||
 		!strings.Contains(be.Message, "\nlast log lines:\n> compiling app-1.0\n> "+nixtest.FailingPackageLine+" app-1.0") ||
-		!strings.Contains(be.Message, "\nits log: nix log "+be.Failed) || strings.Contains(be.Message, "libc") {
+		!strings.Contains(be.Message, "\nits log: nix-store -l "+be.Failed) || strings.Contains(be.Message, "libc") {
 		t.Errorf("needs: %v", err)
+	}
+	// The command the error names prints the log, on this Nix (2.8,
+	// where nix log needs nix-command).
+	if be != nil {
+		out, err := exec.Command("sh", "-c", nixos.LogCommand(be.Failed)).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), nixtest.FailingPackageLine+" app-1.0") {
+			t.Errorf("%s: %v\n%s", nixos.LogCommand(be.Failed), err, out)
+		}
 	}
 	for _, name := range []string{"webb", "webc", "slow"} {
 		if err := b.Wait(context.Background(), byName[name].Derivation); err != nil {
@@ -680,12 +688,31 @@ func TestBuilderFailureReadsBothOutputs(t *testing.T) {
 			"builder for '" + app + "' failed with exit code 1\nlast log lines:\n> compiling app-1.0\n> it broke"},
 		{"nix", "error: builder for '" + app + "' failed with exit code 1;\n       last 2 log lines:\n       > compiling app-1.0\n       > it broke\n" +
 			"       For full logs, run 'nix log " + app + "'.\nerror: 1 dependencies of derivation '/nix/store/x-nixos-system-web1.drv' failed to build\n",
-			"builder for '" + app + "' failed with exit code 1;\nlast 2 log lines:\n> compiling app-1.0\n> it broke\nFor full logs, run 'nix log " + app + "'."},
+			"builder for '" + app + "' failed with exit code 1;\nlast 2 log lines:\n> compiling app-1.0\n> it broke"},
+		// A builder's own error line is its log; Nix's lines are not.
+		{"nix-store, a compiler's error", "building '" + app + "'...\ncompiling app-1.0\nerror: app.h: No such file or directory\nerror: build of '/nix/store/z-other.drv' failed\n" +
+			"error: builder for '" + app + "' failed with exit code 1\n",
+			"builder for '" + app + "' failed with exit code 1\nlast log lines:\n> compiling app-1.0\n> error: app.h: No such file or directory"},
 		{"nothing failed", "copying path '/nix/store/y' from 'https://cache'...\n", ""},
 	} {
 		drv, account := nixos.BuilderFailure(c.output)
 		if account != c.want || (c.want != "") != (drv == app) {
 			t.Errorf("%s: %q, %q; want %q", c.what, drv, account, c.want)
 		}
+	}
+}
+
+// A private input git cannot fetch over ssh says how the provider's Nix
+// gets a key: ssh's own words, and the variables it reads.
+func TestEvaluateSaysHowAPrivateInputGetsItsKey(t *testing.T) {
+	dir := t.TempDir()
+	// Port 1 on loopback: nothing listens, ssh is refused at once.
+	flake := `{ inputs.private.url = "git+ssh://git@127.0.0.1:1/private.git"; outputs = { self, private }: { nixosConfigurations = {}; }; }`
+	if err := os.WriteFile(filepath.Join(dir, "flake.nix"), []byte(flake), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newNix().Evaluate(context.Background(), nixos.Source{Flake: "path:" + dir}, nil, nixos.EvaluateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "Connection refused") || !strings.Contains(err.Error(), "GIT_SSH_COMMAND") || !strings.Contains(err.Error(), "SSH_AUTH_SOCK") {
+		t.Fatalf("an input ssh could not fetch: %v; want ssh's words and how to give it a key", err)
 	}
 }

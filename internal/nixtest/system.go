@@ -190,7 +190,7 @@ type packageJSON struct {
 
 // FailingPackageLine is the last line a SystemSpec's FailingPackage's
 // builder prints, before its name.
-const FailingPackageLine = "nixtest: this package does not build, on purpose:"
+const FailingPackageLine = "error: nixtest: this package does not build, on purpose:"
 
 type toolJSON struct {
 	Name   string `json:"name"`

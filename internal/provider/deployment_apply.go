@@ -178,8 +178,9 @@ func (r *deploymentResource) targets(ctx context.Context, m *deploymentModel, a 
 	var targets []deploy.Target
 	for _, n := range a.nodes {
 		if a.switches(n) {
+			p, known := a.priors[n.Name.ValueString()]
 			targets = append(targets, deploy.Target{System: n.System.ValueString(), Derivation: n.Derivation.ValueString(),
-				Settings: r.settings(ctx, defaults, n, a.priors[n.Name.ValueString()], diags)})
+				Settings: r.settings(ctx, defaults, n, p, diags), Unrecorded: !known || p.current == ""})
 		}
 	}
 	return targets

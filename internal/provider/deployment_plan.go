@@ -383,8 +383,20 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 	goal := deploy.Goal(m.Goal.ValueString())
 	previews := (goal == deploy.GoalSwitch || goal == deploy.GoalTest) && !r.data.noPreview
 	opts := deploy.PreviewOptions{DryActivate: m.PlanDryActivate.ValueBool()}
+	// A plan of many switches spends its time here: say so, and how long
+	// each node took, at DEBUG (TF_LOG=DEBUG).
+	began := time.Now()
+	tflog.Debug(ctx, "previewing the switches the plan makes", map[string]any{"nodes": len(todo), "previews": previews})
+	defer func() {
+		tflog.Debug(ctx, "previewed the switches the plan makes", map[string]any{"nodes": len(todo), "took": time.Since(began).Round(time.Millisecond).String()})
+	}()
 	r.underProbeBound(ctx, len(todo), func(i int) {
 		p := todo[i]
+		nodeBegan := time.Now()
+		defer func() {
+			tflog.Debug(ctx, "previewed a node's switch", map[string]any{"node": p.node.Name.ValueString(), "took": time.Since(nodeBegan).Round(time.Millisecond).String(),
+				"login_failed": p.err != nil, "preview_failed": p.unknown != nil})
+		}()
 		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		sess := p.sess
