@@ -244,6 +244,15 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 		diags.AddAttributeError(path.Root("nodes"), "Deployment stopped: "+strings.Join(pending, ", ")+" not started",
 			pendingCause(byName, pending)+". They were not touched, and the next plan switches them.")
 	}
+	if diags.HasError() {
+		// Terraform and OpenTofu evaluate no output that reads a resource
+		// whose apply failed: such outputs keep what they held before it
+		// (or what the plan knew of them), while state has the records.
+		diags.AddWarning("Outputs that read this deployment were not updated",
+			"This apply failed, so Terraform (and OpenTofu) leave the outputs that read this deployment as they were before it, or as the plan showed them: "+
+				"a failed_nodes output may still say []. State has what happened (terraform state show). "+
+				"terraform apply -refresh-only -auto-approve, or the next apply, brings the outputs in line with it.")
+	}
 	m.Actions = types.MapValueMust(types.StringType, actions)
 	m.Status = statusMap(ctx, statuses, diags)
 	m.SucceededNodes, m.FailedNodes, m.SkippedNodes = deploySummaries(statuses)

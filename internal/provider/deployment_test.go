@@ -56,13 +56,18 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 			bad2 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}})
 			nodes := []*nixtest.Target{tg1, tg2}
 			s := acctest.NewSession(t, cli, server())
-			s.WriteConfig(deploymentConfig(nodes, []string{good1, bad2}, ""))
+			s.WriteConfig(deploymentConfig(nodes, []string{good1, bad2}, "") + outcomeOutputs)
 			s.Run("init", "-input=false")
 
 			out, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
 			if code == 0 || !strings.Contains(errOut, "DEPLOY FAILED for n2 (exit 4)") || !strings.Contains(errOut, "db.service") {
 				t.Fatalf("apply with a failing node: exit %d\n%s\n%s", code, out, errOut)
 			}
+			// Outputs (issue 31's trial): both CLIs write an output the
+			// plan knew before the apply, and evaluate none that reads a
+			// resource whose apply failed. The apply says so, and a
+			// refresh-only apply brings them in line with state.
+			wantOutputsRefreshed(t, s, out+errOut, "failed apply (create)")
 			if tg1.CurrentSystem() != good1 || tg1.BootEntry() != good1 {
 				t.Errorf("n1, before the failing n2, was not switched")
 			}
@@ -143,13 +148,53 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 				t.Errorf("the held n1's Activated condition: %v (its last deploy activated it)", got)
 			}
 			s.Run("apply", "-auto-approve", "-input=false")
-			s.WriteConfig(deploymentConfig(nodes, []string{good1, good2}, ""))
+			s.WriteConfig(deploymentConfig(nodes, []string{good1, good2}, "") + outcomeOutputs)
 			s.Run("apply", "-auto-approve", "-input=false")
 			if tg1.CurrentSystem() != good1 {
 				t.Errorf("n1 after the hold was lifted: %s", tg1.CurrentSystem())
 			}
 			s.WantNoChanges()
+			wantOutcomeOutputs(t, s, "applied", `[]`, `"Succeeded"`, `"Succeeded"`)
+			// A failing switch of a deployment that exists (an update).
+			s.WriteConfig(deploymentConfig(nodes, []string{good1, bad2}, "") + outcomeOutputs)
+			out, errOut, code = s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			if code == 0 || !strings.Contains(errOut, "DEPLOY FAILED for n2") {
+				t.Fatalf("a failing switch of n2: exit %d\n%s", code, errOut)
+			}
+			wantOutputsRefreshed(t, s, out+errOut, "failed apply (update)")
 		})
+	}
+}
+
+// outcomeOutputs are outputs of what a deployment's apply did, as a
+// module's user reads them.
+const outcomeOutputs = `
+output "failed" { value = fleet_ssh_deployment.prod.failed_nodes }
+output "phase" { value = fleet_ssh_deployment.prod.phase }
+output "n2_phase" { value = fleet_ssh_deployment.prod.status["n2"].phase }
+`
+
+// wantOutputsRefreshed fails the test unless a failed apply's output
+// (what it printed) says that outputs were not updated and how to update them, and
+// doing so makes the outputs say that n2 failed.
+func wantOutputsRefreshed(t *testing.T, s *acctest.Session, printed, when string) {
+	t.Helper()
+	if flat := strings.Join(strings.Fields(printed), " "); !strings.Contains(flat, "Outputs that read this deployment were not updated") || !strings.Contains(flat, "terraform apply -refresh-only -auto-approve") {
+		t.Errorf("%s: the apply does not say that outputs were not updated:\n%s", when, printed)
+	}
+	s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+	wantOutcomeOutputs(t, s, when+", then apply -refresh-only", `["n2"]`, `"Failed"`, `"RolledBack"`)
+}
+
+// wantOutcomeOutputs fails the test unless terraform output says failed,
+// phase and n2's phase (as JSON).
+func wantOutcomeOutputs(t *testing.T, s *acctest.Session, when, failed, phase, n2Phase string) {
+	t.Helper()
+	for name, want := range map[string]string{"failed": failed, "phase": phase, "n2_phase": n2Phase} {
+		got, errOut, err := s.Try("output", "-json", name)
+		if err != nil || strings.Join(strings.Fields(got), "") != want {
+			t.Errorf("%s: output %s = %s (%v %s), want %s", when, name, strings.TrimSpace(got), err, errOut, want)
+		}
 	}
 }
 
