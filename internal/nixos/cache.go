@@ -125,6 +125,30 @@ func (n Nix) localiser(ctx context.Context, src Source) func(string) string {
 	}
 }
 
+// missingInCopy is Nix's word that a path of a flake's copy in the store
+// is not there.
+var missingInCopy = regexp.MustCompile(`getting status of '/nix/store/[0-9a-z]{32}-source/([^']*)': No such file or directory`)
+
+// dirError says, of an error that a flake's dir= names a directory its
+// copy lacks, where dir= is looked for: Nix names only the store path.
+// Other errors (nil too) are returned as they are.
+func dirError(src Source, err error) error {
+	if err == nil {
+		return nil
+	}
+	m := missingInCopy.FindStringSubmatch(err.Error())
+	u, perr := url.Parse(strings.SplitN(src.Flake, "#", 2)[0])
+	if m == nil || perr != nil {
+		return err
+	}
+	dir := strings.Trim(u.Query().Get("dir"), "/")
+	if dir == "" || !strings.HasPrefix(m[1], dir) {
+		return err
+	}
+	return fmt.Errorf("%w (dir="+dir+" names no directory of the flake's repository"+orEmpty(" at ", u.Path)+
+		" as the fetcher copies it: dir is relative to the repository's root, and a git+file flake has only what Git tracks)", err)
+}
+
 // kept is the evaluation kept under key, nil when there is none or one of
 // its derivations was collected since (evaluating again writes it).
 func (n Nix) kept(key string) []System {

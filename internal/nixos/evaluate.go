@@ -186,7 +186,7 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 	}
 	kept, key, err := n.cached(ctx, src, names)
 	if err != nil || kept != nil {
-		return kept, err
+		return kept, dirError(src, err)
 	}
 	asked := names
 	if names == nil {
@@ -194,7 +194,7 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 			if ctx.Err() != nil {
 				return nil, err
 			}
-			return nil, errors.New(n.localiser(ctx, src)(err.Error()))
+			return nil, dirError(src, errors.New(n.localiser(ctx, src)(err.Error())))
 		}
 	}
 	out := n.evaluateAll(ctx, src, names, opts)
@@ -216,7 +216,7 @@ func (n Nix) Evaluate(ctx context.Context, src Source, names []string, opts Eval
 		if ctx.Err() != nil {
 			return nil, lerr
 		}
-		return nil, errors.New(n.localiser(ctx, src)(lerr.Error()))
+		return nil, dirError(src, errors.New(n.localiser(ctx, src)(lerr.Error())))
 	}
 	if missing := missingOf(src, names, all); asked != nil && missing != nil {
 		return nil, missing

@@ -716,3 +716,18 @@ func TestEvaluateSaysHowAPrivateInputGetsItsKey(t *testing.T) {
 		t.Fatalf("an input ssh could not fetch: %v; want ssh's words and how to give it a key", err)
 	}
 }
+
+// A flake's dir= naming no directory of its repository says so, and where
+// dir= is looked for, not only the store path Nix names.
+func TestEvaluateSaysADirIsMissing(t *testing.T) {
+	r := repo(t, fleetOf(1))
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}} {
+		if out, err := exec.Command("git", append([]string{"-C", r.Dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	_, err := newNix().Evaluate(context.Background(), nixos.Source{Flake: "git+file://" + r.Dir + "?dir=prod"}, nil, nixos.EvaluateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "dir=prod names no directory of the flake's repository at "+r.Dir) {
+		t.Fatalf("a dir= the repository lacks: %v", err)
+	}
+}
