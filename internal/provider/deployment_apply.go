@@ -250,8 +250,8 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 		// (or what the plan knew of them), while state has the records.
 		diags.AddWarning("Outputs that read this deployment were not updated",
 			"This apply failed, so Terraform (and OpenTofu) leave the outputs that read this deployment as they were before it, or as the plan showed them: "+
-				"a failed_nodes output may still say []. State has what happened (terraform state show). "+
-				"terraform apply -refresh-only -auto-approve, or the next apply, brings the outputs in line with it.")
+				"a failed_nodes output may still say []. State has what happened (terraform state show, tofu state show). "+
+				"terraform apply -refresh-only -auto-approve (tofu apply -refresh-only -auto-approve with OpenTofu), or the next apply, brings the outputs in line with it.")
 	}
 	m.Actions = types.MapValueMust(types.StringType, actions)
 	m.Status = statusMap(ctx, statuses, diags)
