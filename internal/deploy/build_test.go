@@ -133,14 +133,22 @@ func TestDeployBuildsWhatThisMachineLacks(t *testing.T) {
 	}
 }
 
-// build_on = "target": the derivation's closure is copied to the host and
-// the system built there; this machine's store never has it.
-func TestDeployBuildsOnTheTarget(t *testing.T) {
-	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good()})
+// builtOnTheTarget is node web1 of configuration c, not built here, with
+// build_on = "target", on a host booted into another system.
+func builtOnTheTarget(t *testing.T, c nixtest.Configuration) (*nixtest.Target, deploy.Target) {
+	t.Helper()
+	systems := evaluated(t, map[string]nixtest.Configuration{"web1": c})
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	n := targetOf(tg, "web1", systems["web1"].Path)
 	n.Derivation, n.BuildOn = systems["web1"].Derivation, deploy.BuildTarget
+	return tg, n
+}
+
+// build_on = "target": the derivation's closure is copied to the host and
+// the system built there; this machine's store never has it.
+func TestDeployBuildsOnTheTarget(t *testing.T) {
+	tg, n := builtOnTheTarget(t, good())
 	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
 	var runs builderRuns
 	runs.hook(d)
@@ -164,11 +172,7 @@ func TestDeployBuildsOnTheTarget(t *testing.T) {
 // the node fails naming the package, its builder's last log lines, and
 // its log on the host.
 func TestDeployBuildOnTheTargetNamesTheDependencyThatFails(t *testing.T) {
-	systems := evaluated(t, map[string]nixtest.Configuration{"web1": needsBroken()})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
-	n := targetOf(tg, "web1", systems["web1"].Path)
-	n.Derivation, n.BuildOn = systems["web1"].Derivation, deploy.BuildTarget
+	tg, n := builtOnTheTarget(t, needsBroken())
 	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
 	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
 	wantsBrokenPackage(t, r, ", run on the host")
@@ -403,11 +407,7 @@ func TestDeployNodesSharingADerivation(t *testing.T) {
 // first and recorded without a build here; a node a record speaks of is
 // not asked, and its system is built.
 func TestDeployDoesNotBuildWhatTheHostRuns(t *testing.T) {
-	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good()})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
-	n := targetOf(tg, "web1", systems["web1"].Path)
-	n.Derivation, n.BuildOn = systems["web1"].Derivation, deploy.BuildTarget
+	_, n := builtOnTheTarget(t, good())
 	opts := deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
 	wantPhase(t, deployer(t, opts).Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseSucceeded)
 
@@ -418,11 +418,13 @@ func TestDeployDoesNotBuildWhatTheHostRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := d.Preview(context.Background(), sess, n.System, deploy.PreviewOptions{Derivation: n.Derivation, BuildOn: deploy.BuildLocal})
-	sess.Close()
-	if text := p.Text(); err != nil || !strings.Contains(text, "already runs its system") || !strings.Contains(text, "without building or activating it again") || strings.Contains(text, "build ") {
-		t.Errorf("the preview of a host that runs its unbuilt system (%v):\n%s", err, text)
+	for _, on := range []deploy.BuildOn{deploy.BuildLocal, deploy.BuildTarget} {
+		p, err := d.Preview(context.Background(), sess, n.System, deploy.PreviewOptions{Derivation: n.Derivation, BuildOn: on})
+		if text := p.Text(); err != nil || !strings.Contains(text, "already runs its system") || !strings.Contains(text, "without building or activating it again") || strings.Contains(text, "build ") || strings.Contains(text, "built") {
+			t.Errorf("build_on %s: the preview of a host that runs its unbuilt system (%v):\n%s", on, err, text)
+		}
 	}
+	sess.Close()
 	d = deployer(t, opts)
 	var runs builderRuns
 	runs.hook(d)

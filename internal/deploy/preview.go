@@ -99,9 +99,10 @@ type PreviewOptions struct {
 func (d *Deployer) Preview(ctx context.Context, sess *Session, system string, opts PreviewOptions) (Preview, error) {
 	c := sess.conn
 	p := Preview{Node: c.s.Name, System: system, Current: sess.Current.System, Verified: sess.Current.Succeeded == system}
-	if opts.Derivation != "" && !inStore(system) && p.Recorded() && opts.BuildOn != BuildTarget {
-		// The apply asks the host first and records it without a build
-		// (Deployer.alreadyRun): nothing is built, copied or switched.
+	if opts.Derivation != "" && !inStore(system) && p.Recorded() {
+		// The apply records it without a build: it asks the host first
+		// (Deployer.alreadyRun), and a build on the host comes after the
+		// read that finds it done.
 		return p, nil
 	}
 	if opts.Derivation != "" && !inStore(system) {
@@ -609,6 +610,12 @@ func Heading(ps []Preview) string {
 // records, plans such nodes).
 func (p Preview) Recorded() bool { return p.Current == p.System && p.Verified }
 
+// recordedUnmeasured is a host that already runs the system, which this
+// machine's store lacks: the apply builds nothing for it (the deploy asks
+// the host first, and a build on the host comes after its read), so
+// nothing of it is measured.
+func (p Preview) recordedUnmeasured() bool { return p.Recorded() && p.ClosurePaths == 0 }
+
 // Body is what Text says of the switch, without the node's name: its own
 // lines (the systems, what is copied or built), then what the switch
 // does (packages, units, reboot).
@@ -621,9 +628,7 @@ func (p Preview) Body() string {
 func (p Preview) own() []string {
 	lines := []string{"  to   " + p.System}
 	switch {
-	case p.Recorded() && p.ClosurePaths == 0:
-		// Not measured: this machine's store lacks it, and the apply
-		// builds nothing for it.
+	case p.recordedUnmeasured():
 		return append(lines, "  from the same system, which a deploy of it left there: the apply records it without building or activating it again")
 	case p.Recorded():
 		lines = append(lines, "  from the same system, which a deploy of it left there: the apply records it without activating it again")
@@ -656,7 +661,7 @@ func (p Preview) own() []string {
 // does are the lines of Body that say what the switch does to the host,
 // which a fleet-wide change has the same for many nodes.
 func (p Preview) does() []string {
-	if p.Recorded() && p.ClosurePaths == 0 && !p.Unbuilt {
+	if p.recordedUnmeasured() {
 		return nil // nothing measured: see own
 	}
 	if p.Unbuilt {
