@@ -32,14 +32,24 @@ type Session struct {
 	CLI CLI
 	Dir string
 	env []string
+	// commands counts the CLI commands the session has run, so that a
+	// provider it serves in-process can tell one command from the next.
+	commands atomic.Int64
 }
+
+// Factory makes the provider server a session serves in-process. run
+// names the session's command being run at the moment it is called, as
+// a provider's parent process names its command outside a test
+// (provider.WithRunID); each session counts its own, since tests run in
+// parallel.
+type Factory func(run func() string) (tfprotov6.ProviderServer, error)
 
 // NewSession starts a session whose provider is served from this process by
 // factory for the session's lifetime.
-func NewSession(t testing.TB, cli CLI, factory func() (tfprotov6.ProviderServer, error)) *Session {
+func NewSession(t testing.TB, cli CLI, factory Factory) *Session {
 	t.Helper()
 	s := newSession(t, cli)
-	server, err := factory()
+	server, err := factory(s.currentCommand)
 	if err != nil {
 		t.Fatalf("provider factory: %v", err)
 	}
@@ -165,25 +175,36 @@ func (s *Session) Run(args ...string) (stdout, stderr string) {
 	return stdout, stderr
 }
 
-// commands counts the CLI commands sessions have run, so that a provider
-// served in-process can tell one command from the next (CurrentCommand).
-var commands atomic.Int64
-
-// CurrentCommand identifies the CLI command a session is running now, for
-// a provider served in-process (provider.WithRunID): outside a test, the
-// process that starts the provider tells the command.
-func CurrentCommand() string { return "command:" + strconv.FormatInt(commands.Load(), 10) }
+// currentCommand names the CLI command the session is running now.
+func (s *Session) currentCommand() string {
+	return "command:" + strconv.FormatInt(s.commands.Load(), 10)
+}
 
 // Try runs the CLI with args and returns what it printed and how it ended.
 func (s *Session) Try(args ...string) (stdout, stderr string, err error) {
-	commands.Add(1)
+	s.commands.Add(1)
 	cmd := exec.Command(s.CLI.Path, args...)
 	cmd.Dir = s.Dir
 	cmd.Env = append(os.Environ(), s.env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
 	err = cmd.Run()
+	s.logTime(cmd, start, args)
 	return out.String(), errOut.String(), err
+}
+
+// EnvCommandTimes, set to 1, logs each CLI command's wall time and the CPU
+// it and the processes it waited for used (the provider binary's among
+// them), to see where an acceptance test's time goes (go test -v).
+const EnvCommandTimes = "FLEET_ACC_COMMAND_TIMES"
+
+func (s *Session) logTime(cmd *exec.Cmd, start time.Time, args []string) {
+	if os.Getenv(EnvCommandTimes) != "1" || cmd.ProcessState == nil {
+		return
+	}
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	s.t.Logf("%s %s: %.2f s, CPU %.2f s", s.CLI.Name, strings.Join(args, " "), time.Since(start).Seconds(), cpu.Seconds())
 }
 
 // Interrupt runs the CLI with args in a process group of its own and, after
@@ -202,7 +223,7 @@ func (s *Session) Interrupt(after time.Duration, args ...string) (stdout, stderr
 // fails the test.
 func (s *Session) InterruptWhen(ready func() bool, args ...string) (stdout, stderr string, took time.Duration) {
 	s.t.Helper()
-	commands.Add(1)
+	s.commands.Add(1)
 	cmd := exec.Command(s.CLI.Path, args...)
 	cmd.Dir = s.Dir
 	cmd.Env = append(os.Environ(), s.env...)
@@ -354,7 +375,7 @@ func (s *Session) Validate() (valid bool, diags []Diagnostic) {
 // Command is name run with args in the session's directory and
 // environment, as a job an operator scripts around the CLI would run.
 func (s *Session) Command(name string, args ...string) *exec.Cmd {
-	commands.Add(1)
+	s.commands.Add(1)
 	cmd := exec.Command(name, args...)
 	cmd.Dir = s.Dir
 	cmd.Env = append(os.Environ(), s.env...)

@@ -19,8 +19,9 @@ import (
 // deployment runs through sudo (§5), and its key, given inline, reaches
 // OpenSSH through the provider's own agent.
 func TestEveryResourceTakesItsCredentialsFromTheProviderBlock(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	t.Setenv("SSH_AUTH_SOCK", "")
+	// No agent: TestMain unsets SSH_AUTH_SOCK for the provider served in
+	// this process.
+	t.Parallel()
 	login := sshtest.SudoUser(t)
 	key := sshtest.NewKey(t)
 	only := []sshtest.SSHDOption{sshtest.WithAuthorizedKeys(key), sshtest.WithConfigLines("AllowUsers " + login)}
@@ -30,7 +31,7 @@ func TestEveryResourceTakesItsCredentialsFromTheProviderBlock(t *testing.T) {
 	node.Boot(t, sys)
 	next := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		for _, keyForm := range []string{"private_key_file", "private_key"} {
 			t.Run(cli.Name+"/"+keyForm, func(t *testing.T) {
 				keyLine := fmt.Sprintf("private_key_file = %q", key.WriteFile(t, t.TempDir()))
@@ -124,14 +125,14 @@ output "deployment" { value = fleet_ssh_deployment.d.status["n1"].phase }
 // anything changes, naming the right: with use_sudo, a user sudo asks a
 // password of; without it, a user who is not root.
 func TestDeploymentWithoutRootsRightsFailsNamingThem(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	noSudo := nixtest.NewTarget(t, nixtest.WithLoginUser(sshtest.LoginUser(t)))
 	notRoot := nixtest.NewTarget(t, nixtest.WithLoginUser(sshtest.SudoUser(t)))
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	noSudo.Boot(t, old)
 	notRoot.Boot(t, old)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
 			s := acctest.NewSession(t, cli, server())
 			// n1 asks sudo, which asks a password; n2 does not ask.

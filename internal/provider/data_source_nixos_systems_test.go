@@ -87,7 +87,6 @@ func stringsExact(values ...string) knownvalue.Check {
 // terraform_data and an output. The
 // test framework's plan after the apply proves the plan empty.
 func TestAccNixOSSystemsFromAFlakeAndAFile(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
 		r := repository(t, map[string]nixtest.Configuration{"web1": configuration(), "web2": configuration(), "db1": configuration()})
 		want := map[string][2]string{}
@@ -167,7 +166,6 @@ output "file_systems" {
 // name the source lacks, fail it even with keep_going, the latter naming
 // those the source has, from a flake and from a file.
 func TestAccNixOSSystemsNameTheFailingConfiguration(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
 		configs := map[string]nixtest.Configuration{"web1": configuration(), "web2": configuration(),
 			"webc": {EvalError: "webc's module is broken on purpose"}, "webe": {EvalExpression: `1 + "a"`}}
@@ -236,7 +234,6 @@ func TestAccNixOSSystemsStaticFaults(t *testing.T) {
 // a configuration that does not build fails the read, named with Nix's
 // words, while the others are still built.
 func TestAccNixOSSystemsBuild(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
 	acctest.Test(t, func(t *testing.T, cli acctest.CLI) resource.TestCase {
 		good := repository(t, map[string]nixtest.Configuration{"web1": configuration(), "web2": configuration()})
 		broken := configuration()
@@ -286,9 +283,10 @@ func TestAccNixOSSystemsBuild(t *testing.T) {
 // and a for expression over the entries without an error feeds the
 // good ones on. A second plan of the unchanged repository is empty.
 func TestNixOSSystemsKeepGoing(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			broken := configuration()
 			broken.BuildFails = true
 			r := repository(t, map[string]nixtest.Configuration{"web1": configuration(), "web2": configuration(), "broken": broken,
@@ -415,16 +413,17 @@ func readLog(t *testing.T, log string) (fields string, ms int, evaluations, comm
 // each Nix command line is logged at DEBUG; none, the build's included,
 // adds a substituter or an option of its own.
 func TestNixOSSystemsUnchangedRepositoryIsCheap(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	const n = 12
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			configs := map[string]nixtest.Configuration{}
 			for i := range n {
 				configs[fmt.Sprintf("host%02d", i)] = configuration()
 			}
-			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: configs, SharedImport: 3_000_000}
+			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: configs, SharedImport: 1_000_000}
 			r.Write(t)
 			s := acctest.NewBinarySession(t, cli, binary)
 			s.WriteConfig(fmt.Sprintf(`
@@ -500,6 +499,7 @@ resource "terraform_data" "systems" {
 // the user's NIX_CONFIG governs the build (here max-jobs = 0: Nix's own
 // refusal, named by configuration).
 func TestNixOSSystemsUsesTheUsersNix(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	old := t.TempDir()
 	if err := os.WriteFile(filepath.Join(old, "nix"), []byte("#!/bin/sh\necho 'nix (Nix) 2.3.16'\n"), 0o755); err != nil {
@@ -508,7 +508,7 @@ func TestNixOSSystemsUsesTheUsersNix(t *testing.T) {
 	none := t.TempDir()
 	r := repository(t, map[string]nixtest.Configuration{"web1": configuration()})
 	config := fmt.Sprintf("data \"fleet_nixos_systems\" \"all\" {\n  flake = \"path:%s\"\n  build = true\n}\n", r.Dir)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		cases := []struct {
 			name, path, nixConfig string
 			want                  []string
@@ -519,6 +519,7 @@ func TestNixOSSystemsUsesTheUsersNix(t *testing.T) {
 		}
 		for _, c := range cases {
 			t.Run(cli.Name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
 				s := acctest.NewBinarySession(t, cli, binary)
 				s.Setenv("PATH", c.path)
 				s.Setenv("NIX_CONFIG", c.nixConfig)
@@ -553,10 +554,11 @@ func buildSleeping(seconds int) bool {
 // plan fails saying the build was interrupted, soon, and no builder runs
 // on after it.
 func TestNixOSSystemsBuildInterrupted(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for i, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			seconds := 71 + i // a sleep no other test's builder has
 			slow := configuration()
 			slow.BuildDelay = time.Duration(seconds) * time.Second
@@ -586,7 +588,7 @@ func TestNixOSSystemsBuildInterrupted(t *testing.T) {
 // systems come out, and the web hosts are built and ready; a second plan
 // is empty.
 func TestNixOSSystemsExampleApplies(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	example, err := os.ReadFile("../../examples/data-sources/fleet_nixos_systems/data-source.tf")
 	if err != nil {
 		t.Fatal(err)
@@ -596,6 +598,7 @@ func TestNixOSSystemsExampleApplies(t *testing.T) {
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			s := acctest.NewBinarySession(t, cli, binary)
 			hosts := map[string]nixtest.Configuration{"web1": configuration(), "web2": configuration(), "db1": configuration()}
 			flake := &nixtest.Repository{Dir: filepath.Join(s.Dir, "nixos"), Configurations: hosts}

@@ -188,8 +188,10 @@ data "fleet_reachability" "now" {
 // unknown at validate: its required attributes are not reported missing
 // before they are known, so the configuration validates.
 func TestReachabilityExecutorConnectionTargetValidates(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			s := acctest.NewSession(t, cli, server())
 			s.WriteConfig(executorTargetConfig(t, sshd))

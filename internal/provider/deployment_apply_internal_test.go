@@ -73,6 +73,7 @@ func recordsOf(t *testing.T, m *deploymentModel) []deployStatusModel {
 // prediction. The other nodes are recorded as they went, the apply fails
 // naming the node, and the next plan switches both again.
 func TestApplyKeepsThePriorRecordOfANodeItCannotRecord(t *testing.T) {
+	t.Parallel()
 	const old, sys = "/nix/store/old-system", "/nix/store/new-system"
 	n1, n2, n3 := testNode("n1", sys), testNode("n2", sys), testNode("n3", sys)
 	prior := priorOf(t, n1, deploy.Result{Name: "n1", Phase: deploy.PhaseSucceeded, CurrentSystem: old, VerifiedSystem: old, Message: "switched"}, actionSwitch)
@@ -140,6 +141,7 @@ func actionOf(m *deploymentModel, name string) string {
 // node is, Failed when one failed, was rolled back or was not started
 // (held nodes or not), else Partial (a node held).
 func TestDeploymentPhaseLadder(t *testing.T) {
+	t.Parallel()
 	const sys = "/nix/store/new-system"
 	const held = deploy.Phase("held") // not deployed: listed in hold
 	for _, c := range []struct {
@@ -193,6 +195,7 @@ func TestDeploymentPhaseLadder(t *testing.T) {
 // The plan of a successful apply derives its phase by the same ladder:
 // Succeeded when it switches every node, Partial when it holds one.
 func TestDeploymentPhaseLadderInThePlan(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		actions []string
 		phase   string

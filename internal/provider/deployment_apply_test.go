@@ -12,7 +12,7 @@ import (
 
 // Issue 22: an apply whose deployer cannot start (a TMPDIR others can
 // write without the sticky bit, which the provider refuses) records what
-// happened, through both CLIs, on a create and on an update: the apply
+// happened, through one CLI (acctest.AlternateCLIs), on a create and on an update: the apply
 // fails naming the directory, every node is pending (no exit code, the
 // reason in its message), an update keeps what the last apply found on
 // the hosts, the hosts run what they ran, the next plan switches every
@@ -20,10 +20,11 @@ import (
 // Before, state held the plan's prediction of a success, and no later
 // plan switched anything.
 func TestDeploymentApplyThatCannotStartRecordsWhatHappened(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			nodes := []*nixtest.Target{tg1, tg2}
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})

@@ -19,15 +19,16 @@ var onThisMachine = regexp.MustCompile(`build \d+ derivations? on this machine: 
 
 var onTheHost = regexp.MustCompile(`build \d+ derivations? on the host \(what its store lacks\), once the derivations are copied there: [^\n]*\bnixos-system-web3\n  what the switch changes is known once the host has built the system\n`)
 
-// From configurations (issue 23) through both CLIs: nodes whose systems
+// From configurations (issue 23) through one CLI (AlternateCLIs): nodes whose systems
 // are not built yet, given their derivations. The plan says what each
 // switch will build; the apply builds them (on this machine, or on the
 // host with build_on = "target"), a build failure failing only its node;
 // the next plan retries exactly that node.
 func TestDeploymentBuildsSystemsFromTheirDerivations(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			good := nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
 			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: map[string]nixtest.Configuration{
 				"web1": good, "web2": {System: good.System, BuildFails: true}, "web3": good}}
@@ -114,9 +115,10 @@ resource "fleet_ssh_deployment" "prod" {
 // the system the plan showed (the evaluation is not repeated), built from
 // the planned derivation; the next plan switches to the edited one.
 func TestDeploymentSavedPlanAppliesThePlannedSystem(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: map[string]nixtest.Configuration{
 				"web1": {System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}}}
 			r.Write(t)
@@ -173,14 +175,15 @@ resource "fleet_ssh_deployment" "prod" {
 }
 
 // Ctrl-C while the apply builds a node's system, through the built
-// provider and both CLIs: the apply ends at once, the node is recorded
+// provider and one CLI (AlternateCLIs): the apply ends at once, the node is recorded
 // interrupted in its build step with nothing done on its host, and no
 // builder runs on.
 func TestDeploymentCtrlCDuringABuild(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: map[string]nixtest.Configuration{
 				"web1": {System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: 73 * time.Second}}}
 			r.Write(t)

@@ -13,14 +13,13 @@ import (
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
 
-// Trust at the edges (issue 22) through both CLIs: the provider block's
+// Trust at the edges (issue 22) through one CLI (AlternateCLIs): the provider block's
 // key is never forwarded to a host whatever the ssh_config_file says, an
 // ssh_opts item asking for forwarding is refused at plan, files whose
 // paths hold spaces and % are used where they are (TMPDIR included), and
 // the loop after the apply is quiet.
-func TestDeploymentForwardsNothingAndTakesPathsAsTheyAre(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+func TestDeploymentForwardsNothingAndTakesPathsAsTheyAre(t *testing.T) { // serial: the provider served in-process reads TMPDIR from the process
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
 			base := t.TempDir()
 			tmp, dir := filepath.Join(base, "tmp dir"), filepath.Join(base, "files 100% $x")
@@ -108,11 +107,12 @@ resource "fleet_ssh_deployment" "prod" {
 // A refresh has a deadline of its own: a host that takes the login and
 // then hangs (its readlink never returns) is warned about as unreachable
 // after about ConnectTimeout and remote_exec_timeout, and the plan goes
-// on, through both CLIs.
+// on, through one CLI (AlternateCLIs).
 func TestDeploymentRefreshOfAHungHostEnds(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 			s := acctest.NewSession(t, cli, server())
@@ -145,9 +145,10 @@ func TestDeploymentRefreshOfAHungHostEnds(t *testing.T) {
 // the host answers, reads it and settles the record: its watchdog rolled
 // it back.
 func TestDeploymentOutcomeNotKnownIsSettledByTheNextRefresh(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)
@@ -224,9 +225,10 @@ func TestDeploymentOutcomeNotKnownIsSettledByTheNextRefresh(t *testing.T) {
 // failed_nodes, and a plan that changed it). The state is what an apply
 // that lost the host's answer writes, made from a successful one.
 func TestDeploymentOutcomeSettledSucceededSettlesTheDeployment(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)

@@ -20,10 +20,11 @@ import (
 // pending and untouched; the host rolls the unconfirmed activation back by
 // itself; the next apply retries both and converges.
 func TestDeploymentCtrlCDuringActivation(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg1.Boot(t, old)
@@ -140,10 +141,11 @@ func interruptWhenLogged(t *testing.T, s *acctest.Session, logged func(string) b
 // the host ends the apply at once (not when the holder lets go), and the
 // node is recorded as interrupted in the lock step, with nothing done.
 func TestDeploymentCtrlCWhileWaitingForTheLock(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)
@@ -177,10 +179,11 @@ func TestDeploymentCtrlCWhileWaitingForTheLock(t *testing.T) {
 // cut off SSH), and the host's watchdog switches the unconfirmed system
 // back by itself.
 func TestDeploymentCtrlCDuringVerdict(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)
@@ -217,9 +220,10 @@ func TestDeploymentCtrlCDuringVerdict(t *testing.T) {
 // nothing Terraform checks is inconsistent, and the next plan switches
 // exactly the nodes not done.
 func TestDeploymentTimeoutsExpireMidRollout(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			var nodes []*nixtest.Target
 			var systems []string
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})

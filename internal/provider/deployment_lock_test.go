@@ -2,7 +2,6 @@ package provider_test
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
 // startPostgres runs a throwaway PostgreSQL on a free loopback port, as the
@@ -32,12 +32,10 @@ func startPostgres(t *testing.T) string {
 	if out, err := exec.Command("chown", "postgres:", dir).CombinedOutput(); err != nil {
 		t.Fatalf("chown %s: %v\n%s", dir, err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
+	// A loopback address of its own: no other test picks its ports there,
+	// so the port stays free until PostgreSQL binds it.
+	host := sshtest.PrivateLoopback(t)
+	port := sshtest.ClosedPortOn(t, host)
 	data := filepath.Join(dir, "data")
 	as := func(args ...string) {
 		t.Helper()
@@ -47,11 +45,11 @@ func startPostgres(t *testing.T) string {
 		}
 	}
 	as("initdb", "-D", data, "-U", "postgres", "--auth=trust")
-	as("pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1", port, dir), "start")
+	as("pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=%s", port, dir, host), "start")
 	t.Cleanup(func() {
 		_ = exec.Command("runuser", "-u", "postgres", "--", "pg_ctl", "-D", data, "-m", "immediate", "stop").Run()
 	})
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=disable", host, port)
 }
 
 // Two applies from two states deploy the same host at once: the host's
@@ -59,10 +57,11 @@ func startPostgres(t *testing.T) string {
 // fails that node naming the holder. With the pg backend of a real
 // PostgreSQL (two schemas: two states) and with two local states.
 func TestDeploymentTwoAppliesAtOnce(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		for _, backend := range []string{"pg", "local"} {
 			t.Run(cli.Name+"/"+backend, func(t *testing.T) {
+				t.Parallel()
 				conn := ""
 				if backend == "pg" {
 					conn = startPostgres(t)
@@ -86,7 +85,10 @@ func TestDeploymentTwoAppliesAtOnce(t *testing.T) {
 					s.WriteConfig(block + deploymentConfig([]*nixtest.Target{tg}, []string{system}, extra))
 					return s
 				}
-				first := session("first", slow, `  activation_timeout = "8s"`+"\n")
+				// The first holds the lock for its activation_timeout: long
+				// enough that the second's plan, on a busy machine, reaches
+				// the lock before it is let go (8 s was seen not to be).
+				first := session("first", slow, `  activation_timeout = "45s"`+"\n")
 				second := session("second", next, `  lock_timeout = "1s"`+"\n")
 				firstDone := make(chan error, 1)
 				go func() {

@@ -15,13 +15,14 @@ import (
 // node in list order and switches each host to its closure"; spec: each
 // node's start and outcome are logged at INFO, and the apply ends with a
 // summary of every node and its outcome), through the built provider and
-// both CLIs, read from the provider's INFO log. The list order (zeta, then
+// one CLI (AlternateCLIs), read from the provider's INFO log. The list order (zeta, then
 // alpha) is not the order of names, so a rollout by name fails this too.
 func TestDeploymentLogsEachNodeInListOrderAndTheSummary(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg1.Boot(t, old)
@@ -88,10 +89,11 @@ func TestDeploymentLogsEachNodeInListOrderAndTheSummary(t *testing.T) {
 // plan's question; each host is still logged in to once, and no login
 // is left open after the plan.
 func TestDeploymentPlanEndsUnaskedLoginsBeforePlanning(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg1.Boot(t, sys)

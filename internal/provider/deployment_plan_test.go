@@ -33,7 +33,7 @@ func resourcePlan(plan, address string) []string {
 // what a successful apply decides (the summaries, the phase, the changed
 // node's systems) is known too. It shows the node's new system.
 func TestDeploymentOneNodeChangeIsAShortPlan(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	next := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	var nodes []*nixtest.Target

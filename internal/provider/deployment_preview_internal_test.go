@@ -17,6 +17,7 @@ import (
 // or only another run's does, none ends; when one does, only the nodes
 // named end, and the plan's take gets the rest.
 func TestEndUnaskedEndsOnlyTheOneSetThatFits(t *testing.T) {
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	control, err := deploy.NewControlDir()

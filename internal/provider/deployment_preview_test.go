@@ -19,10 +19,11 @@ import (
 // the packages change, which units change, whether a reboot is needed;
 // plan -json carries it for CI tools. Both CLIs.
 func TestDeploymentPlanSaysWhatTheSwitchWillDo(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok,
 				Units:    map[string]string{"nginx.service": "[Service]\nExecStart=/bin/nginx-1.26.1\n", "old-cron.service": "[Service]\nExecStart=/bin/cron\n", "sshd.service": "[Service]\nExecStart=/bin/sshd\n"},
@@ -124,14 +125,14 @@ func storeLines(t testing.TB, args ...string) []string {
 // dry-activates each node once, not twice: the apply's plan finds the
 // plan's answer kept, and says the same. Both CLIs, four nodes.
 func TestDeploymentApplyDoesNotDryActivateTwice(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
 	old := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"nginx.service": "1", "cron.service": "c"}})
 	next := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"nginx.service": "2"}})
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			var tgs []*nixtest.Target
 			systems := []string{}
 			for range 4 {
@@ -141,6 +142,7 @@ func TestDeploymentApplyDoesNotDryActivateTwice(t *testing.T) {
 			}
 			// The binary is a development override: no init.
 			s := acctest.NewBinarySession(t, cli, binary)
+			s.Setenv("XDG_STATE_HOME", t.TempDir()) // where the dry activations are kept: none yet
 			s.WriteConfig(deploymentConfig(tgs, systems, "  plan_dry_activate = true\n"))
 			s.Run("apply", "-auto-approve", "-input=false")
 			for i := range systems {

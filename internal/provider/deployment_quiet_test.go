@@ -20,9 +20,10 @@ import (
 // warning; an empty nodes list (a for filter gone wrong) is warned about,
 // naming the records the apply would drop.
 func TestDeploymentPlanWarnsOnlyWhereSomethingIsWrong(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, sys)
@@ -70,9 +71,10 @@ var ciFilter = regexp.MustCompile(`^Nodes? .* (will switch|is unreachable)$`)
 // systems change, one of them down, yields "Node n1 will switch" and
 // "Node n2 is unreachable" (the refresh's warning).
 func TestDeploymentCIFilterNamesEverySwitchingNode(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			up, down := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			up.Boot(t, old)
@@ -108,6 +110,7 @@ const savedPlanFilter = `.resource_changes[] | select(.type == "fleet_ssh_deploy
 
 // The deployment guide shows the filter the saved-plan test runs.
 func TestDeploymentGuideShowsTheSavedPlanFilter(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../docs/guides/deployment.md")
 	if err != nil || !strings.Contains(string(b), "jq -r '"+savedPlanFilter+"'") {
 		t.Errorf("docs/guides/deployment.md does not show the saved-plan filter the test runs (%v)", err)
@@ -120,9 +123,10 @@ func TestDeploymentGuideShowsTheSavedPlanFilter(t *testing.T) {
 // started_at is unknown (the apply writes it). Through both CLIs, on
 // terraform show -json of a saved plan that switches n2 of three.
 func TestDeploymentSavedPlanSaysWhichNodesSwitch(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			var tgs []*nixtest.Target
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			for range 3 {

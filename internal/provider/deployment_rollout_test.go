@@ -10,15 +10,16 @@ import (
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
 
-// Rollout (issue 14), through both CLIs: with parallelism = 2 two nodes
+// Rollout (issue 14), through one CLI (AlternateCLIs): with parallelism = 2 two nodes
 // deploy at once; with max_failures = 0 the first failure stops new nodes
 // from starting, the apply fails naming the budget, the nodes not started
 // stay pending and untouched, and the next plan retries the failed and the
 // pending nodes.
 func TestDeploymentRolloutWithParallelismAndAFailureBudget(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			first := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			var nodes []*nixtest.Target
 			for range 5 {

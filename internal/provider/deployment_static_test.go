@@ -20,7 +20,7 @@ import (
 // when the inputs were nested attributes: a verdict check vanished, and a
 // node deployed to the host named after it.
 func TestDeploymentRefusesStaticFaults(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	pkgDir := filepath.Join(t.TempDir(), "nginx-1.26.2")
 	if err := os.MkdirAll(filepath.Join(pkgDir, "bin"), 0o755); err != nil {
@@ -95,6 +95,7 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 	}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					s := acctest.NewSession(t, cli, server())
@@ -140,10 +141,11 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 // the records listed in node order (versions 0 to 2) are keyed by node
 // name, the same configuration plans no change, and applies.
 func TestDeploymentStateUpgradesFromVersions0To2(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		for _, version := range []int{0, 1, 2} {
 			t.Run(fmt.Sprintf("%s/version=%d", cli.Name, version), func(t *testing.T) {
+				t.Parallel()
 				tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 				sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 				tg1.Boot(t, sys)
@@ -236,8 +238,10 @@ func TestDeploymentStateUpgradesFromVersions0To2(t *testing.T) {
 // were typed (every key present, null when unset), is upgraded: the same
 // configuration plans no change.
 func TestNodeHealthStateUpgradesFromVersion0(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			root := t.TempDir()
 			for _, d := range []string{"blobs", "instances", "uploads"} {
 				if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
-	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/systemdtest"
 )
 
@@ -32,15 +31,16 @@ resource "fleet_ssh_deployment" "prod" {
 `, tg.Host, system, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port, strings.Join(extra, "\n"))
 }
 
-// Issue 12: the deployment through both CLIs against a real systemd host
+// Issue 12: the deployment through one CLI (AlternateCLIs) against a real systemd host
 // (a Debian container booted with systemd-nspawn): a switch judged by real
 // systemctl succeeds and moves the boot entry; a system whose unit fails
 // (exit 4, degraded) is rolled back by the host and the boot entry never
 // moves; a switch by hand on the host shows as drift and is switched back.
 func TestDeploymentOnARealSystemdHost(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := systemdtest.NewTarget(t)
 			old := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
 			tg.Boot(t, old)

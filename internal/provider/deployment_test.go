@@ -45,9 +45,10 @@ resource "fleet_ssh_deployment" "prod" {
 // exactly the failed node, saying only that one will switch; a host switched by hand shows as a switch in
 // the next plan; a held node is skipped.
 func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			first := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg1.Boot(t, first)
@@ -200,6 +201,7 @@ func wantOutcomeOutputs(t *testing.T, s *acctest.Session, when, failed, phase, n
 
 // The ssh_opts pattern the docs publish is the validator's.
 func TestDocsPublishTheSSHOptPattern(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../docs/resources/ssh_deployment.md")
 	if err != nil {
 		t.Fatal(err)
@@ -212,9 +214,10 @@ func TestDocsPublishTheSSHOptPattern(t *testing.T) {
 // Plan probes every node it would switch and warns about those it cannot
 // reach; the apply then fails that node and switches the others.
 func TestDeploymentPlanWarnsAboutUnreachableNodes(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			up, down := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			first := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			up.Boot(t, first)
@@ -244,10 +247,11 @@ func TestDeploymentPlanWarnsAboutUnreachableNodes(t *testing.T) {
 // Goals boot and test converge: a plan after their apply is empty (the
 // running system differs from the deployed one with boot, by design).
 func TestDeploymentGoalsConverge(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		for _, goal := range []string{"boot", "test"} {
 			t.Run(cli.Name+"/"+goal, func(t *testing.T) {
+				t.Parallel()
 				tg := nixtest.NewTarget(t)
 				tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 				sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
@@ -270,9 +274,10 @@ func TestDeploymentGoalsConverge(t *testing.T) {
 // node's action is unknown until apply, which switches it; nothing
 // planned is contradicted, and the plan after it is empty.
 func TestDeploymentSystemFromAnotherResource(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
@@ -299,9 +304,10 @@ func TestDeploymentSystemFromAnotherResource(t *testing.T) {
 // the apply, naming both keys; the fix the message gives (set host_key)
 // records the new key.
 func TestDeploymentHoldsNodesToTheKeySeenFirst(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg, imposter := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			first := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, first)
@@ -385,9 +391,10 @@ resource "fleet_ssh_deployment" "prod" {
 // host_key_seen, not a run later (issue 24 point 8), and the plan after it
 // is empty.
 func TestDeploymentRecordsARePinnedKeyInTheApplyThatPinsIt(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg, rebuilt := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
@@ -445,9 +452,10 @@ resource "fleet_ssh_deployment" "prod" {
 // the plan's probe then leaves it alone; without a refresh, the probe is
 // the one login. A node whose connection changed since is probed anew.
 func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 			nodes := []*nixtest.Target{tg}
@@ -492,8 +500,7 @@ func TestDeploymentPlanLogsInOncePerNode(t *testing.T) {
 // FLEET_PRIVATE_KEY_FILE (or its deprecated name); an encrypted one unless the ssh-agent at
 // SSH_AUTH_SOCK holds it (BatchMode never asks for a passphrase); a
 // fingerprint as host_key, which OpenSSH cannot pin.
-func TestDeploymentRefusesUnusableKeysAtPlan(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+func TestDeploymentRefusesUnusableKeysAtPlan(t *testing.T) { // serial: the provider served in-process reads FLEET_PRIVATE_KEY_FILE and SSH_AUTH_SOCK from the process
 	tg := nixtest.NewTarget(t)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	dir := t.TempDir()
@@ -584,9 +591,10 @@ func orDefault(s, def string) string {
 // known_hosts_file, so the replacement still refuses another host at a
 // node's address, also on a runner whose file was new.
 func TestDeploymentReplacementKeepsTheKeysSeen(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg1, tg2, imposter := nixtest.NewTarget(t), nixtest.NewTarget(t), nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			for _, tg := range []*nixtest.Target{tg1, tg2, imposter} {
@@ -684,9 +692,10 @@ resource "fleet_ssh_deployment" "prod" {
 // host done and activates nothing, and with the host cut off it fails the
 // node, never "inconsistent final plan".
 func TestDeploymentSavedPlanAppliesAsPlanned(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg1.Boot(t, old)
@@ -724,9 +733,10 @@ func TestDeploymentSavedPlanAppliesAsPlanned(t *testing.T) {
 // has nothing to switch (the host runs v2, which it records as having
 // passed its verdict), the apply records that, and nothing is activated.
 func TestDeploymentRevertToTheSystemTheHostRuns(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 			v2 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})

@@ -64,14 +64,15 @@ func nodeLines(stderr string) []logLine {
 // something), one node after the other, as a user sees them with
 // TF_LOG_PROVIDER=INFO on the CLI's standard error; a failed step names
 // why, and the rollback is a step of its own. Through the built provider
-// and both CLIs, with a node that succeeds and one that is rolled back.
+// and one CLI (AlternateCLIs), with a node that succeeds and one that is rolled back.
 // (The summary and the DEPLOYING order by name are
 // TestDeploymentLogsEachNodeInListOrderAndTheSummary's.)
 func TestDeploymentLogsEachStepWithNodeAndStepFields(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg1.Boot(t, old)

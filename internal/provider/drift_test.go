@@ -56,9 +56,10 @@ func runDriftJob(t *testing.T, s *acctest.Session, cli acctest.CLI) (string, int
 // leaves the state file byte for byte as it was. A host that goes down and
 // a node switched by hand make it exit 2, naming them.
 func TestDriftJobOnAnUnchangedFleet(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			other := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			storage := t.TempDir()

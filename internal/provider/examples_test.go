@@ -13,6 +13,7 @@ import (
 // Every example is a real configuration that validate accepts, through both
 // CLIs, against the built provider.
 func TestExamplesValidate(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	var dirs []string
 	err := filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
@@ -33,6 +34,7 @@ func TestExamplesValidate(t *testing.T) {
 	for _, cli := range acctest.CLIs(t) {
 		for _, dir := range dirs {
 			t.Run(cli.Name+"/"+filepath.ToSlash(dir[len("../../"):]), func(t *testing.T) {
+				t.Parallel()
 				s := acctest.NewBinarySession(t, cli, binary)
 				// The whole directory, local modules included; `get`
 				// installs those without asking any registry.
@@ -51,6 +53,7 @@ func TestExamplesValidate(t *testing.T) {
 // Every configuration the docs show is an example file, which
 // TestExamplesValidate validates: no snippet in docs/ is written by hand.
 func TestDocsShowOnlyExamples(t *testing.T) {
+	t.Parallel()
 	examples := map[string]bool{}
 	err := filepath.WalkDir("../../examples", func(path string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".tf") {

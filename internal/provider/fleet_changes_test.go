@@ -71,6 +71,10 @@ func newFleetChanges(t *testing.T, s *acctest.Session, n int, spare ...string) *
 		repo: &nixtest.Repository{Dir: filepath.Join(s.Dir, "nixos"), Configurations: map[string]nixtest.Configuration{}}}
 	f.vars = map[string]any{"ssh_key_file": client.WriteFile(t, t.TempDir())}
 	first := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	// Each host's hostname unit is this test's own (its directory is
+	// named at random), so what a plan says it builds does not depend on
+	// what the machine's store holds.
+	own := s.Dir
 	names := slices.Clone(spare)
 	for i := range n {
 		names = append(names, fmt.Sprintf("n%02d", i+1))
@@ -80,7 +84,7 @@ func newFleetChanges(t *testing.T, s *acctest.Session, n int, spare ...string) *
 		tg.Boot(t, first)
 		f.targets[name] = tg
 		f.repo.Configurations[name] = nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed},
-			Units: map[string]string{"nginx.service": "1", "hostname.service": name}, Packages: map[string]int{"nginx-1.26.1": 1024}}}
+			Units: map[string]string{"nginx.service": "1", "hostname.service": name + " " + own}, Packages: map[string]int{"nginx-1.26.1": 1024}}}
 		if i >= len(spare) {
 			f.join(name)
 		}
@@ -212,21 +216,25 @@ const (
 	maxWeekOfPlansLines = maxRemoveLines + maxAddLines + maxRenameLines + maxNodeChecksLines + maxAddCheckLines + maxClearLines
 )
 
-// A week of fleet changes through the fleets guide's wiring, through both
-// CLIs, at 12 and 48 hosts (issue 30): a host retired from the middle, a
-// new one added, one renamed with a moved block, one node's checks
-// changed, a check added to every node, an error cleared, and the
-// deployments destroyed. Each plan is as short as its change, whatever
-// the fleet's size, names exactly the nodes that switch by both of the
-// deployment guide's rules, leaves every deployment the change does not
-// touch without a change, and says what happens to the hosts of nodes that
-// go. After each apply the fleet converges.
+// A week of fleet changes through the fleets guide's wiring (issues 30
+// and 36), at the fleet sizes of fleetSizes: a host retired from the
+// middle, a new one added, one renamed with a moved block, one node's
+// checks changed, a check added to every node, an error cleared, and the
+// deployments destroyed. Each plan is as short as its change, and as long
+// at every fleet size through the same CLI (but the check added to every
+// node, which may cost a few lines a node), names exactly the nodes that
+// switch by both of the deployment guide's rules, leaves every deployment
+// the change does not touch without a change, and says what happens to
+// the hosts of nodes that go. After each apply the fleet converges.
 func TestFleetChangesPlanShort(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, n := range []int{12, 48} {
-		for _, cli := range acctest.CLIs(t) {
+	sizes := newPlanSizes(t)
+	for _, size := range fleetSizes(t) {
+		n := size.n
+		for _, cli := range size.clis {
 			t.Run(fmt.Sprintf("%s/hosts=%d", cli.Name, n), func(t *testing.T) {
+				t.Parallel()
 				f := newFleetChanges(t, acctest.NewBinarySession(t, cli, binary), n, "new")
 				f.writeVars(t)
 				f.s.Run("apply", "-auto-approve", "-input=false")
@@ -235,6 +243,9 @@ func TestFleetChangesPlanShort(t *testing.T) {
 				check := func(what string, c change, lines, limit int, switching ...string) {
 					t.Helper()
 					report = append(report, fmt.Sprintf("%s: %d", what, lines))
+					if what != "add a check to every node" {
+						sizes.record(cli.Name, what, n, lines)
+					}
 					if lines > limit {
 						t.Errorf("%s: the plan is %d lines, want at most %d:\n%s", what, lines, limit, c.out)
 					}
@@ -276,7 +287,7 @@ func TestFleetChangesPlanShort(t *testing.T) {
 				f.writeVars(t)
 				c = f.plan(t)
 				check("add one host", c, c.lines, maxAddLines, "new")
-				if !strings.Contains(c.out, "build 1 derivation on this machine: nixos-system-new") || !strings.Contains(c.out, `state              = "pending"`) {
+				if !strings.Contains(c.out, "build 2 derivations on this machine: nixos-system-new, unit-hostname.service") || !strings.Contains(c.out, `state              = "pending"`) {
 					t.Errorf("the new host's plan does not say what it builds, or its health is not pending:\n%s", c.out)
 				}
 				f.s.Run("apply", "-auto-approve", "-input=false", "change.plan")
@@ -355,10 +366,11 @@ func TestFleetChangesPlanShort(t *testing.T) {
 // were; the next apply without it switches exactly those, and the plan
 // after is empty. Through both CLIs.
 func TestFleetsGuideDeploysSomeNodesNow(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			f := newFleetChanges(t, acctest.NewBinarySession(t, cli, binary), 3)
 			f.writeVars(t)
 			f.s.Run("apply", "-auto-approve", "-input=false")

@@ -11,6 +11,7 @@ import (
 const importTestFP = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 
 func TestParseImportID(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		in      string

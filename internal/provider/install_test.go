@@ -18,6 +18,7 @@ import (
 // dev_overrides, no reattached provider and no CLI configuration, only the
 // plugin directory under HOME that make install filled.
 func TestMakeInstallServesBothCLIsWithoutOverrides(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +40,7 @@ func TestMakeInstallServesBothCLIsWithoutOverrides(t *testing.T) {
 
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			s := acctest.NewPlainSession(t, cli)
 			s.Setenv("HOME", home)
 			if err := os.CopyFS(s.Dir, os.DirFS("../../examples/install")); err != nil {
@@ -68,6 +70,7 @@ func TestMakeInstallServesBothCLIsWithoutOverrides(t *testing.T) {
 // file, OpenTofu's init accepts it as it is and changes nothing, and both
 // validate; then the other way round.
 func TestOneCheckoutServesBothCLIs(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +84,7 @@ func TestOneCheckoutServesBothCLIs(t *testing.T) {
 	clis := acctest.CLIs(t)
 	for _, order := range [][]acctest.CLI{clis, {clis[1], clis[0]}} {
 		t.Run(order[0].Name+"-then-"+order[1].Name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			if err := os.CopyFS(dir, os.DirFS("../../examples/install")); err != nil {
 				t.Fatal(err)
@@ -116,6 +120,7 @@ func TestOneCheckoutServesBothCLIs(t *testing.T) {
 // make install refuses a VERSION that is not a semantic version, which
 // neither CLI would find in the plugin directory, before building anything.
 func TestMakeInstallRefusesAVersionThatIsNotSemver(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -137,6 +142,7 @@ func TestMakeInstallRefusesAVersionThatIsNotSemver(t *testing.T) {
 // made on one machine holds on another: a colleague's or CI's init against
 // the lock file succeeds, through both CLIs.
 func TestMakeInstallIsReproducible(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +170,7 @@ func TestMakeInstallIsReproducible(t *testing.T) {
 	}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			s := acctest.NewPlainSession(t, cli)
 			if err := os.CopyFS(s.Dir, os.DirFS("../../examples/install")); err != nil {
 				t.Fatal(err)

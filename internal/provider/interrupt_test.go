@@ -16,9 +16,11 @@ import (
 // built provider is run as operators run it, its probe timeout the real
 // 10 s; each interrupted command must end well before that.
 func TestCtrlCEndsProbesAndRecordsNothing(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			hole := sshtest.NewServer(t, sshtest.BlackHole)
 			s := acctest.NewBinarySession(t, cli, binary)
 			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + fmt.Sprintf(`

@@ -107,10 +107,11 @@ func switches(out string) map[string]string {
 // (build_at_plan) builds it and says exactly what the switch copies; the
 // apply switches it, and the plan after is empty.
 func TestNixOSConfigurationsGuideAppliesInOneGo(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			spec := nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed},
 				Units: map[string]string{"nginx.service": "[Service]\nExecStart=/bin/nginx\n"}, Packages: map[string]int{"nginx-1.26.2": 64 << 10}}
 			configs := map[string]nixtest.Configuration{"web1": {System: spec}, "web2": {System: spec}, "web3": {System: spec}}
@@ -171,16 +172,17 @@ func TestNixOSConfigurationsGuideAppliesInOneGo(t *testing.T) {
 
 // The guide's keep_going wiring (examples/guides/nixos-keep-going): every
 // configuration of the flake is a host reached by name through an
-// ssh_config_file that holds the pins. From an empty state, through both
+// ssh_config_file that holds the pins. From an empty state, through one
 // CLIs, a configuration that does not evaluate stays out of the
 // deployment, named in a warning and in not_deployed; one that does not
 // build fails its own node only; the good one is switched. Fixed, the two
 // deploy, and the plan after is empty.
 func TestNixOSConfigurationsGuideKeepsGoing(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			good := nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
 			f := newGuideFleet(t, acctest.NewBinarySession(t, cli, binary), "../../examples/guides/nixos-keep-going", map[string]nixtest.Configuration{
 				"web1": good,
@@ -238,10 +240,11 @@ func TestNixOSConfigurationsGuideKeepsGoing(t *testing.T) {
 // machine in builders (a NixOS-like host, reached with NIX_SSHOPTS). The
 // apply builds the system there, copies it back, and switches the host.
 func TestNixOSConfigurationsGuideBuildsOnRemoteBuilders(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			good := nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
 			f := newGuideFleet(t, acctest.NewBinarySession(t, cli, binary), "../../examples/guides/nixos-configurations", map[string]nixtest.Configuration{"web1": good})
 			tg := f.targets["web1"]
@@ -346,10 +349,11 @@ func runJob(t *testing.T, s *acctest.Session, script string, args ...string) (st
 // apply-job.sh brings them in), the apply builds and switches what was
 // planned, even though a configuration changed since the plan.
 func TestNixOSConfigurationsGuideSavedPlanOnAnotherRunner(t *testing.T) {
-	t.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			good := nixtest.Configuration{System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}}
 			// A CI runner: the provider installed where both CLIs find
 			// it, so that the jobs' init works as it does there.

@@ -17,9 +17,11 @@ import (
 // node whose uploads path is missing is in error; after the repair it stays
 // in error until the guide's clear is applied.
 func TestNodeHealthGuideAppliesInOneGo(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			root := t.TempDir()
 			for _, d := range []string{"blobs", "instances"} {

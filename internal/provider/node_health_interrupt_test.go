@@ -17,9 +17,11 @@ import (
 // apply whose heartbeat write hangs under a 30 s probe timeout. The built
 // provider is run as operators run it.
 func TestNodeHealthCtrlCRecordsNothing(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			hole := sshtest.NewServer(t, sshtest.BlackHole)
 			root := t.TempDir()
 			if err := os.MkdirAll(filepath.Join(root, "data"), 0o755); err != nil {
@@ -57,8 +59,11 @@ resource "fleet_node_health_policy" "p" {
 			before := s.Values("fleet_node_health_policy.p")["status"]
 			// The checked directory hangs from now on, like a dead
 			// hard-NFS mount: the refresh's heartbeat blocks in the kernel.
-			sshtest.MountHung(t, filepath.Join(root, "data"))
-			stdout, stderr, took = s.Interrupt(time.Second, "apply", "-auto-approve", "-input=false")
+			hung := sshtest.MountHung(t, filepath.Join(root, "data"))
+			// Once the heartbeat is blocked in the mount, not after a
+			// guessed time: under load the CLI may not have started the
+			// refresh yet, and an interrupt before it is lost.
+			stdout, stderr, took = s.InterruptWhen(func() bool { return hung.Blocked() > 0 }, "apply", "-auto-approve", "-input=false")
 			if took > 6*time.Second {
 				t.Fatalf("the apply interrupted in its refresh took %s, against a 30 s probe timeout:\n%s\n%s", took, stdout, stderr)
 			}

@@ -19,10 +19,12 @@ import (
 // or missing is one warning with its reason, once per run in every mode,
 // and a converged configuration plans nothing.
 func TestNodeHealthWarningsOncePerRunInEveryMode(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		for _, served := range []string{"binary", "in-process"} {
 			t.Run(cli.Name+"/"+served, func(t *testing.T) {
+				t.Parallel()
 				root := t.TempDir() // uploads is missing: node st is in error
 				for _, d := range []string{"blobs", "instances"} {
 					if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -100,8 +102,10 @@ func TestNodeHealthWarningsOncePerRunInEveryMode(t *testing.T) {
 // reachability reason, and a node whose host is known only at apply gets
 // its status then, with nothing planned that apply contradicts.
 func TestNodeHealthRemoteNodes(t *testing.T) {
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			keyFile := sshd.ClientKey.WriteFile(t, t.TempDir())
 			other := sshtest.NewKey(t)
@@ -125,7 +129,7 @@ resource "terraform_data" "host" {
 
 resource "fleet_node_health_policy" "remote" {
   name          = "remote"
-  probe_timeout = "3s"
+  probe_timeout = "10s"
   checks = {
     data = { path = %[6]q, description = "data storage" }
     sh   = { command = "test -d /", description = "a shell" }
@@ -186,8 +190,10 @@ resource "fleet_node_health_policy" "remote" {
 // resource and the data source both fed from them, and a consumer doing
 // for_each over schedulable_nodes, applied from an empty state in one go.
 func TestNodeHealthDataSourceFeedsForEachOnFirstApply(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			root := t.TempDir()
 			if err := os.MkdirAll(filepath.Join(root, "blobs"), 0o755); err != nil {
 				t.Fatal(err)
@@ -239,8 +245,10 @@ output "placed" { value = sort(keys(terraform_data.placement)) }
 // a dangling reference from the types that list it), and a node given as a
 // whole object from another resource validates.
 func TestNodeHealthValidateErrorsOncePerFault(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			s := acctest.NewSession(t, cli, server())
 			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + strings.Replace(cloudPolicy("/srv/cloud", ""),
 				`blobs     = { path = "blobs", description = "blob storage" }`, `blobs     = { path = "blobs", command = "true" }`, 1))
@@ -279,8 +287,10 @@ resource "fleet_node_health_policy" "p" {
 // too; the second refresh in a row makes it missing; reached again, it is
 // healthy. The data source, which has no memory, says missing at once.
 func TestNodeHealthUnreachableOnceKeepsLastState(t *testing.T) {
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			gate := sshtest.NewGate(t, net.JoinHostPort(sshd.Host, strconv.Itoa(sshd.Port)))
 			keyFile := sshd.ClientKey.WriteFile(t, t.TempDir())

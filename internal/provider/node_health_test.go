@@ -22,12 +22,15 @@ import (
 // cloudPolicy is a policy of two local nodes under root: "hv" (hypervisor:
 // instance and blob storage) and "st" (storage: blob and upload storage).
 // extra is added inside the resource block.
+// Nothing in it hangs, so its probe timeout is the provider's default:
+// every evaluation writes a heartbeat with fsync, which a busy machine's
+// disk can keep for seconds (2 s was seen to time out).
 func cloudPolicy(root, extra string) string {
 	return fmt.Sprintf(`
 resource "fleet_node_health_policy" "cloud" {
   name                 = "cloud"
   storage_root         = %q
-  probe_timeout        = "2s"
+  probe_timeout        = "10s"
   write_probe_interval = "0s"
   checks = {
     blobs     = { path = "blobs", description = "blob storage" }

@@ -139,6 +139,7 @@ func TestAccPinFormsReachTheHost(t *testing.T) {
 // data source target, with the attribute named and the accepted forms
 // listed.
 func TestInvalidPinRefusedAtValidate(t *testing.T) {
+	t.Parallel()
 	key := sshtest.NewKey(t)
 	invalid := []string{
 		"not a pin",
@@ -150,6 +151,7 @@ func TestInvalidPinRefusedAtValidate(t *testing.T) {
 	}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			srv := sshtest.NewServer(t, sshtest.Healthy)
 			var config, targets strings.Builder
 			for i, pin := range invalid {

@@ -40,8 +40,10 @@ func wantValue(t *testing.T, what string, got, want any) {
 // the same (generation kept) or different (generation raised, record reset
 // and probed).
 func TestPlanContractUnknownInputs(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			fake := clock.NewFake(start)
 			s := acctest.NewSession(t, cli, server(provider.WithClock(fake)))
@@ -141,8 +143,10 @@ resource "fleet_executor" "web" {
 // disabled executor renamed much later) is applied as planned, and a plan
 // afterwards is empty.
 func TestPlanContractTimeDependentValues(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			srv := sshtest.NewServer(t, sshtest.Healthy)
 			keyFile := srv.ClientKey.WriteFile(t, t.TempDir())
 			fake := clock.NewFake(start)

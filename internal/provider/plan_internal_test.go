@@ -11,6 +11,7 @@ import (
 // unless a known part differs: generation must not be planned higher when
 // apply may find the same value.
 func TestChangeOfNestedUnknowns(t *testing.T) {
+	t.Parallel()
 	obj := func(host attr.Value, port int64) attr.Value {
 		return types.ObjectValueMust(map[string]attr.Type{"host": types.StringType, "port": types.Int64Type},
 			map[string]attr.Value{"host": host, "port": types.Int64Value(port)})

@@ -55,8 +55,10 @@ func wantDetail(t *testing.T, d acctest.Diagnostic, parts ...string) {
 }
 
 func TestPlanWarnsAboutExecutors(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			gate := sshtest.NewGate(t, sshd.Addr)
 			keyFile := sshd.ClientKey.WriteFile(t, t.TempDir())
@@ -118,8 +120,10 @@ func TestPlanWarnsAboutExecutors(t *testing.T) {
 // The data source feeds for_each, and a check block over it turns an
 // unreachable host into a warning, not an error.
 func TestReachabilityFeedsForEachAndChecks(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			good := sshtest.NewServer(t, sshtest.Healthy)
 			_, closed := sshtest.ClosedPort(t)
 			s := acctest.NewSession(t, cli, server(provider.WithClock(clock.NewFake(start))))
@@ -168,7 +172,7 @@ output "pool" {
 
 // Normalised provider settings produce one warning naming the value given
 // and the value used, whichever source they came from.
-func TestProviderSettingsWarnings(t *testing.T) {
+func TestProviderSettingsWarnings(t *testing.T) { // serial: the provider served in-process reads its settings' environment variables from the process
 	cases := []struct {
 		name, block string
 		env         map[string]string
@@ -211,9 +215,11 @@ data "fleet_reachability" "one" {
 // source, which Terraform runs at the same time, take one probe timeout
 // each, one after the other. Separate limits would let them overlap.
 func TestProbeSlotsAreSharedByEveryProbe(t *testing.T) {
+	t.Parallel()
 	const timeout = 700 * time.Millisecond
-	for _, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			fake := clock.NewFake(start)
 			s := acctest.NewSession(t, cli, server(provider.WithClock(fake), provider.WithProbeTimeout(timeout)))
 			var body strings.Builder

@@ -18,6 +18,7 @@ import (
 // empty state, in one go, the consumer's for_each is known at plan and
 // takes only the reachable host; a plan afterwards is empty.
 func TestReadmeConfigurationAppliesInOneGo(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +35,7 @@ func TestReadmeConfigurationAppliesInOneGo(t *testing.T) {
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			_, down := sshtest.ClosedPort(t)
 			s := acctest.NewBinarySession(t, cli, binary)
@@ -107,6 +109,7 @@ func readmeBlocks(t *testing.T, readme []byte) []string {
 // one's own that TestMakeInstallServesBothCLIsWithoutOverrides inits and
 // validates from make install.
 func TestReadmeConfigurationsTogetherValidate(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +121,7 @@ func TestReadmeConfigurationsTogetherValidate(t *testing.T) {
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			s := acctest.NewBinarySession(t, cli, binary)
 			s.WriteConfig(together)
 			if valid, diags := s.Validate(); !valid {
@@ -131,9 +135,11 @@ func TestReadmeConfigurationsTogetherValidate(t *testing.T) {
 // empty role, and the provider's user and credentials from the environment
 // as a CI job sets them.
 func TestModuleWiringAppliesInOneGo(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			_, down := sshtest.ClosedPort(t)
 			s := acctest.NewBinarySession(t, cli, binary)

@@ -40,6 +40,7 @@ func executorAt(host string, port int, key *sshtest.Key, pin string) executorMod
 // provider's log captured. Every probe whose state does not move logs
 // nothing at Info or above, below-threshold failures included.
 func TestExecutorTransitionLogs(t *testing.T) {
+	t.Parallel()
 	up := sshtest.NewServer(t, sshtest.Healthy)
 	host, closed := sshtest.ClosedPort(t)
 	healthy := executorAt(up.Host, up.Port, up.ClientKey, up.HostKey.Fingerprint())

@@ -524,9 +524,12 @@ resource "fleet_executor" "web" {
 // and says authentication was not, rather than a false config failure from
 // an agent nobody asked for. The apply that follows checks it in full.
 func TestExecutorImportWithInlineKey(t *testing.T) {
-	t.Setenv("SSH_AUTH_SOCK", "") // the provider runs in this process
+	// No agent: TestMain unsets SSH_AUTH_SOCK for the provider served in
+	// this process.
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			s := acctest.NewSession(t, cli, server(provider.WithClock(clock.NewFake(start))))
 			s.WriteConfig(providerBlock(filepath.Join(t.TempDir(), "kh")) + fmt.Sprintf(`
@@ -584,7 +587,7 @@ resource "fleet_executor" "web" {
 // checked (Authenticated is True, last_success_at set) and stays checked at
 // later refreshes, and no warning claims otherwise. Through both CLIs, with
 // `import` and with an import block.
-func TestExecutorImportChecksAuthenticationAtRefresh(t *testing.T) {
+func TestExecutorImportChecksAuthenticationAtRefresh(t *testing.T) { // serial: the provider served in-process reads SSH_AUTH_SOCK from the process
 	for _, cli := range acctest.CLIs(t) {
 		for _, c := range []struct {
 			name  string

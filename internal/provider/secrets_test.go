@@ -15,9 +15,11 @@ import (
 // binary is run as an operator runs it, with TF_LOG=TRACE, through both CLIs,
 // and every file and stream is searched for the secrets.
 func TestSecretsStayOutOfStateAndLogs(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			const passphrase = "pass-phrase-7f3a9c1e"
 			pem := strings.TrimSpace(string(sshd.ClientKey.EncryptedPEM(t, passphrase)))

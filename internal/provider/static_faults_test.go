@@ -236,9 +236,11 @@ func wantFault(t *testing.T, out string, c staticFault, address, who string, det
 }
 
 func TestStaticFaultsFailExecutorPlan(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		for _, c := range staticFaults {
 			t.Run(cli.Name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
 				h, providerArgs, conn := newFaultHosts(t)
 				detail := c.setup(t, h, providerArgs, conn)
 				s := acctest.NewSession(t, cli, server(provider.WithClock(clock.NewFake(start))))
@@ -270,8 +272,10 @@ func TestStaticFaultsFailExecutorPlan(t *testing.T) {
 // Only an enabled executor is checked: a disabled one is never dialled, so
 // a key file that is not there (yet) is no fault.
 func TestDisabledExecutorIsNotChecked(t *testing.T) {
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			h, providerArgs, conn := newFaultHosts(t)
 			conn["private_key_file"] = q(filepath.Join(t.TempDir(), "absent", "id_ed25519"))
 			conn["enabled"] = "false"
@@ -298,9 +302,11 @@ func TestDisabledExecutorIsNotChecked(t *testing.T) {
 // The same faults in a data source target fail the read, naming the target;
 // no target is probed, not even the good one before it.
 func TestStaticFaultsFailReachabilityRead(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		for _, c := range staticFaults {
 			t.Run(cli.Name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
 				h, providerArgs, conn := newFaultHosts(t)
 				good := map[string]string{}
 				for k, v := range conn {
@@ -334,6 +340,7 @@ func TestStaticFaultsFailReachabilityRead(t *testing.T) {
 // source's block, so the target's index is only in the attribute path the
 // provider returns: it is targets[1] and the attribute to fix.
 func TestStaticFaultsNameTheTargetAttribute(t *testing.T) {
+	t.Parallel()
 	for _, c := range staticFaults {
 		t.Run(c.name, func(t *testing.T) {
 			h, providerArgs, conn := newFaultHosts(t)
@@ -377,7 +384,7 @@ func TestStaticFaultsNameTheTargetAttribute(t *testing.T) {
 func readReachability(t *testing.T, providerArgs map[string]string, targets ...map[string]string) []*tfprotov6.Diagnostic {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := server(provider.WithClock(clock.NewFake(start)))()
+	srv, err := server(provider.WithClock(clock.NewFake(start)))(func() string { return "validate" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,8 +458,10 @@ func dynamicValue(t *testing.T, typ tftypes.Type, v tftypes.Value) tfprotov6.Dyn
 // it is, pins the host: the executor then reaches it with all three
 // conditions True.
 func TestNoPinErrorCommandPinsTheHost(t *testing.T) {
-	for _, cli := range acctest.CLIs(t) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			keyFile := sshd.ClientKey.WriteFile(t, t.TempDir())
 			s := acctest.NewSession(t, cli, server(provider.WithClock(clock.NewFake(start))))

@@ -13,6 +13,7 @@ import (
 // Conditions come back from state as they went in: a resource's with the
 // generation each holds, a deployment node's with the one its record holds.
 func TestConditionsRoundTripThroughState(t *testing.T) {
+	t.Parallel()
 	in := []conditions.Condition{{Type: "Ready", Status: conditions.True, Reason: "Switched", Message: "node n1 runs its system",
 		LastTransitionTime: time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC), ObservedGeneration: 3}}
 	l := conditionsValue(in)

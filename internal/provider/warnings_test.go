@@ -20,10 +20,12 @@ import (
 // provider tells runs apart by the process that started it, so the test
 // runs the built binary as operators do, and the provider in-process too.
 func TestWarningsOncePerRunInEveryMode(t *testing.T) {
+	t.Parallel()
 	binary := acctest.ProviderBinary(t)
 	for _, cli := range acctest.CLIs(t) {
 		for _, served := range []string{"binary", "in-process"} {
 			t.Run(cli.Name+"/"+served, func(t *testing.T) {
+				t.Parallel()
 				warningsOncePerRun(t, cli, served, binary)
 			})
 		}
@@ -125,8 +127,10 @@ resource "fleet_executor" "down" {
 // bastion, which such probes cannot reach at all, turns stale with the
 // reason given.
 func TestWarningsForRecordsNotRechecked(t *testing.T) {
+	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
 			sshd := sshtest.StartSSHD(t)
 			bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, sshd.ClientKey)
 			fake := clock.NewFake(start)
