@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# make soak: the host agreement's long exploration. make test explores 50
-# schedules (and the regression cases); this draws SOAK_SCHEDULES from seed
-# SOAK_FIRST, SOAK_PARALLEL at once, and prints the counts: schedules run,
-# and the seeds that broke an invariant, by invariant. A failing schedule
-# prints its seed and the command that replays it alone. The full output is
-# kept in bench/out/soak.txt.
+# make soak: the long runs make test leaves out.
+# 1. The host agreement's long exploration. make test explores 50
+#    schedules (and the regression cases); this draws SOAK_SCHEDULES from
+#    seed SOAK_FIRST, SOAK_PARALLEL at once, and prints the counts:
+#    schedules run, and the seeds that broke an invariant, by invariant. A
+#    failing schedule prints its seed and the command that replays it
+#    alone. The full output is kept in bench/out/soak.txt.
+# 2. The plans of fleet changes at fleet size: make test runs 12 hosts
+#    through both CLIs and 24 through one; this runs 12 and 48 through both
+#    (FLEET_ACC_SOAK=1). Output in bench/out/soak-fleet.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,4 +22,10 @@ rc=0
 go test -race -count=1 -timeout 0 -run '^TestHostAgreementExplored$' -v ./internal/deploy/ >"$out" 2>&1 || rc=$?
 grep -E 'explored [0-9]+ schedules|^ +explore_test\.go:[0-9]+: +"|broke the agreement:$|^ +replay: ' "$out" | sed -E 's/^ +explore_test\.go:[0-9]+: //' || true
 grep -E '^(ok|FAIL|panic)' "$out" | tail -3 || true
+
+fleet=bench/out/soak-fleet.txt
+echo "soak: the fleet-size plan tests at 12 and 48 hosts through both CLIs (output in $fleet)" >&2
+FLEET_ACC_SOAK=1 go test -race -count=1 -timeout 60m -run '^(TestFleetChangesPlanShort|TestDeploymentPlanIsShortAtFleetSize)$' -v ./internal/provider/ >"$fleet" 2>&1 || rc=$?
+grep -E '^ +--- (PASS|FAIL)|lines of each plan|a one-node change plans' "$fleet" || true
+grep -E '^(ok|FAIL|panic)' "$fleet" | tail -3 || true
 exit "$rc"
