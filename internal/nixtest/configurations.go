@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	mathrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,7 +98,7 @@ func (r *Repository) Write(tb TB) {
 		files["systems/"+name+".json"] = string(text) + "\n"
 		var prelude []string
 		if c.BuildDelay > 0 {
-			prelude = append(prelude, "/bin/sleep "+strconv.FormatFloat(c.BuildDelay.Seconds(), 'f', -1, 64))
+			prelude = append(prelude, "/bin/sleep "+seconds(c.BuildDelay))
 		}
 		if c.BuildFails {
 			prelude = append(prelude, "echo 'nixtest: this system fails to build, on purpose' >&2; exit 1")
@@ -142,6 +143,29 @@ in {
 		}
 	}
 }
+
+// OwnBuildDelay is a build delay of d and a random fraction of a second:
+// the builder's sleep of a test that looks for it among the machine's
+// processes (BuilderSleeps) is no other test's.
+func OwnBuildDelay(d time.Duration) time.Duration {
+	return d + time.Duration(mathrand.Int64N(int64(time.Second)))
+}
+
+// BuilderSleeps reports whether the sleep of a builder whose BuildDelay
+// is d runs on this machine.
+func BuilderSleeps(d time.Duration) bool {
+	want := "/bin/sleep\x00" + seconds(d) + "\x00"
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		if b, err := os.ReadFile(f); err == nil && string(b) == want {
+			return true
+		}
+	}
+	return false
+}
+
+// seconds is d as sleep(1) takes it.
+func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
 
 // sharedImport is a Nix file whose value costs loops additions to
 // evaluate.

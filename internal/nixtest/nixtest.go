@@ -14,14 +14,15 @@
 // deployer's NIX_CONFIG (DeployerEnv) set no substituters.
 //
 // How a target is built: tmpfs mounts over /nix, /run and the user's home
-// in the namespace (an empty store that nix-store --init sets up, where
-// nix-copy-closure's remote `nix-store --serve --write` imports for real; a
-// home without the host's .bashrc); /run/nixtest links to the state
-// directory on the host; sshd runs in the namespace with SetEnv PATH and
-// NIX_CONF_DIR, which OpenSSH 9.2 applies after its own PATH. The test reads
-// the target's view through /proc/<holder>/root. Host and Port are a
-// sshtest.Gate in front of sshd, so a CutSSH activation can refuse new
-// connections while open ones carry on (SSHD.Port bypasses it).
+// in the namespace (an empty store as nix-store --init sets one up, once
+// for every target, where nix-copy-closure's remote `nix-store --serve
+// --write` imports for real; a home without the host's .bashrc);
+// /run/nixtest links to the state directory on the host; sshd runs in the
+// namespace with SetEnv PATH and NIX_CONF_DIR, which OpenSSH 9.2 applies
+// after its own PATH. The test reads the target's view through
+// /proc/<holder>/root. Host and Port are a sshtest.Gate in front of sshd,
+// so a CutSSH activation can refuse new connections while open ones carry
+// on (SSHD.Port bypasses it).
 //
 // Like sshtest, it is imported only from tests (it takes sshtest.TB), and it
 // needs root: mount namespaces, and sshd logging in the current user.
@@ -215,9 +216,7 @@ func NewTarget(tb TB, opts ...Option) *Target {
 		setup = append(setup, "mkdir -p /run/systemd/system")
 	}
 	t.NS.Run(tb, "/bin/sh", "-ec", strings.Join(setup, "\n"))
-	if out, err := t.command("nix-store", "--init").CombinedOutput(); err != nil {
-		tb.Fatalf("nixtest: nix-store --init in the target's empty store: %v\n%s", err, out)
-	}
+	t.initStore(tb)
 
 	path := SessionPath
 	if cfg.bareLogin {
@@ -430,6 +429,27 @@ func (t *Target) SSHOptions(tb TB) []string {
 // recorded in Calls.
 func (t *Target) Boot(tb TB, system string) {
 	tb.Helper()
+	archive := export(tb, system)
+	script := `nix-store --import >/dev/null && nix-env -p "$1" --set "$2" && ln -sfn "$2" /run/current-system && ln -sfn "$2" /run/booted-system`
+	imp := t.command("/bin/sh", "-ec", script, "sh", ProfilePath, system)
+	imp.Stdin = bytes.NewReader(archive)
+	if out, err := imp.CombinedOutput(); err != nil {
+		tb.Fatalf("nixtest: Boot %s: import and set: %v %s", system, err, out)
+	}
+	t.writeFile(tb, "boot-entry", system+"\n")
+}
+
+// exports are the closures Boot exported from the deployer's store, by
+// system: one booted on many targets (a fleet's hosts, the explorer's
+// schedules) is read from the store once.
+var exports sync.Map // system -> []byte
+
+// export is system's closure as nix-store --export writes it.
+func export(tb TB, system string) []byte {
+	tb.Helper()
+	if b, ok := exports.Load(system); ok {
+		return b.([]byte)
+	}
 	q := exec.Command("nix-store", "--query", "--requisites", system)
 	q.Env = DeployerEnv()
 	var qErr bytes.Buffer
@@ -438,36 +458,50 @@ func (t *Target) Boot(tb TB, system string) {
 	if err != nil {
 		tb.Fatalf("nixtest: Boot: %s is not in the deployer's store: %v\n%s", system, err, qErr.String())
 	}
-
-	r, w, err := os.Pipe()
+	e := exec.Command("nix-store", append([]string{"--export"}, strings.Fields(string(paths))...)...)
+	e.Env = DeployerEnv()
+	var eErr bytes.Buffer
+	e.Stderr = &eErr
+	b, err := e.Output()
 	if err != nil {
-		tb.Fatalf("nixtest: Boot: %v", err)
+		tb.Fatalf("nixtest: Boot: nix-store --export %s: %v\n%s", system, err, eErr.String())
 	}
-	export := exec.Command("nix-store", append([]string{"--export"}, strings.Fields(string(paths))...)...)
-	export.Env = DeployerEnv()
-	export.Stdout = w
-	var exportErr bytes.Buffer
-	export.Stderr = &exportErr
-	script := `nix-store --import >/dev/null && nix-env -p "$1" --set "$2" && ln -sfn "$2" /run/current-system && ln -sfn "$2" /run/booted-system`
-	imp := t.command("/bin/sh", "-ec", script, "sh", ProfilePath, system)
-	imp.Stdin = r
-	var impOut bytes.Buffer
-	imp.Stdout = &impOut
-	imp.Stderr = &impOut
-	if err := export.Start(); err != nil {
-		tb.Fatalf("nixtest: Boot: nix-store --export: %v", err)
+	exports.Store(system, b)
+	return b
+}
+
+// emptyStore is an empty store's /nix as nix-store --init makes it (but
+// for the space it reserves, which Nix makes again when it finds none), as
+// a tar archive: made once, in a mount namespace of its own, and written
+// into each target's /nix, which costs a fraction of running Nix there.
+var emptyStore struct {
+	once    sync.Once
+	archive []byte
+	err     error
+}
+
+// initStore gives the target's empty /nix what nix-store --init would.
+func (t *Target) initStore(tb TB) {
+	tb.Helper()
+	emptyStore.once.Do(func() {
+		script := "mount -t tmpfs -o mode=0755 nixtest-nix /nix && nix-store --init && tar -C /nix -cf - --exclude=./var/nix/db/reserved ."
+		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-ec", script)
+		cmd.Env = DeployerEnv()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		emptyStore.archive, emptyStore.err = cmd.Output()
+		if emptyStore.err != nil {
+			emptyStore.err = fmt.Errorf("%w\n%s", emptyStore.err, stderr.String())
+		}
+	})
+	if emptyStore.err != nil {
+		tb.Fatalf("nixtest: nix-store --init in an empty store: %v", emptyStore.err)
 	}
-	w.Close()
-	impErr := imp.Start()
-	r.Close()
-	if impErr == nil {
-		impErr = imp.Wait()
+	untar := t.command("tar", "-C", "/nix", "-xf", "-")
+	untar.Stdin = bytes.NewReader(emptyStore.archive)
+	if out, err := untar.CombinedOutput(); err != nil {
+		tb.Fatalf("nixtest: the target's empty store: %v\n%s", err, out)
 	}
-	exportWait := export.Wait()
-	if exportWait != nil || impErr != nil {
-		tb.Fatalf("nixtest: Boot %s: export: %v %s; import and set: %v %s", system, exportWait, exportErr.String(), impErr, impOut.String())
-	}
-	t.writeFile(tb, "boot-entry", system+"\n")
 }
 
 // HasPath reports whether path is a valid path in the target's own store.

@@ -377,6 +377,9 @@ func TestClosureLockHeld(t *testing.T) {
 }
 
 func TestClosureHang(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a hung activation): make test runs it")
+	}
 	t.Parallel()
 	tg, d, old, next := booted(t, Behaviour{Kind: Hang})
 
@@ -519,6 +522,9 @@ func TestClosureBootloaderFails(t *testing.T) {
 // TestClosureBootHangs: test activates; boot hangs, leaving the boot entry
 // alone, until something ends it (here timeout(1), exit 124).
 func TestClosureBootHangs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a hung boot entry): make test runs it")
+	}
 	t.Parallel()
 	tg, d, old, next := booted(t, Behaviour{Kind: BootHangs})
 	out, code := d.switchTo(next, "test")
@@ -610,6 +616,7 @@ func TestCleanupKillsDetached(t *testing.T) {
 }
 
 func TestClosureBadBehaviour(t *testing.T) {
+	t.Parallel()
 	for _, b := range []Behaviour{
 		{Kind: FailUnits},
 		{Kind: Succeed, FailedUnits: []string{"a.service"}},
@@ -630,6 +637,9 @@ func TestClosureBadBehaviour(t *testing.T) {
 // stdout, passes the exit status on, refuses a unit name in use, and runs
 // a unit detached from the SSH session.
 func TestSystemdRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits for a long unit): make test runs it")
+	}
 	t.Parallel()
 	tg := NewTarget(t)
 	d := newDeployer(t, tg)

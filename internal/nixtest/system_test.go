@@ -86,6 +86,9 @@ func wantLink(t *testing.T, top, rel, target string) {
 // whose shared parts are the same store paths; their links resolve into
 // the parts; and they boot and deploy onto a target as Closure's do.
 func TestSystem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (builds systems with Nix): make test runs it")
+	}
 	t.Parallel()
 	const (
 		sshd   = "[Service]\nExecStart=/bin/sshd -D\n"
@@ -243,6 +246,7 @@ func TestSystem(t *testing.T) {
 }
 
 func TestSystemBadSpec(t *testing.T) {
+	t.Parallel()
 	for _, s := range []SystemSpec{
 		{Behaviour: Behaviour{Kind: FailUnits}},
 		{Units: map[string]string{"a b.service": ""}},

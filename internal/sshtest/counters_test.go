@@ -10,6 +10,7 @@ import (
 // type count one channel each, a global request counts one, and Open
 // drops to 0 once the client has gone.
 func TestServerCountsChannelsAndRequests(t *testing.T) {
+	t.Parallel()
 	s := NewServer(t, Healthy)
 	c := dial(t, s.Addr, clientConfig(s.ClientKey, s.HostKey.Public))
 	if s.Channels() != 0 || s.GlobalRequests() != 0 {

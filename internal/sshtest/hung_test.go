@@ -126,6 +126,43 @@ func wantClean(t *testing.T, ps ...*process) {
 	}
 }
 
+// readMounted and writeMounted reach a file of a mount this process serves
+// with plain system calls. A file opened with os goes to the runtime's
+// poller, whose epoll_ctl asks the file system (FUSE_POLL) while its
+// thread holds a P: a garbage collection then waits for that P, and the
+// server, stopped with everything else, never answers.
+func readMounted(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	var out []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := syscall.Read(fd, buf)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
+	}
+}
+
+func writeMounted(path, text string) error {
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = syscall.Write(fd, []byte(text))
+	if cerr := syscall.Close(fd); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // TestHungMount: on a hung mount every kind of change blocks in the file
 // system, while statfs, stat, listing and lookups answer; Release lets the
 // changes finish, and Hang makes the next ones block again. Each change is
@@ -133,6 +170,7 @@ func wantClean(t *testing.T, ps ...*process) {
 // an entry is created or removed in it, so a second change there waits in
 // the kernel, not in the file system.
 func TestHungMount(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "hung")
 	m := MountHung(t, dir)
 	var st syscall.Statfs_t
@@ -149,7 +187,7 @@ func TestHungMount(t *testing.T) {
 	wantBlocked(t, m, 1, create)
 	m.Release()
 	wantClean(t, create)
-	if b, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(b) != "x\n" {
+	if b, err := readMounted(filepath.Join(dir, "f")); err != nil || string(b) != "x\n" {
 		t.Errorf("after Release: f holds %q, %v; want x", b, err)
 	}
 
@@ -162,7 +200,7 @@ func TestHungMount(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"open/f", "write/f", "fsync/f", "chmod/f", "rm/f", "mv/f"} {
-		if err := os.WriteFile(path(f), []byte("x\n"), 0o644); err != nil {
+		if err := writeMounted(path(f), "x\n"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -206,7 +244,7 @@ func TestHungMount(t *testing.T) {
 			t.Errorf("after Release: %s holds %q, %v; want %q", c.dir, names, err, c.want)
 		}
 	}
-	if b, err := os.ReadFile(path("write", "f")); err != nil || string(b) != "x\ny\n" {
+	if b, err := readMounted(path("write", "f")); err != nil || string(b) != "x\ny\n" {
 		t.Errorf("after Release: write/f holds %q, %v; want the write made while hung", b, err)
 	}
 	if fi, err := os.Stat(path("chmod", "f")); err != nil || fi.Mode().Perm() != 0o600 {
@@ -221,6 +259,7 @@ func TestHungMount(t *testing.T) {
 // SIGKILL, as on a hard NFS mount, and its operation no longer counts as
 // blocked.
 func TestHungMountKilledWriter(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "hung")
 	m := MountHung(t, dir)
 	w := start(t, m, "sh", "-c", `exec dd of="$1/f" status=none if=/dev/zero count=1`, "sh", dir)
@@ -241,6 +280,7 @@ func TestHungMountKilledWriter(t *testing.T) {
 // sshd started in it, the host's view of the directory stays as it was, and
 // Release lets the write finish.
 func TestHungMountInMountNamespaceThroughSSHD(t *testing.T) {
+	t.Parallel()
 	ns := NewMountNamespace(t)
 	dir := filepath.Join(t.TempDir(), "hung")
 	m := ns.MountHung(t, dir)
@@ -314,6 +354,10 @@ func (c *cleanupTB) runCleanups() {
 // one leaves the file system alive), or a copy of it in a mount namespace
 // made after it (the unmount leaves the file system alive there).
 func TestHungMountCleanupNeverHangs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out the cleanup's bounds): make test runs it")
+	}
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		hold func(t *testing.T, dir string)

@@ -65,6 +65,7 @@ func dialLink(t *testing.T, l *Link) (net.Conn, *bufio.Reader) {
 // connections it covers; a refused or black-holed new connection never
 // reaches the backend; a reset ends the connections open.
 func TestLinkFaults(t *testing.T) {
+	t.Parallel()
 	l := NewLink(t, echoServer(t))
 	c, r := dialLink(t, l)
 	if err := roundTrip(t, c, r, 5*time.Second); err != nil {

@@ -15,6 +15,7 @@ import (
 )
 
 func TestMountNamespaceHolder(t *testing.T) {
+	t.Parallel()
 	ns := NewMountNamespace(t)
 	proc := "/proc/" + strconv.Itoa(ns.PID)
 	if comm, err := os.ReadFile(proc + "/comm"); err != nil || string(comm) != "sleep\n" {
@@ -40,6 +41,7 @@ func TestMountNamespaceHolder(t *testing.T) {
 // systemd makes /, so that a namespace without private propagation would
 // pass its mounts back out; the namespace's tmpfs must stay inside.
 func TestMountNamespacePrivatePropagation(t *testing.T) {
+	t.Parallel()
 	shared := filepath.Join(t.TempDir(), "shared")
 	if err := os.Mkdir(shared, 0o755); err != nil {
 		t.Fatal(err)
@@ -74,6 +76,7 @@ func TestMountNamespacePrivatePropagation(t *testing.T) {
 }
 
 func TestMountNamespaceTmpfs(t *testing.T) {
+	t.Parallel()
 	ns := NewMountNamespace(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	ns.MountTmpfs(t, dir)
@@ -101,6 +104,7 @@ func TestMountNamespaceTmpfs(t *testing.T) {
 }
 
 func TestMountNamespaceRemount(t *testing.T) {
+	t.Parallel()
 	ns := NewMountNamespace(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	ns.MountTmpfs(t, dir)
@@ -156,6 +160,7 @@ func runFatal(t *testing.T, fn func(tb TB)) string {
 
 // TestNewMountNamespaceFailsLoudly checks that a missing or failing unshare
 // fails the test, with unshare's own words, instead of skipping it.
+// Serial: the tools are looked up on the process's PATH.
 func TestNewMountNamespaceFailsLoudly(t *testing.T) {
 	bin := t.TempDir()
 	for _, name := range []string{"nsenter", "sleep"} {
@@ -186,6 +191,7 @@ func TestNewMountNamespaceFailsLoudly(t *testing.T) {
 }
 
 func TestMountNamespaceRunFailure(t *testing.T) {
+	t.Parallel()
 	ns := NewMountNamespace(t)
 	msg := runFatal(t, func(tb TB) { ns.Run(tb, "sh", "-c", "echo boom; exit 3") })
 	for _, want := range []string{"boom", "exit status 3", "sh -c"} {
@@ -213,6 +219,7 @@ func startInNamespace(t *testing.T) (*MountNamespace, *SSHD, *ssh.Client, string
 }
 
 func TestSSHDInMountNamespace(t *testing.T) {
+	t.Parallel()
 	ns, d, c, dir := startInNamespace(t)
 
 	if out := run(t, c, "stat -f -c %T "+dir); out != "tmpfs\n" {
@@ -235,6 +242,7 @@ func TestSSHDInMountNamespace(t *testing.T) {
 }
 
 func TestSSHDInMountNamespaceStop(t *testing.T) {
+	t.Parallel()
 	_, d, c, _ := startInNamespace(t)
 	sess, err := c.NewSession()
 	if err != nil {

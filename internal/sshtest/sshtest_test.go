@@ -57,6 +57,7 @@ func isTimeout(err error) bool {
 }
 
 func TestKeys(t *testing.T) {
+	t.Parallel()
 	for _, typ := range []string{"ed25519", "ecdsa", "rsa"} {
 		t.Run(typ, func(t *testing.T) {
 			k := NewKeyOfType(t, typ)
@@ -96,6 +97,7 @@ func TestKeys(t *testing.T) {
 // One key type is enough: the bcrypt KDF is slow under -race and the code
 // path does not depend on the type.
 func TestEncryptedPEM(t *testing.T) {
+	t.Parallel()
 	k := NewKey(t)
 	enc := k.EncryptedPEM(t, "s3cret")
 	var missing *ssh.PassphraseMissingError
@@ -109,6 +111,7 @@ func TestEncryptedPEM(t *testing.T) {
 }
 
 func TestSSHDRunsCommand(t *testing.T) {
+	t.Parallel()
 	d := StartSSHD(t)
 	if d.Host != "127.0.0.1" || d.Addr != net.JoinHostPort(d.Host, strconv.Itoa(d.Port)) {
 		t.Fatalf("bad address fields: %+v", d)
@@ -123,6 +126,7 @@ func TestSSHDRunsCommand(t *testing.T) {
 }
 
 func TestSSHDHostKeyTypes(t *testing.T) {
+	t.Parallel()
 	d := StartSSHD(t, WithHostKeyTypes("ed25519", "ecdsa", "rsa"))
 	if len(d.HostKeys) != 3 || d.HostKeys[0].Type != "ed25519" {
 		t.Fatalf("HostKeys = %d keys, first %s", len(d.HostKeys), d.HostKeys[0].Type)
@@ -137,6 +141,7 @@ func TestSSHDHostKeyTypes(t *testing.T) {
 }
 
 func TestSSHDOptions(t *testing.T) {
+	t.Parallel()
 	extra := NewKey(t)
 	d := StartSSHD(t,
 		WithAuthorizedKeys(extra),
@@ -149,6 +154,7 @@ func TestSSHDOptions(t *testing.T) {
 }
 
 func TestSSHDStop(t *testing.T) {
+	t.Parallel()
 	d := StartSSHD(t)
 	c := dial(t, d.Addr, clientConfig(d.ClientKey, d.HostKeys[0].Public))
 	d.Stop()
@@ -171,6 +177,7 @@ func TestSSHDStop(t *testing.T) {
 }
 
 func TestBlackHole(t *testing.T) {
+	t.Parallel()
 	s := NewServer(t, BlackHole)
 	if s.HostKey != nil {
 		t.Errorf("BlackHole has a host key")
@@ -189,6 +196,7 @@ func TestBlackHole(t *testing.T) {
 }
 
 func TestStallHandshake(t *testing.T) {
+	t.Parallel()
 	s := NewServer(t, StallHandshake)
 
 	// Raw: the banner arrives, then nothing.
@@ -223,6 +231,7 @@ func TestStallHandshake(t *testing.T) {
 }
 
 func TestRefuseAuth(t *testing.T) {
+	t.Parallel()
 	s := NewServer(t, RefuseAuth)
 	_, err := ssh.Dial("tcp", s.Addr, clientConfig(s.ClientKey, s.HostKey.Public))
 	if err == nil || !strings.Contains(err.Error(), "unable to authenticate") {
@@ -231,6 +240,7 @@ func TestRefuseAuth(t *testing.T) {
 }
 
 func TestHealthy(t *testing.T) {
+	t.Parallel()
 	s := NewServer(t, Healthy)
 	if s.Accepted() != 0 {
 		t.Fatalf("Accepted before any dial = %d", s.Accepted())
@@ -274,6 +284,7 @@ func TestHealthy(t *testing.T) {
 }
 
 func TestBastion(t *testing.T) {
+	t.Parallel()
 	bastion := NewServer(t, Bastion)
 	target := NewServer(t, Healthy)
 	d := StartSSHD(t)
@@ -330,6 +341,7 @@ func TestBastion(t *testing.T) {
 }
 
 func TestOpenSSHClientAgainstHealthy(t *testing.T) {
+	t.Parallel()
 	bin, err := exec.LookPath("ssh")
 	if err != nil {
 		t.Fatalf("ssh not found: install Debian package openssh-client")
@@ -361,6 +373,7 @@ func TestOpenSSHClientAgainstHealthy(t *testing.T) {
 }
 
 func TestClosedPort(t *testing.T) {
+	t.Parallel()
 	host, port := ClosedPort(t)
 	_, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(port)), time.Second)
 	if !errors.Is(err, syscall.ECONNREFUSED) {
@@ -376,6 +389,7 @@ func TestClosedPort(t *testing.T) {
 // TestManyServers checks that idle servers are cheap enough to run by the
 // thousand in one process when they share a host key.
 func TestManyServers(t *testing.T) {
+	t.Parallel()
 	hostKey, clientKey := NewKey(t), NewKey(t)
 	var servers []*Server
 	for range 200 {
@@ -401,6 +415,7 @@ func waitAccepted(t *testing.T, s *Server, want int) {
 }
 
 func TestGate(t *testing.T) {
+	t.Parallel()
 	backend := NewServer(t, Healthy)
 	g := NewGate(t, backend.Addr)
 	dial := func() error {
@@ -439,6 +454,7 @@ func TestGate(t *testing.T) {
 // TestGateModeFunc: a mode function decides for each new connection and
 // leaves connections already forwarded alone.
 func TestGateModeFunc(t *testing.T) {
+	t.Parallel()
 	backend := NewServer(t, Healthy)
 	var mode atomic.Int32
 	g := NewGate(t, backend.Addr, WithModeFunc(func() GateMode { return GateMode(mode.Load()) }))

@@ -40,14 +40,19 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
-// TB is the part of testing.TB the harness needs.
-type TB = sshtest.TB
+// TB is the part of testing.TB the harness needs: sshtest's, and Skip,
+// as a -short run skips every target.
+type TB interface {
+	sshtest.TB
+	Skip(args ...any)
+}
 
 // ProfilePath is the system profile on a target.
 const ProfilePath = nixtest.ProfilePath
@@ -103,10 +108,13 @@ type Target struct {
 }
 
 // NewTarget boots a target and stops it when the test ends, even when the
-// test fails. A missing tool or root file system fails the test with the
-// fix.
+// test fails; a -short run (make test-short) skips the test instead. A
+// missing tool or root file system fails the test with the fix.
 func NewTarget(tb TB) *Target {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("slow (boots a systemd container): make test runs it")
+	}
 	requireTools(tb)
 	rootfs := RootFS(tb)
 	// A short directory of our own: overlayfs options cannot hold a comma,

@@ -196,6 +196,9 @@ func TestSwitch(t *testing.T) {
 // A stopped target leaves nothing behind: no process, no cgroup, no
 // directory, no mount, and the cached root file system unchanged.
 func TestStopLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (boots a systemd container): make test runs it")
+	}
 	t.Parallel()
 	var tg *Target
 	var nspawn int
@@ -268,6 +271,7 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 }
 
 // A missing root file system fails the test with the fix, never skips it.
+// Serial: the root file system is looked up in the process's FLEET_CACHE_DIR.
 func TestRootFSMissing(t *testing.T) {
 	t.Setenv("FLEET_CACHE_DIR", t.TempDir())
 	f := &fatalTB{T: t}
