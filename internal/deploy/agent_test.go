@@ -16,8 +16,10 @@ import (
 // (SHA-1) would fail. The agent refuses changes and ends its connections
 // when closed.
 func TestKeyAgentLogsOpenSSHIn(t *testing.T) {
+	t.Parallel()
 	for _, typ := range []string{"ed25519", "ecdsa", "rsa"} {
 		t.Run(typ, func(t *testing.T) {
+			t.Parallel()
 			key := sshtest.NewKeyOfType(t, typ)
 			sshd := sshtest.StartSSHD(t, sshtest.WithAuthorizedKeys(key))
 			sshd.SetAuthorizedKeys(t, key) // only this key

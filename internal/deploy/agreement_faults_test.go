@@ -59,8 +59,15 @@ func switchedTo(tg *nixtest.Target, system string) []nixtest.Event {
 // says so. With a short confirm_timeout A has given up on the host by
 // then (and asks it); with a long one, A's activation itself arrives late.
 func TestDeployAnEndedLeaseIsFenced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a lease): make test runs it")
+	}
+	t.Parallel()
 	for _, confirm := range []time.Duration{3 * time.Second, 30 * time.Second} {
-		t.Run("confirm_timeout="+confirm.String(), func(t *testing.T) { endedLeaseFenced(t, confirm) })
+		t.Run("confirm_timeout="+confirm.String(), func(t *testing.T) {
+			t.Parallel()
+			endedLeaseFenced(t, confirm)
+		})
 	}
 }
 
@@ -112,6 +119,10 @@ func endedLeaseFenced(t *testing.T, confirm time.Duration) {
 // here: the node is Unknown, never RolledBack; the host keeps the new
 // system, and a refresh, once it answers, settles the record.
 func TestDeployAConfirmationThatLandedIsNotRecordedRolledBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out confirm_timeout and asks): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -145,6 +156,10 @@ func TestDeployAConfirmationThatLandedIsNotRecordedRolledBack(t *testing.T) {
 // quiet, not when ssh gives up on the stalled connection: the watchdog
 // keeps waiting, the verdict stands, the host keeps the new system.
 func TestDeployASpareLoginKeepsAPassingVerdict(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a stall longer than confirm_timeout): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -193,6 +208,10 @@ func readOnceBack(t *testing.T, d *deploy.Deployer, s deploy.Settings) (deploy.C
 // confirmation; the lease ended with its session, and the deployer takes
 // the lock again for the boot entry. The node succeeds.
 func TestDeployAVerdictCommandOverAStalledConnectionRunsAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out the keepalive): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -219,6 +238,10 @@ func TestDeployAVerdictCommandOverAStalledConnectionRunsAgain(t *testing.T) {
 // node was recorded Failed, the boot entry not made, for a fault of the
 // link alone.
 func TestDeployABootEntryWhoseSessionDropsIsMadeOnTheHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a slow boot entry): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -257,6 +280,10 @@ func TestDeployABootEntryWhoseSessionDropsIsMadeOnTheHost(t *testing.T) {
 // deployer takes the lock again as a new run and makes the boot entry:
 // Succeeded, not Failed for a link that dropped once.
 func TestDeployABootEntrySentWhenTheLinkDropsIsMadeUnderANewLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a stall, then a new lease): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -291,6 +318,10 @@ func TestDeployABootEntrySentWhenTheLinkDropsIsMadeUnderANewLease(t *testing.T) 
 // system. (The helper trial's stall-open at "judging the new system"
 // rolled a good system back, blaming its configuration.)
 func TestDeployAVerdictLoginThatMetAStallIsTriedAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out remote_exec_timeout): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -332,12 +363,17 @@ func TestDeployAVerdictLoginThatMetAStallIsTriedAgain(t *testing.T) {
 // start it ended first) ends the node at once, nothing activated, never
 // waiting for activation_timeout; the host is free for the next deploy.
 func TestDeployAResetAsTheActivationIsSentEndsPromptly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (slow activations, refused logins): make test runs it")
+	}
+	t.Parallel()
 	for _, after := range []time.Duration{-1, 0, 50 * time.Millisecond, 300 * time.Millisecond} {
 		name := "when the watchdog holds the guard"
 		if after >= 0 {
 			name = after.String() + " into the step"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)

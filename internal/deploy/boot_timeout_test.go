@@ -16,6 +16,10 @@ import (
 // deadline: the node fails in the finalise step with timeout(1)'s exit
 // 124, saying so, and the boot entry is left alone.
 func TestDeployBootHangEndsAtTheBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out the boot bound): make test runs it")
+	}
+	t.Parallel()
 	if got := deploy.BootTimeout(&deploy.Deployer{}); got != 120*time.Second {
 		t.Errorf("the bound on switch-to-configuration boot is %s, want 120s (FR-010)", got)
 	}

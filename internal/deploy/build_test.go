@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +95,10 @@ func (b *builderRuns) count(prefix string) int {
 // naming Nix's words, before anything is done on its host; the others
 // deploy.
 func TestDeployBuildsWhatThisMachineLacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (four hosts and their builds): make test runs it")
+	}
+	t.Parallel()
 	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good(), "web2": {System: good().System, BuildFails: true}, "web3": good(), "web4": needsBroken()})
 	var nodes []deploy.Target
 	var tgs []*nixtest.Target
@@ -148,6 +151,10 @@ func builtOnTheTarget(t *testing.T, c nixtest.Configuration) (*nixtest.Target, d
 // build_on = "target": the derivation's closure is copied to the host and
 // the system built there; this machine's store never has it.
 func TestDeployBuildsOnTheTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a build on the host): make test runs it")
+	}
+	t.Parallel()
 	tg, n := builtOnTheTarget(t, good())
 	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
 	var runs builderRuns
@@ -172,6 +179,10 @@ func TestDeployBuildsOnTheTarget(t *testing.T) {
 // the node fails naming the package, its builder's last log lines, and
 // its log on the host.
 func TestDeployBuildOnTheTargetNamesTheDependencyThatFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a build on the host): make test runs it")
+	}
+	t.Parallel()
 	tg, n := builtOnTheTarget(t, needsBroken())
 	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
 	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
@@ -184,7 +195,12 @@ func TestDeployBuildOnTheTargetNamesTheDependencyThatFails(t *testing.T) {
 // An interrupt during a build stops it at once: exit 130 in the build
 // step, nothing done on the host (no login), no builder left running.
 func TestDeployInterruptedDuringABuild(t *testing.T) {
-	systems := evaluated(t, map[string]nixtest.Configuration{"slow": {System: good().System, BuildDelay: 71 * time.Second}})
+	if testing.Short() {
+		t.Skip("slow (an evaluation and a build): make test runs it")
+	}
+	t.Parallel()
+	delay := nixtest.OwnBuildDelay(71 * time.Second)
+	systems := evaluated(t, map[string]nixtest.Configuration{"slow": {System: good().System, BuildDelay: delay}})
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -194,7 +210,7 @@ func TestDeployInterruptedDuringABuild(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		for !builderSleeps("71") && ctx.Err() == nil {
+		for !nixtest.BuilderSleeps(delay) && ctx.Err() == nil {
 			time.Sleep(100 * time.Millisecond)
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -212,7 +228,7 @@ func TestDeployInterruptedDuringABuild(t *testing.T) {
 	if tg.AcceptedConnections() != 0 || tg.CurrentSystem() != old {
 		t.Errorf("the host was touched: %d logins, runs %s", tg.AcceptedConnections(), tg.CurrentSystem())
 	}
-	if builderSleeps("71") {
+	if nixtest.BuilderSleeps(delay) {
 		t.Errorf("the builder runs on after the deploy ended")
 	}
 }
@@ -222,7 +238,12 @@ func TestDeployInterruptedDuringABuild(t *testing.T) {
 // build step, the host's system unchanged, and no builder left running
 // there.
 func TestDeployInterruptedDuringABuildOnTheTarget(t *testing.T) {
-	systems := evaluated(t, map[string]nixtest.Configuration{"slow": {System: good().System, BuildDelay: 73 * time.Second}})
+	if testing.Short() {
+		t.Skip("slow (an evaluation and a build): make test runs it")
+	}
+	t.Parallel()
+	delay := nixtest.OwnBuildDelay(73 * time.Second)
+	systems := evaluated(t, map[string]nixtest.Configuration{"slow": {System: good().System, BuildDelay: delay}})
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -232,7 +253,7 @@ func TestDeployInterruptedDuringABuildOnTheTarget(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		for !builderSleeps("73") && ctx.Err() == nil {
+		for !nixtest.BuilderSleeps(delay) && ctx.Err() == nil {
 			time.Sleep(100 * time.Millisecond)
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -246,10 +267,10 @@ func TestDeployInterruptedDuringABuildOnTheTarget(t *testing.T) {
 		t.Errorf("the host runs %s, want %s still", tg.CurrentSystem(), old)
 	}
 	// Nix stops its builder once told; give it a moment.
-	for end := time.Now().Add(10 * time.Second); builderSleeps("73") && time.Now().Before(end); {
+	for end := time.Now().Add(10 * time.Second); nixtest.BuilderSleeps(delay) && time.Now().Before(end); {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if builderSleeps("73") {
+	if nixtest.BuilderSleeps(delay) {
 		t.Errorf("the host's builder runs on after the deploy ended")
 	}
 }
@@ -257,6 +278,10 @@ func TestDeployInterruptedDuringABuildOnTheTarget(t *testing.T) {
 // With parallelism, a node whose system is ready does not wait for the
 // build of the node before it.
 func TestDeployDoesNotWaitForAnotherNodesBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a build of 8 s): make test runs it")
+	}
+	t.Parallel()
 	systems := evaluated(t, map[string]nixtest.Configuration{"slow": {System: good().System, BuildDelay: 8 * time.Second}, "quick": good()})
 	var nodes []deploy.Target
 	for _, name := range []string{"slow", "quick"} {
@@ -286,6 +311,7 @@ func TestDeployDoesNotWaitForAnotherNodesBuild(t *testing.T) {
 // nor its derivation fails that node saying what is missing and how to
 // carry it, before anything is done on the host.
 func TestDeployDerivationNotInThisStore(t *testing.T) {
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	n := targetOf(tg, "web1", "/nix/store/00000000000000000000000000000000-nixos-system-web1")
@@ -297,24 +323,16 @@ func TestDeployDerivationNotInThisStore(t *testing.T) {
 	}
 }
 
-// builderSleeps reports whether a builder's sleep of that many seconds
-// runs.
-func builderSleeps(seconds string) bool {
-	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range cmdlines {
-		if b, err := os.ReadFile(f); err == nil && string(b) == "/bin/sleep\x00"+seconds+"\x00" {
-			return true
-		}
-	}
-	return false
-}
-
 // With build_on = "target", the plan's summary says what the host's
 // store lacks, not this machine's: a host that runs an earlier revision
 // of the system (the same packages) builds the new toplevel only,
 // although this machine, whose store has not the packages, would build
 // them too.
 func TestPreviewOnTheTargetSaysWhatTheHostLacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (two evaluations and a build): make test runs it")
+	}
+	t.Parallel()
 	c := good()
 	// Packages of this test's own, which no other system holds.
 	unique := fmt.Sprint(time.Now().UnixNano())
@@ -382,6 +400,10 @@ func TestPreviewOnTheTargetSaysWhatTheHostLacks(t *testing.T) {
 // it makes; the node whose system it makes deploys, the other fails alone,
 // saying its system and derivation do not go together.
 func TestDeployNodesSharingADerivation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (two hosts and a build): make test runs it")
+	}
+	t.Parallel()
 	systems := evaluated(t, map[string]nixtest.Configuration{"web1": good(), "web2": {System: good().System, Revision: 1}})
 	var nodes []deploy.Target
 	var tgs []*nixtest.Target
@@ -407,6 +429,10 @@ func TestDeployNodesSharingADerivation(t *testing.T) {
 // first and recorded without a build here; a node a record speaks of is
 // not asked, and its system is built.
 func TestDeployDoesNotBuildWhatTheHostRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (three deploys and a build): make test runs it")
+	}
+	t.Parallel()
 	_, n := builtOnTheTarget(t, good())
 	opts := deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
 	wantPhase(t, deployer(t, opts).Deploy(context.Background(), []deploy.Target{n}, nil)[0], deploy.PhaseSucceeded)

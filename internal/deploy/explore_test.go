@@ -35,7 +35,9 @@ import (
 // are checked against what the host's own event log says happened.
 //
 // FLEET_EXPLORE_SCHEDULES sets how many schedules a run draws (make test:
-// exploreShort; make soak: many more), FLEET_EXPLORE_FIRST the first seed.
+// exploreShort; make soak: many more), FLEET_EXPLORE_FIRST the first seed,
+// FLEET_EXPLORE_PARALLEL how many run at once (default: go test's
+// -parallel).
 
 // exploreShort is how many schedules make test explores.
 const exploreShort = 50
@@ -277,14 +279,17 @@ func exploreSeeds(t *testing.T) []uint64 {
 	return seeds
 }
 
-// exploreParallel is how many schedules run at once: each mostly waits
-// for its timeouts.
-const exploreParallel = 4
-
 // TestHostAgreementExplored explores the host agreement under faults
 // (see above) and fails with every schedule that broke an invariant,
-// each with the seed that replays it.
+// each with the seed that replays it. Its schedules are parallel tests,
+// as many at once as go test's -parallel lets run beside the package's
+// other tests (each mostly waits for its timeouts); FLEET_EXPLORE_PARALLEL
+// bounds them lower.
 func TestHostAgreementExplored(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (schedules wait out real timeouts): make test runs it")
+	}
+	t.Parallel()
 	seeds := exploreSeeds(t)
 	// The systems every schedule deploys, made once: a schedule's parties
 	// each get a system of their own, so the host's log says whose it is.
@@ -304,17 +309,20 @@ func TestHostAgreementExplored(t *testing.T) {
 		violations = map[uint64][]string{}
 		ran        int
 	)
-	parallel := exploreParallel
+	// A schedule waiting here holds one of -parallel's places: the bound
+	// is for a run of the explorer alone (make soak).
+	var slots chan struct{}
 	if v, err := strconv.Atoi(os.Getenv("FLEET_EXPLORE_PARALLEL")); err == nil && v > 0 {
-		parallel = v
+		slots = make(chan struct{}, v)
 	}
-	slots := make(chan struct{}, parallel)
 	t.Run("schedules", func(t *testing.T) {
 		for _, seed := range seeds {
 			t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 				t.Parallel()
-				slots <- struct{}{}
-				defer func() { <-slots }()
+				if slots != nil {
+					slots <- struct{}{}
+					defer func() { <-slots }()
+				}
 				s := drawSchedule(seed)
 				v := explore(t, s, systems)
 				mu.Lock()
@@ -673,6 +681,7 @@ func describeSeeds(seeds []uint64) string {
 // cases again (make soak against the code they broke) and update this
 // digest.
 func TestExploreSchedulesArePinned(t *testing.T) {
+	t.Parallel()
 	h := sha256.New()
 	for seed := uint64(1); seed <= 100; seed++ {
 		fmt.Fprintln(h, drawSchedule(seed))

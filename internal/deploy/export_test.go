@@ -18,6 +18,9 @@ var PathOption = pathOption
 // Capture is capture, for the tests of commands whose streams outlive them.
 var Capture = capture
 
+// AskTimeout is how long an interrupted node asks its host what it runs.
+const AskTimeout = askTimeout
+
 // HoldLock takes s's host's deploy lock as a node's deploy does (a master
 // connection, then the lock session over it, speaking) and returns what
 // lets it all go.

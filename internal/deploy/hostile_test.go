@@ -56,6 +56,10 @@ func guardFree(t *testing.T, tg *nixtest.Target) bool {
 // forwards agents (as many ~/.ssh/config do) is overruled, and a verdict
 // command on the host that asks for an agent finds none.
 func TestDeployForwardsNoAgentToTheHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a deploy through an agent): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	seen := filepath.Join(tg.StateDir, "agent-seen")
@@ -89,6 +93,7 @@ func TestDeployForwardsNoAgentToTheHost(t *testing.T) {
 // An ssh_opts item that asks for forwarding is refused, naming it; what
 // turns forwarding off is accepted.
 func TestCheckForwarding(t *testing.T) {
+	t.Parallel()
 	for _, item := range []string{"ForwardAgent=yes", "forwardagent=/tmp/agent.sock", "ForwardX11=yes", "ForwardX11Trusted=yes", "LocalForward=8080 localhost:80",
 		"RemoteForward=2222 localhost:22", "DynamicForward=1080", "Tunnel=yes", "ClearAllForwardings=no"} {
 		if err := deploy.CheckForwarding(item); err == nil || !strings.Contains(err.Error(), item) || !strings.Contains(err.Error(), "remove the item") {
@@ -105,6 +110,7 @@ func TestCheckForwarding(t *testing.T) {
 // Whatever an ssh_config file says, every ssh to a node forwards nothing
 // and offers only the key it was given (ssh -G, the options it would use).
 func TestTransportOverrulesForwardingInTheConfigFile(t *testing.T) {
+	t.Parallel()
 	tr := &deploy.Transport{KnownHostsFile: filepath.Join(t.TempDir(), "kh"), ControlDir: t.TempDir()}
 	tr.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
 	if err := os.WriteFile(tr.ConfigFile, []byte("Host *\n  ForwardAgent yes\n  ForwardX11 yes\n  IdentitiesOnly no\n  LocalForward 8080 localhost:80\n  RemoteForward 2222 localhost:22\n"), 0o600); err != nil {
@@ -138,6 +144,7 @@ func TestTransportOverrulesForwardingInTheConfigFile(t *testing.T) {
 // spaces, quotes, backslashes, % and a lone $ (ssh -G prints what ssh
 // would use); one holding ${ is refused, as ssh would expand it.
 func TestPathOptionReadsBackInSSH(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{"/plain/kh", "/kh dir/known_hosts", "/a\tb", `/it's "quoted"/kh`, `/back\slash\\/kh`, "/50%/kh", "/%%C/kh", "/$HOME/kh", "/a#b/kh", "/a=b/kh"} {
 		opt, err := deploy.PathOption("UserKnownHostsFile", p, "")
 		if err != nil {
@@ -166,7 +173,11 @@ func TestPathOptionReadsBackInSSH(t *testing.T) {
 // known_hosts file, TMPDIR), directly and through a jump host: each file
 // is used where it is, the first-use key is written to the named file,
 // and the control sockets go where nothing splits their path.
+// Serial: the control directory and the copy's temporary files go in the process's TMPDIR.
 func TestDeployPathsWithSpacesAndPercent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (two deploys, one through a jump host): make test runs it")
+	}
 	for _, jump := range []bool{false, true} {
 		t.Run("jump="+strconv.FormatBool(jump), func(t *testing.T) {
 			base := t.TempDir()
@@ -221,6 +232,10 @@ func TestDeployPathsWithSpacesAndPercent(t *testing.T) {
 // passes, and is not undone for lateness: the watchdog's clock runs only
 // while the deployer says nothing.
 func TestDeployVerdictLongerThanConfirmTimeoutPasses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out confirm_timeout): make test runs it")
+	}
+	t.Parallel()
 	tg, old, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.Succeed},
 		deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 2 * time.Second, Command: []string{"sleep 5"}}})
 	wantPhase(t, r, deploy.PhaseSucceeded, "switched")
@@ -238,8 +253,13 @@ func TestDeployVerdictLongerThanConfirmTimeoutPasses(t *testing.T) {
 // ssh_opts) or the file's ProxyCommand. The name resolves nowhere but in
 // the config file, and only the bastion dials the port.
 func TestDeployTCPCheckGoesTheWaySSHDoes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (four deploys through bastions): make test runs it")
+	}
+	t.Parallel()
 	for _, route := range []string{"ProxyJump", "ProxyCommand"} {
 		t.Run(route, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -280,11 +300,15 @@ func TestDeployTCPCheckGoesTheWaySSHDoes(t *testing.T) {
 			if dialed := bastion.Dialed(); !slices.Contains(dialed, want) {
 				t.Errorf("the bastion dialled %q, not the checked port %s", dialed, want)
 			}
-			// A closed port fails the check, naming why, through the bastion too.
-			_ = ln.Close()
+			// A closed port fails the check, naming why, through the bastion
+			// too: one held closed, which another test's server cannot take
+			// as a port just closed could be.
+			_, closed := sshtest.ClosedPort(t)
+			shut := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second, TCP: []int{closed}}})
+			shut.Transport.ConfigFile = d.Transport.ConfigFile
 			m := targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 			m.Host, m.SSHOpts = n.Host, n.SSHOpts
-			wantPhase(t, d.Deploy(context.Background(), []deploy.Target{m}, nil)[0], deploy.PhaseRolledBack, "tcp port "+strconv.Itoa(port), via)
+			wantPhase(t, shut.Deploy(context.Background(), []deploy.Target{m}, nil)[0], deploy.PhaseRolledBack, "tcp port "+strconv.Itoa(closed), via)
 		})
 	}
 }
@@ -299,6 +323,10 @@ func TestDeployTCPCheckGoesTheWaySSHDoes(t *testing.T) {
 // activation_timeout nor keepalives. A host that answers again before
 // confirm_timeout is judged as usual.
 func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out confirm_timeout and stalls): make test runs it")
+	}
+	t.Parallel()
 	for _, c := range []struct {
 		stall time.Duration
 		phase deploy.Phase
@@ -309,6 +337,7 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 		{500 * time.Millisecond, deploy.PhaseSucceeded, nil},
 	} {
 		t.Run("stall="+c.stall.String(), func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)
@@ -390,6 +419,10 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 // the probe slot it takes, for ConnectTimeout and remote_exec_timeout, not
 // for ever.
 func TestReadCurrentHasADeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out remote_exec_timeout): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	if err := os.WriteFile(filepath.Join(tg.StateDir, "bin", "readlink"), []byte("#!/bin/sh\nexec sleep 3601\n"), 0o755); err != nil {
@@ -423,6 +456,10 @@ func TestReadCurrentHasADeadline(t *testing.T) {
 // deployment of the host (from elsewhere: straight to its sshd) waits
 // that long, not for ever.
 func TestDeployLockOfAVanishedDeployerEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out remote_exec_timeout): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -457,6 +494,7 @@ func TestDeployLockOfAVanishedDeployerEnds(t *testing.T) {
 // behind, as a master connection does with the streams of a command run
 // over it.
 func TestCaptureOfACommandWhoseStreamsOutliveIt(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		script string
 		exit   int
@@ -479,6 +517,7 @@ func TestCaptureOfACommandWhoseStreamsOutliveIt(t *testing.T) {
 // A copy whose streams outlive nix-copy-closure (a process left holding
 // them) succeeds: under load a master connection holds them the same way.
 func TestDeployCopyWhoseStreamsOutliveItSucceeds(t *testing.T) {
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	d := deployer(t, deploy.Options{NixCopyClosure: copyWrapper(t, "( sleep 3 ) &"), Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
@@ -489,6 +528,10 @@ func TestDeployCopyWhoseStreamsOutliveItSucceeds(t *testing.T) {
 // right after a deploy, the host's guard is free, and a deploy of the
 // host that follows at once (no lock_timeout) goes ahead, every time.
 func TestDeployRightAfterAnotherFindsTheHostFree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (four deploys): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
@@ -507,6 +550,7 @@ func TestDeployRightAfterAnotherFindsTheHostFree(t *testing.T) {
 // path holds a space and naming the host by an alias: the host gets none
 // of the provider's secrets or a CI runner's tokens, and the copy, whose
 // ssh reads the config file too, reaches the alias.
+// Serial: the secrets are in the process environment, where a provider finds them.
 func TestDeploySendsTheHostNoSecretsAndReadsAConfigFileWithASpace(t *testing.T) {
 	for k, v := range map[string]string{"FLEET_PRIVATE_KEY": "-----BEGIN fleet secret", "TF_VAR_db_password": "hunter2", "AWS_SECRET_ACCESS_KEY": "aws-secret"} {
 		t.Setenv(k, v)
@@ -541,6 +585,7 @@ func TestDeploySendsTheHostNoSecretsAndReadsAConfigFileWithASpace(t *testing.T) 
 // given to ssh as IdentityAgent, never in the environment: a config
 // file's ProxyCommand, whose ssh reads its own configuration (ForwardAgent
 // yes, say), finds no agent of the provider's, and none of its secrets.
+// Serial: the secret and the agent are the process environment's.
 func TestDeployProxyCommandSeesNoAgentOfTheProvider(t *testing.T) {
 	t.Setenv("FLEET_PRIVATE_KEY", "-----BEGIN fleet secret")
 	t.Setenv("SSH_AUTH_SOCK", "")

@@ -141,6 +141,13 @@ func interruptCases() []interruptCase {
 // exit 130, the step, and what the host is doing now; the next node is
 // never started, and nothing is recorded as switched.
 func TestDeployInterruptedInEveryStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (eighteen interrupted deploys): make test runs it")
+	}
+	t.Parallel()
+	// The systems every case boots and gives n2, made once.
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	second := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	for _, event := range []string{"interrupt", "deadline"} {
 		for _, c := range interruptCases() {
 			name := c.name
@@ -149,10 +156,10 @@ func TestDeployInterruptedInEveryStep(t *testing.T) {
 			}
 			t.Run(event+"/"+name, func(t *testing.T) {
 				t.Parallel()
+				// n2 is never started: its host boots nothing, and its
+				// logins and calls say whether it was touched.
 				tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
-				old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 				tg1.Boot(t, old)
-				tg2.Boot(t, old)
 				opts := deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
 				system := c.setup(t, tg1, &opts)
 				d := deployer(t, opts)
@@ -190,7 +197,7 @@ func TestDeployInterruptedInEveryStep(t *testing.T) {
 						}
 					}
 				}
-				res := d.Deploy(ctx, []deploy.Target{targetOf(tg1, "n1", system), targetOf(tg2, "n2", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)
+				res := d.Deploy(ctx, []deploy.Target{targetOf(tg1, "n1", system), targetOf(tg2, "n2", second)}, nil)
 				took := time.Since(stopped)
 				if stopped.IsZero() {
 					t.Fatalf("the %s step was never reached: %+v", c.step, res[0])
@@ -215,8 +222,8 @@ func TestDeployInterruptedInEveryStep(t *testing.T) {
 				if r.ExitCode != deploy.ExitInterrupted || !r.Interrupted || r.Step != c.step {
 					t.Errorf("exit %d, interrupted %v, step %q; want 130, true, %q", r.ExitCode, r.Interrupted, r.Step, c.step)
 				}
-				if res[1].Phase != deploy.PhasePending || len(tg2.Calls()) != 0 || !strings.Contains(res[1].Message, what+" before this node started") {
-					t.Errorf("n2 after the %s: %s %q, calls %v", event, res[1].Phase, res[1].Message, tg2.Calls())
+				if res[1].Phase != deploy.PhasePending || len(tg2.Calls()) != 0 || tg2.AcceptedConnections() != 0 || !strings.Contains(res[1].Message, what+" before this node started") {
+					t.Errorf("n2 after the %s: %s %q, calls %v, %d logins", event, res[1].Phase, res[1].Message, tg2.Calls(), tg2.AcceptedConnections())
 				}
 				c.check(t, tg1, old, system)
 			})
@@ -227,6 +234,10 @@ func TestDeployInterruptedInEveryStep(t *testing.T) {
 // An interrupt between two nodes: the first is recorded as it ended, the
 // second is never started.
 func TestDeployInterruptedBetweenNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (two hosts): make test runs it")
+	}
+	t.Parallel()
 	tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg1.Boot(t, old)
@@ -257,22 +268,38 @@ func slowCopy(t *testing.T, seconds int) string {
 	return copyWrapper(t, "sleep "+strconv.Itoa(seconds))
 }
 
-// interruptActivation deploys system (whose activation must take a few
-// seconds) to tg as node n1 and interrupts the deploy 0.7 s into its
-// activation, which runs on on the host, with its watchdog.
+// interruptedActivation is how long the activation an interrupted deploy
+// leaves running on the host takes: long beside the next deploy's login
+// and lock on a busy machine, which must find it, or its watchdog, there.
+const interruptedActivation = 10 * time.Second
+
+// interruptActivation deploys system (whose activation takes
+// interruptedActivation) to tg as node n1 and interrupts the deploy once
+// the host has begun the activation, which runs on there, with its
+// watchdog. (An interrupt at a fixed time into the step may come, on a
+// busy machine, before the activation reached the host, which then never
+// starts it.)
 func interruptActivation(t *testing.T, tg *nixtest.Target, system string, opts deploy.Options) {
 	t.Helper()
 	d := deployer(t, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var begun sync.WaitGroup
 	log := d.Options.Log
 	d.Options.Log = func(e deploy.Event) {
 		log(e)
 		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
-			time.AfterFunc(700*time.Millisecond, cancel)
+			begun.Go(func() {
+				for ctx.Err() == nil && !strings.Contains(tg.Journal(), "activating the configuration") {
+					time.Sleep(20 * time.Millisecond)
+				}
+				cancel()
+			})
 		}
 	}
 	r := d.Deploy(ctx, []deploy.Target{targetOf(tg, "n1", system)}, nil)[0]
+	cancel()
+	begun.Wait()
 	if !r.Interrupted || r.Step != deploy.StepActivate {
 		t.Fatalf("the first deploy was not interrupted in its activation: %+v", r)
 	}
@@ -284,10 +311,14 @@ func interruptActivation(t *testing.T, tg *nixtest.Target, system string, opts d
 // before it looks at the host: it switches the host to the new system
 // from the system the watchdog restored, and the host stays there.
 func TestDeployRightAfterAnInterruptedActivationWaitsForItsWatchdog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a watchdog): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
-	slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 4 * time.Second})
+	slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: interruptedActivation})
 	next := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	opts := deploy.Options{LockTimeout: time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
 
@@ -322,10 +353,14 @@ func TestDeployRightAfterAnInterruptedActivationWaitsForItsWatchdog(t *testing.T
 // deploy's watchdog, and its hint says so and what to do, not that
 // another deployment is running.
 func TestDeployRightAfterAnInterruptedActivationSaysItsWatchdogHoldsTheLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a watchdog): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
-	slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 4 * time.Second})
+	slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: interruptedActivation})
 	opts := deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
 	interruptActivation(t, tg, slow, opts)
 	r := deployer(t, opts).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)[0]
@@ -336,13 +371,16 @@ func TestDeployRightAfterAnInterruptedActivationSaysItsWatchdogHoldsTheLock(t *t
 		!strings.Contains(r.Hint, "confirm_timeout") || strings.Contains(r.Hint, "another deployment") || strings.Contains(r.Message+r.Hint, "interrupt") {
 		t.Errorf("exit %d, message %q, hint %q: want exit 3 naming the watchdog, and a hint to wait for it or set lock_timeout", r.ExitCode, r.Message, r.Hint)
 	}
-	// Let the watchdog end before the host goes.
-	time.Sleep(opts.Verdict.ConfirmTimeout + 3*time.Second)
+	// Let the activation and its watchdog end before the host goes.
+	for end := time.Now().Add(interruptedActivation + opts.Verdict.ConfirmTimeout + 30*time.Second); len(tg.Leftovers()) > 0 && time.Now().Before(end); {
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // Issue 12 (trial): a deploy interrupted while it waits for the host's
 // deploy lock leaves nothing waiting on the host.
 func TestDeployInterruptedInTheLockWaitLeavesNoWaiter(t *testing.T) {
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)

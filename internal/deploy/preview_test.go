@@ -7,16 +7,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 )
 
 // A session reads the node as ReadCurrent does over one login, and a
 // preview over it asks the host without logging in again.
 func TestSessionPreviewLogsInOnce(t *testing.T) {
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -50,6 +53,10 @@ func TestSessionPreviewLogsInOnce(t *testing.T) {
 // A kernel or initrd other than the booted one needs a reboot; a system
 // without them cannot say. Units compare by the files they resolve to.
 func TestPreviewSaysWhenARebootIsNeeded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (three systems previewed): make test runs it")
+	}
+	t.Parallel()
 	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
 	units := map[string]string{"a.service": "[Service]\nExecStart=/bin/a\n"}
 	tg := nixtest.NewTarget(t)
@@ -83,6 +90,7 @@ func TestPreviewSaysWhenARebootIsNeeded(t *testing.T) {
 }
 
 func TestParseDryActivate(t *testing.T) {
+	t.Parallel()
 	out := `stopping the following units: ignored.service
 would stop the following units: old-cron.service
 would NOT stop the following changed units: getty@tty1.service
@@ -100,6 +108,7 @@ would reload the following units: dbus.service
 }
 
 func TestSplitName(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string][2]string{
 		"nginx-1.26.2":               {"nginx", "1.26.2"},
 		"python3.12-requests-2.31.0": {"python3.12-requests", "2.31.0"},
@@ -116,18 +125,19 @@ func TestSplitName(t *testing.T) {
 // A session refused for its host key says which key the host offered and
 // which it was held to, as ReadCurrent does, and leaves nothing behind.
 func TestSessionRefusesAnotherHostKey(t *testing.T) {
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, sys)
-	other := nixtest.NewTarget(t)
+	other := sshtest.NewKey(t).AuthorizedLine() // another host's key
 	s := targetOf(tg, "web1", sys).Settings
-	s.HostKey, s.SeenHostKey = "", keyOf(other.HostKey)
+	s.HostKey, s.SeenHostKey = "", keyOf(other)
 	sess, err := deployer(t, deploy.Options{}).OpenSession(context.Background(), s)
 	if err == nil {
 		sess.Close()
 		t.Fatal("the session logged in to a host showing another key")
 	}
-	if !strings.Contains(err.Error(), "offered "+keyOf(tg.HostKey)) || !strings.Contains(err.Error(), keyOf(other.HostKey)) {
+	if !strings.Contains(err.Error(), "offered "+keyOf(tg.HostKey)) || !strings.Contains(err.Error(), keyOf(other)) {
 		t.Errorf("the refusal does not name both keys: %v", err)
 	}
 }
@@ -135,13 +145,19 @@ func TestSessionRefusesAnotherHostKey(t *testing.T) {
 // A dry activation that hangs is stopped after activation_timeout, on the
 // host too, and the preview falls back to the unit files, saying why.
 func TestPreviewBoundsTheDryActivation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out activation_timeout): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
 	dir := filepath.Join(t.TempDir(), "nixos-system-hangs")
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := "#!/bin/sh\n[ \"$1\" = dry-activate ] && exec sleep 3603\nexit 1\n"
+	// A sleep of its own: no other test's hang is looked for below.
+	hang := fmt.Sprintf("sleep 3603.%09d", time.Now().UnixNano()%1e9)
+	script := "#!/bin/sh\n[ \"$1\" = dry-activate ] && exec " + hang + "\nexit 1\n"
 	if err := os.WriteFile(filepath.Join(dir, "bin", "switch-to-configuration"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -152,16 +168,46 @@ func TestPreviewBoundsTheDryActivation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	start := time.Now()
+	// Timed from the hang's start on the host (the lock and the copy
+	// before it take what a busy machine makes them): it ends by the
+	// host's activation_timeout, well before the deployer's own bound
+	// on the command (15 s more).
+	began := make(chan time.Time, 1)
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			for _, p := range tg.Leftovers() {
+				if strings.Contains(p, hang) {
+					began <- time.Now()
+					return
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
 	p, err := d.Preview(context.Background(), sess, sys, deploy.PreviewOptions{DryActivate: true})
-	took := time.Since(start)
+	ended := time.Now()
+	close(stop)
+	watch.Wait()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took > 15*time.Second || p.UnitsFrom != "unit files" || !strings.Contains(p.Text(), "did not end within activation_timeout (2s)") {
-		t.Errorf("after %s, units from %q:\n%s", took, p.UnitsFrom, p.Text())
+	var took time.Duration
+	select {
+	case at := <-began:
+		took = ended.Sub(at)
+	default:
+		t.Fatalf("the dry activation never hung on the host:\n%s", p.Text())
 	}
-	if out, _ := exec.Command("pgrep", "-f", "sleep 3603").Output(); len(out) > 0 {
+	if took > d.Options.ActivationTimeout+10*time.Second || p.UnitsFrom != "unit files" || !strings.Contains(p.Text(), "did not end within activation_timeout (2s)") {
+		t.Errorf("%s after the hang began, units from %q:\n%s", took, p.UnitsFrom, p.Text())
+	}
+	if out, _ := exec.Command("pgrep", "-f", hang).Output(); len(out) > 0 {
 		t.Errorf("the dry activation runs on: pids %s", out)
 	}
 }
@@ -170,6 +216,7 @@ func TestPreviewBoundsTheDryActivation(t *testing.T) {
 // activation, after the closure was copied; the host keeps running its
 // system.
 func TestPreviewDryActivates(t *testing.T) {
+	t.Parallel()
 	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
 	tg := nixtest.NewTarget(t)
 	old := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"a.service": "1", "b.service": "b"}})
@@ -194,6 +241,7 @@ func TestPreviewDryActivates(t *testing.T) {
 // A host that runs the system already is said to, with what the apply
 // then does.
 func TestPreviewOfTheSystemTheHostRuns(t *testing.T) {
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, sys)
@@ -219,6 +267,10 @@ func TestPreviewOfTheSystemTheHostRuns(t *testing.T) {
 // since, or another new system, is asked again; and a directory others
 // can write is not used.
 func TestPreviewKeepsADryActivation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (six previews): make test runs it")
+	}
+	t.Parallel()
 	ok := nixtest.Behaviour{Kind: nixtest.Succeed}
 	tg := nixtest.NewTarget(t)
 	old := nixtest.System(t, nixtest.SystemSpec{Behaviour: ok, Units: map[string]string{"a.service": "1", "b.service": "b"}})
@@ -278,6 +330,7 @@ func TestPreviewKeepsADryActivation(t *testing.T) {
 // previews of the same systems are one body, and a switch that does
 // something else is not alike.
 func TestPreviewsOfAFleetWideUpgradeAreSaidTogether(t *testing.T) {
+	t.Parallel()
 	preview := func(node string) deploy.Preview {
 		return deploy.Preview{Node: node, System: "/nix/store/new-" + node, Current: "/nix/store/old-" + node,
 			CopyPaths: 3, CopyBytes: 9216, ClosurePaths: 40, ClosureBytes: 1 << 20,

@@ -94,6 +94,10 @@ func wantAttemptNotes(t *testing.T, notes []string, retries, attempts int) {
 // intervals between them and the N attempts (SC-003: within N intervals,
 // as an attempt is short beside one).
 func TestDeploySwitchLockIsTriedExactlyTheAttemptsItIsGiven(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out lock intervals): make test runs it")
+	}
+	t.Parallel()
 	const attempts = 4
 	// The interval is long beside one attempt (a command over the node's
 	// open master connection: tens of milliseconds, about a second on a
@@ -109,8 +113,9 @@ func TestDeploySwitchLockIsTriedExactlyTheAttemptsItIsGiven(t *testing.T) {
 		{"test", deploy.StepActivate, deploy.PhaseRolledBack, []string{"switch lock (exit 11) for every attempt"}},
 		{"boot", deploy.StepFinalise, deploy.PhaseFailed, []string{fmt.Sprintf("held for all %d attempts, %s apart", attempts, interval)}},
 	} {
-		t.Run(c.action, func(t *testing.T) {
-			// Let go before the last attempt: taken on it.
+		t.Run(c.action+"/let go before the last attempt", func(t *testing.T) {
+			t.Parallel()
+			// Taken on the last attempt.
 			l := deployLocked(t, c.action, c.step, attempts-1, deploy.Options{BootLockAttempts: attempts, BootLockInterval: 100 * time.Millisecond})
 			wantPhase(t, l.r, deploy.PhaseSucceeded)
 			if n := l.calls(c.action); n != attempts {
@@ -120,9 +125,11 @@ func TestDeploySwitchLockIsTriedExactlyTheAttemptsItIsGiven(t *testing.T) {
 			if l.tg.CurrentSystem() != l.sys || l.tg.BootEntry() != l.sys {
 				t.Errorf("after the lock was taken: current %s, boot %s; want %s", l.tg.CurrentSystem(), l.tg.BootEntry(), l.sys)
 			}
-
-			// Held through the last attempt: the node fails after it.
-			l = deployLocked(t, c.action, c.step, attempts, deploy.Options{BootLockAttempts: attempts, BootLockInterval: interval})
+		})
+		t.Run(c.action+"/held through the last attempt", func(t *testing.T) {
+			t.Parallel()
+			// The node fails after it.
+			l := deployLocked(t, c.action, c.step, attempts, deploy.Options{BootLockAttempts: attempts, BootLockInterval: interval})
 			wantPhase(t, l.r, c.failed, c.words...)
 			if n := l.calls(c.action); n != attempts {
 				t.Errorf("%s %s was called %d times with the lock held throughout, want boot_lock_attempts = %d", c.action, l.sys, n, attempts)

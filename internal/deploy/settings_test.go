@@ -9,6 +9,7 @@ func ptr(s string) *string { return &s }
 
 // The seed's user story 2, scenario by scenario.
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	builtin := Builtin{User: "root", PrivateKeyFile: "/keys/env"}
 	cases := []struct {
 		name     string
@@ -60,6 +61,7 @@ func TestResolve(t *testing.T) {
 
 // The resolved list is the node's own: changing it changes no layer.
 func TestResolveCopiesSSHOpts(t *testing.T) {
+	t.Parallel()
 	defaults := &Layer{SSHOpts: []string{"Port=2222"}}
 	s := Resolve(Builtin{User: "root"}, defaults, Node{Name: "a"})
 	s.SSHOpts[0] = "Port=1"

@@ -43,6 +43,7 @@ var sshOptCorpus = []struct {
 }
 
 func TestCheckSSHOpt(t *testing.T) {
+	t.Parallel()
 	for _, c := range sshOptCorpus {
 		err := CheckSSHOpt(c.item)
 		if (err == nil) != c.ok {
@@ -62,6 +63,7 @@ func TestCheckSSHOpt(t *testing.T) {
 // The published pattern, read by a POSIX ERE engine (grep -E) and by an
 // ECMA-262 engine (node), admits exactly what the validator admits.
 func TestSSHOptPatternAgreesAcrossEngines(t *testing.T) {
+	t.Parallel()
 	var items []string
 	for _, c := range sshOptCorpus {
 		if !strings.ContainsAny(c.item, "\n") { // grep reads lines

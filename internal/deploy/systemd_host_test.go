@@ -55,6 +55,7 @@ func activationsOf(tg *systemdtest.Target, system string) []systemdtest.Activati
 // systemd-detect-virt says the host is a container; real systemctl judges
 // the system settled; the new unit runs and the boot entry moves.
 func TestSystemdHostSwitchSucceeds(t *testing.T) {
+	t.Parallel()
 	tg, old := bootedSystemdHost(t, "")
 	if got := tg.DetectVirt(t); got != "systemd-nspawn" {
 		t.Fatalf("systemd-detect-virt --container says %q on the host, want systemd-nspawn", got)
@@ -102,6 +103,7 @@ func TestSystemdHostSwitchSucceeds(t *testing.T) {
 // system (whose unit runs again, the system running) and the boot entry
 // never moved.
 func TestSystemdHostFailedUnitRollsBack(t *testing.T) {
+	t.Parallel()
 	testSystemdHostFailedUnit(t, "")
 }
 
@@ -109,6 +111,7 @@ func TestSystemdHostFailedUnitRollsBack(t *testing.T) {
 // the deployment's own transient units do: it is the user's, and it
 // failed.
 func TestSystemdHostFailedUnitNamedFleet(t *testing.T) {
+	t.Parallel()
 	testSystemdHostFailedUnit(t, "fleet-app.service")
 }
 
@@ -151,6 +154,7 @@ func testSystemdHostFailedUnit(t *testing.T, unit string) {
 // (nixos-rebuild switch on it) is read as such by ReadCurrent, and not as
 // a system a deploy finished.
 func TestSystemdHostReadCurrentSeesDrift(t *testing.T) {
+	t.Parallel()
 	tg, _ := bootedSystemdHost(t, "")
 	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
 	n := systemdTargetOf(tg, "web1", sys)
@@ -178,6 +182,7 @@ func TestSystemdHostReadCurrentSeesDrift(t *testing.T) {
 // without its client, records its exit status, and the engine decides from
 // what the host recorded, never from the lost exit status.
 func TestSystemdHostSessionDroppedMidActivation(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		kind   systemdtest.Kind
@@ -190,6 +195,7 @@ func TestSystemdHostSessionDroppedMidActivation(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			tg, old := bootedSystemdHost(t, "")
 			sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: c.kind, Delay: 2 * time.Second})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -234,6 +240,7 @@ func TestSystemdHostSessionDroppedMidActivation(t *testing.T) {
 // waits while the deployer speaks), and the watchdog's unit is gone when
 // the node is done.
 func TestSystemdHostSlowVerdictPasses(t *testing.T) {
+	t.Parallel()
 	tg, old := bootedSystemdHost(t, "")
 	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
 	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 20 * time.Second, Command: []string{"sleep 5"}}})
@@ -255,6 +262,7 @@ func TestSystemdHostSlowVerdictPasses(t *testing.T) {
 // switches it back by itself once the activation ends, and a refresh
 // settles the record.
 func TestSystemdHostThatStopsAnsweringSwitchesItselfBack(t *testing.T) {
+	t.Parallel()
 	tg, old := bootedSystemdHost(t, "")
 	sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed, Delay: 4 * time.Second})
 	opts := deploy.Options{ActivationTimeout: time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 20 * time.Second}}

@@ -57,6 +57,7 @@ func newTransport(t *testing.T) *Transport {
 // Every connection: BatchMode, the connect timeout and keepalives from
 // remote_exec_timeout, the user, one master per node.
 func TestTransportBaseOptions(t *testing.T) {
+	t.Parallel()
 	tr := newTransport(t)
 	tr.RemoteExecTimeout = 90 * time.Second
 	key := filepath.Join(t.TempDir(), "deploy")
@@ -84,6 +85,7 @@ func TestTransportBaseOptions(t *testing.T) {
 
 // A pinned node: only its key, in a temporary file removed afterwards.
 func TestTransportPinnedHostKey(t *testing.T) {
+	t.Parallel()
 	tr := newTransport(t)
 	c, err := tr.Open(context.Background(), Settings{Name: "web1", Host: "web1", User: "root", HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"})
 	if err != nil {
@@ -106,6 +108,7 @@ func TestTransportPinnedHostKey(t *testing.T) {
 // ssh_opts come before the host-key options: theirs win; a node's port in
 // ssh_opts wins over the config file's.
 func TestTransportSSHOptsWin(t *testing.T) {
+	t.Parallel()
 	tr := newTransport(t)
 	tr.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
 	if err := os.WriteFile(tr.ConfigFile, []byte("Host web1\n  Port 2299\n"), 0o600); err != nil {
@@ -128,6 +131,7 @@ func TestTransportSSHOptsWin(t *testing.T) {
 // ours is given for it. A config file that sends the host elsewhere is
 // reported.
 func TestTransportConfigFileHostKeyOptions(t *testing.T) {
+	t.Parallel()
 	tr := newTransport(t)
 	tr.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
 	kh := filepath.Join(t.TempDir(), "their_known_hosts")
@@ -152,6 +156,7 @@ func TestTransportConfigFileHostKeyOptions(t *testing.T) {
 // accept-new with the deployment's file, so the node's own pin is checked
 // end to end; nix-copy-closure keeps the ProxyJump.
 func TestTransportProxyJump(t *testing.T) {
+	t.Parallel()
 	tr := newTransport(t)
 	c := openConn(t, tr, Settings{Name: "db1", Host: "10.0.3.21", User: "root", HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
 		SSHOpts: []string{"ProxyJump=ops@bastion.example.org:2222"}})
@@ -175,6 +180,7 @@ func TestTransportProxyJump(t *testing.T) {
 // says of the bastion: the ssh that ProxyJump's ProxyCommand runs reads
 // the file too, and the provider's agent must not reach a bastion.
 func TestTransportProxyJumpForwardsNoAgent(t *testing.T) {
+	t.Parallel()
 	tr := newTransport(t)
 	tr.ConfigFile = filepath.Join(t.TempDir(), "ssh_config")
 	if err := os.WriteFile(tr.ConfigFile, []byte("Host *\n  ForwardAgent yes\n"), 0o600); err != nil {
@@ -198,6 +204,7 @@ func TestTransportProxyJumpForwardsNoAgent(t *testing.T) {
 
 // An ssh_opts item in argv form is refused before anything runs.
 func TestTransportRefusesArgvItems(t *testing.T) {
+	t.Parallel()
 	if _, err := newTransport(t).Open(context.Background(), Settings{Name: "a", Host: "a", SSHOpts: []string{"-o Port=2222"}}); err == nil {
 		t.Fatal("accepted -o Port=2222")
 	}
@@ -207,6 +214,7 @@ func TestTransportRefusesArgvItems(t *testing.T) {
 // knownhosts): a line with a comment, or a hashed one, yields the key
 // alone, never "AAAA... comment".
 func TestRecordedKeyReadsKnownHostsAsOpenSSH(t *testing.T) {
+	t.Parallel()
 	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 	for name, line := range map[string]string{
 		"a comment":                    "[10.0.0.5]:2222 " + key + " root@web1",
@@ -215,6 +223,7 @@ func TestRecordedKeyReadsKnownHostsAsOpenSSH(t *testing.T) {
 		"a @cert-authority line first": "@cert-authority * ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPnH6HgDIhv2wZnX0eGx2A4WJ7KyHa7W0ns1wIB2QW6G\n[10.0.0.5]:2222 " + key + " c",
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tr := newTransport(t)
 			if name == "hashed" {
 				line = hashedLine(t, "[10.0.0.5]:2222", key)
@@ -244,6 +253,7 @@ func hashedLine(t *testing.T, host, key string) string {
 // under a Match line may be (the deployment does not evaluate Match): it is
 // left to the file for every host the file sets it for no other way, and
 // named.
+// Serial: ssh reads ~ of the config file's Include from the process's HOME.
 func TestTransportConfigFileSetsADefaultValueFR016(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -308,6 +318,7 @@ Host web3
 // shows (not ssh's default), the file's own lines find an option set for
 // exactly the hosts ssh finds it set for.
 func TestConfigFileSetsAgreesWithSSHFR016(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	inc := filepath.Join(dir, "inc.conf")
 	if err := os.WriteFile(inc, []byte("Host other\n  StrictHostKeyChecking yes\nHost *\n  StrictHostKeyChecking yes\n"), 0o600); err != nil {

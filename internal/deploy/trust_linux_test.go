@@ -17,6 +17,7 @@ import (
 // can take a key, ssh MUST use its default file. A state directory of ours
 // that the user cannot write (a read-only file system) is such a case, and
 // so is a key file in a directory no one can write.
+// Serial: the state directory and ~ come from the process's XDG_STATE_HOME and HOME.
 func TestDefaultKnownHostsFileFR015UnwritableFallsBackToSSHsOwn(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -39,6 +40,7 @@ func TestDefaultKnownHostsFileFR015UnwritableFallsBackToSSHsOwn(t *testing.T) {
 // FR-015: with no $HOME (and no $XDG_STATE_HOME) there is no private
 // directory; ssh's own file is where ssh itself looks, in the home
 // directory the user database gives.
+// Serial: the state directory and ~ come from the process's XDG_STATE_HOME and HOME.
 func TestDefaultKnownHostsFileFR015NoHome(t *testing.T) {
 	u, err := user.Current()
 	if err != nil || u.HomeDir == "" {
@@ -54,6 +56,7 @@ func TestDefaultKnownHostsFileFR015NoHome(t *testing.T) {
 
 // FR-015 and the shared-runner rule: ssh's own file is no exception; a
 // ~/.ssh others can write is refused, naming it.
+// Serial: the state directory and ~ come from the process's XDG_STATE_HOME and HOME.
 func TestDefaultKnownHostsFileFR015RefusesAnOpenSSHDirectory(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)

@@ -16,6 +16,7 @@ const nobody = 65534
 
 // Issue 12, shared runners: the default accept-new trust store is never in
 // a place someone else can write or has made.
+// Serial: the state directory comes from the process's XDG_STATE_HOME.
 func TestDefaultKnownHostsFile(t *testing.T) {
 	private := t.TempDir() // 0700, ours
 	key := filepath.Join(private, "id_ed25519")
@@ -95,6 +96,7 @@ func TestDefaultKnownHostsFile(t *testing.T) {
 
 // FR-015: when no private directory can be made, ssh's own default file
 // is left.
+// Serial: the state directory and ~ come from the process's XDG_STATE_HOME and HOME.
 func TestDefaultKnownHostsFileFallsBackToSSHsOwn(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -112,6 +114,7 @@ func TestDefaultKnownHostsFileFallsBackToSSHsOwn(t *testing.T) {
 // Issue 12: a known_hosts_file an operator names is refused when its
 // directory is missing, or when someone else could have written it.
 func TestCheckKnownHostsFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	shared := t.TempDir()
 	if err := os.Chmod(shared, 0o1777); err != nil {
@@ -145,6 +148,7 @@ func TestCheckKnownHostsFile(t *testing.T) {
 
 // Issue 12: every control socket path fits the shortest limit of the
 // supported systems (104 bytes), whatever $TMPDIR is.
+// Serial: the control directory is made in the process's TMPDIR.
 func TestControlDirLeavesRoomForSockets(t *testing.T) {
 	long := filepath.Join(t.TempDir(), strings.Repeat("d", 60))
 	mustMkdir(t, long, 0o700)
@@ -188,6 +192,7 @@ func mustChown(t *testing.T, path string, uid int) {
 // deployment's private control directory, never loose in $TMPDIR; and a
 // $TMPDIR others can write without the sticky bit (where they could rename
 // that directory away), or that another user owns, is refused.
+// Serial: the control directory is made in the process's TMPDIR.
 func TestControlDirRefusesATemporaryDirectoryOthersControl(t *testing.T) {
 	// Short: a $TMPDIR too long for socket paths is passed over for /tmp.
 	base, err := os.MkdirTemp("/tmp", "ct") //nolint:usetesting // t.TempDir names are too long to leave room for sockets
@@ -250,6 +255,7 @@ func TestControlDirRefusesATemporaryDirectoryOthersControl(t *testing.T) {
 // Issue 12 (trial): a known_hosts file named in a shared directory such
 // as /tmp is refused without advising to change that directory's mode.
 func TestCheckKnownHostsFileInASharedDirectory(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "shared")
 	mustMkdir(t, dir, 0o777)
 	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
@@ -265,6 +271,7 @@ func TestCheckKnownHostsFileInASharedDirectory(t *testing.T) {
 // (killed mid-apply) goes when the next one is made; a live process's
 // stays.
 func TestControlDirOfAnEndedProcessGoes(t *testing.T) {
+	t.Parallel()
 	base, err := controlBase("fssh")
 	if err != nil {
 		t.Fatal(err)

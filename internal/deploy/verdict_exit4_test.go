@@ -17,6 +17,10 @@ import (
 // alone would pass the verdict. The node is rolled back naming the units
 // not allowed, and only those.
 func TestDeployExitFourPassesOnlyWithEveryFailedUnitAllowed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (three deploys with rollbacks): make test runs it")
+	}
+	t.Parallel()
 	for _, c := range []struct {
 		name         string
 		failed       []string
@@ -30,6 +34,7 @@ func TestDeployExitFourPassesOnlyWithEveryFailedUnitAllowed(t *testing.T) {
 		{"every one allowed", []string{"cups.service", "db.service"}, []string{"db.service", "cups.service"}, deploy.PhaseSucceeded, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)

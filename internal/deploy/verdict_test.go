@@ -10,6 +10,7 @@ import (
 
 // The verdict matrix: each rule, in order, with what decides and its words.
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	const sys = "/nix/store/abc-nixos-system-web1"
 	ok := Observed{ActivationExit: 0, Reconnected: true, CurrentSystem: sys, SystemState: "running"}
 	with := func(f func(*Observed)) Observed { o := ok; f(&o); return o }
@@ -56,6 +57,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestFailedLine(t *testing.T) {
+	t.Parallel()
 	if got := FailedLine("web1", 4, "the activation failed units: nginx.service"); got != "DEPLOY FAILED for web1 (exit 4): the activation failed units: nginx.service" {
 		t.Errorf("FailedLine = %q", got)
 	}
@@ -65,6 +67,7 @@ func TestFailedLine(t *testing.T) {
 // conditions, and the phase derived from them is that way, whatever the
 // conditions before it said.
 func TestNodePhaseLadder(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		name string
@@ -100,6 +103,7 @@ func TestNodePhaseLadder(t *testing.T) {
 // recorded; only Ready says it is held. One state has no steps of gets
 // them all as skipped.
 func TestHeldNodeKeepsItsSteps(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC)
 	prev, err := NodeConditions(nil, Result{Name: "web1", Phase: PhaseSucceeded, Goal: GoalSwitch}, 1, at)
 	if err != nil {
