@@ -4,6 +4,7 @@ import "testing"
 
 // The SDK's logs are turned off only when no variable asks for logs.
 func TestQuietSDK(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		env  map[string]string
 		want map[string]string

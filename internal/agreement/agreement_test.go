@@ -66,6 +66,7 @@ var timing = agreement.Timing{Confirm: 2 * time.Second, Lease: 2 * time.Second, 
 // has let go, whatever of it arrives late is refused, and so is an action
 // its deployer cancelled. The host's answers say which.
 func TestFencing(t *testing.T) {
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -147,6 +148,10 @@ func copyTo(t *testing.T, tg *nixtest.Target, system string) {
 // confirmation too. A lock session silent for remote_exec_timeout ends the
 // lease, on the host as here: the lock is free for another.
 func TestSpareKeepsTheWatchdogWaitingAndSilenceEndsTheLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out confirm_timeout and a lease): make test runs it")
+	}
+	t.Parallel()
 	tg := nixtest.NewTarget(t)
 	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	tg.Boot(t, old)
@@ -208,6 +213,7 @@ func TestSpareKeepsTheWatchdogWaitingAndSilenceEndsTheLease(t *testing.T) {
 
 // The clocks, written once.
 func TestTiming(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		confirm                      time.Duration
 		word, spare, givesUp, askFor time.Duration

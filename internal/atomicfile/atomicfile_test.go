@@ -11,6 +11,7 @@ import (
 // Write replaces the file's content, leaves no other file behind, makes
 // it private, and leaves the old content when it cannot write.
 func TestWrite(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "kept.json")
 	for _, want := range []string{"first", "second"} {

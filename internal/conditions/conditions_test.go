@@ -21,6 +21,7 @@ func cond(typ string, st Status, reason, msg string, at time.Time, gen int64) Co
 }
 
 func TestTypesSet(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		in   []Condition
@@ -143,6 +144,7 @@ func TestTypesSet(t *testing.T) {
 }
 
 func TestTypesSetDoesNotMutateInput(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		set  Condition
@@ -172,6 +174,7 @@ func TestTypesSetDoesNotMutateInput(t *testing.T) {
 }
 
 func TestTypesSetErrors(t *testing.T) {
+	t.Parallel()
 	valid := Condition{Type: "Reachable", Status: True, Reason: "ProbeSucceeded", Message: "ok"}
 	tests := []struct {
 		name    string
@@ -212,6 +215,7 @@ func TestTypesSetErrors(t *testing.T) {
 }
 
 func TestValidateReason(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		reason string
 		ok     bool
@@ -250,6 +254,7 @@ func TestValidateReason(t *testing.T) {
 }
 
 func TestStatusValid(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		s  Status
 		ok bool
@@ -267,6 +272,7 @@ func TestStatusValid(t *testing.T) {
 }
 
 func TestTypesInitial(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		gen     int64
@@ -310,6 +316,7 @@ func TestTypesInitial(t *testing.T) {
 }
 
 func TestFind(t *testing.T) {
+	t.Parallel()
 	conds := []Condition{
 		cond("HostKeyVerified", True, "HostKeyMatchesPin", "k", t0, 1),
 		cond("Reachable", False, "ConnectionFailed", "r", t1, 2),
@@ -338,6 +345,7 @@ func TestFind(t *testing.T) {
 }
 
 func TestPhase(t *testing.T) {
+	t.Parallel()
 	// A ladder over a session, like the seed's determinePhase: terminal phases first.
 	ladder := []Rung{
 		{Phase: "Failed", Type: "Failed", Status: True},

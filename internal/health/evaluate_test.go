@@ -47,6 +47,7 @@ func (panicScript) Interpret(int, string) Result          { return Result{Tier: 
 // their own results, and the other nodes of the same pass are evaluated as
 // if nothing happened. The process survives (a panic on an evaluation
 // goroutine would end it, and this test with it).
+// Serial: it adds kinds to the package's registry, which other tests list.
 func TestEvaluatorContainsPanickingChecks(t *testing.T) {
 	registerForTest(t, "panic_probe", func(map[string]any, string) (Check, error) { return panicProbe{}, nil })
 	registerForTest(t, "panic_interpret", func(map[string]any, string) (Check, error) { return panicInterpret{}, nil })

@@ -47,6 +47,10 @@ func lines(t *testing.T, path string) int {
 // directory is left untouched, and the result keeps the first heartbeat's
 // time); one after the interval writes it anew. No heartbeat leaves a file.
 func TestPathHeartbeatCadence(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out the write probe interval): make test runs it")
+	}
+	t.Parallel()
 	const interval = 5 * time.Second
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")

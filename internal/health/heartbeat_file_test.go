@@ -148,8 +148,12 @@ func entries(t *testing.T, dir string) []string {
 	return names
 }
 
-func TestLocalHeartbeatPlantedLinks(t *testing.T) { checkPlantedLinks(t, Node{Local: true}) }
+func TestLocalHeartbeatPlantedLinks(t *testing.T) {
+	t.Parallel()
+	checkPlantedLinks(t, Node{Local: true})
+}
 func TestSSHDHeartbeatPlantedLinks(t *testing.T) {
+	t.Parallel()
 	checkPlantedLinks(t, sshdNode(sshtest.StartSSHD(t)))
 }
 
@@ -197,6 +201,7 @@ func checkPlantedLinks(t *testing.T, n Node) {
 // link planted in advance) is refused rather than written through or
 // removed, and the check says so.
 func TestLocalHeartbeatNameTaken(t *testing.T) {
+	t.Parallel()
 	uid, gid := serviceAccount(t)
 	for _, pl := range plants {
 		t.Run(pl.name, func(t *testing.T) {
@@ -242,6 +247,7 @@ exec `+shell.Quote(lookPath(t, "mktemp", "coreutils"))+` "$@"
 // file was made (a full file system: the create takes an inode, the write
 // finds no block) says why in plain words and removes the file it made.
 func TestLocalHeartbeatWriteFails(t *testing.T) {
+	t.Parallel()
 	h := localHost(t)
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")
@@ -269,6 +275,7 @@ func TestLocalHeartbeatWriteFails(t *testing.T) {
 // unhealthy and says so; the next heartbeat that can removes that file
 // first, so none piles up.
 func TestLocalHeartbeatNotRemoved(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")
 	if err := os.Mkdir(blobs, 0o755); err != nil {

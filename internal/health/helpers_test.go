@@ -68,6 +68,12 @@ func newEvaluator(shell []string) *Evaluator {
 	return &Evaluator{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(8), LocalShell: shell}
 }
 
+// busy is what a bound on an evaluation's time allows beyond its probe
+// timeout for a busy machine (shells and SSH sessions starting under -race,
+// on cores other tests share): far less than what each such bound catches,
+// a probe that runs on to its 30 s sleep or its hung mount.
+const busy = 4 * time.Second
+
 // evalNode evaluates one node and returns its report and how long it took.
 func evalNode(t *testing.T, e *Evaluator, p *Policy, node string) (Report, time.Duration) {
 	t.Helper()

@@ -30,6 +30,7 @@ func commandDecl(c string) CheckDecl {
 // absolute, with a trailing slash) and needed by three types is one check,
 // probed once; the evaluator's probes are the distinct checks.
 func TestPlanDeduplicatesByIdentity(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	mkdirs(t, root, "blobs", "scratch")
 	node := uniqueNode(t, "dedup")
@@ -91,6 +92,7 @@ func TestPlanDeduplicatesByIdentity(t *testing.T) {
 // that needs a path never touches that path; a node whose roles host nothing
 // probes nothing at all.
 func TestNodeWithoutStorageNeverProbesStorage(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	mkdirs(t, root, "blobs", "uploads")
 	gw, bare, st := uniqueNode(t, "gateway"), uniqueNode(t, "bare"), uniqueNode(t, "storage")
@@ -177,6 +179,7 @@ func TestNodeWithoutStorageNeverProbesStorage(t *testing.T) {
 // unhealthy for uploads only; the other type it hosts stays healthy and is
 // not named in the reason.
 func TestBlastRadiusUploadsFailure(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	mkdirs(t, root, "images") // root/uploads is missing
 	node := uniqueNode(t, "blast")
@@ -222,6 +225,7 @@ func TestBlastRadiusUploadsFailure(t *testing.T) {
 // TestDegradedSeverity: a failing check declared degraded makes the node
 // degraded (still schedulable); one failing error check makes it error.
 func TestDegradedSeverity(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	mkdirs(t, root, "images")
 	node := uniqueNode(t, "degraded")

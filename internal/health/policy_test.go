@@ -8,6 +8,7 @@ import (
 )
 
 func TestPolicyValidateDanglingReferences(t *testing.T) {
+	t.Parallel()
 	p := &Policy{
 		StorageRoot: "/srv",
 		Checks:      map[string]CheckDecl{"blobs": pathDecl("blobs", "")},
@@ -44,6 +45,7 @@ func TestPolicyValidateDanglingReferences(t *testing.T) {
 }
 
 func TestPolicyValidateChecks(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		root  string
@@ -82,6 +84,7 @@ func TestPolicyValidateChecks(t *testing.T) {
 }
 
 func TestBuildRejectsBadSettings(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		kind     string
 		settings map[string]any
@@ -123,6 +126,7 @@ func TestBuildRejectsBadSettings(t *testing.T) {
 }
 
 func TestBuildResolvesTargets(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		kind     string
 		settings map[string]any
@@ -151,6 +155,7 @@ func TestBuildResolvesTargets(t *testing.T) {
 }
 
 func TestRegister(t *testing.T) {
+	t.Parallel()
 	if got := Kinds(); !slices.Equal(got, []string{"command", "http", "path", "systemd_unit", "tcp"}) {
 		t.Errorf("Kinds() = %q", got)
 	}

@@ -81,6 +81,7 @@ type recordStep struct {
 }
 
 func TestAdvanceStickyError(t *testing.T) {
+	t.Parallel()
 	const none = -1
 	sequences := []struct {
 		name  string
@@ -160,6 +161,7 @@ func TestAdvanceStickyError(t *testing.T) {
 // that reaches the node ends the streak; error is never hidden; and a node
 // with no last state is missing at once.
 func TestAdvanceMissingHysteresis(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		obs    observation
 		state  State
@@ -270,6 +272,7 @@ func TestAdvanceMissingHysteresis(t *testing.T) {
 // TestInstantUnreachedIsMissing: the data source has no memory, so a node
 // it cannot reach is missing at once, whatever the failure.
 func TestInstantUnreachedIsMissing(t *testing.T) {
+	t.Parallel()
 	p := recordPolicy()
 	for _, o := range []observation{unreached, unreachedTimeout, unreachedAuth, unreachedHostKey, unreachedConfig} {
 		rec, err := Instant(observe(p, o, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)), p, 1)
@@ -324,6 +327,7 @@ func checkConditions(t *testing.T, i int, st recordStep, prev *Record, rec Recor
 // TestInstantHasNoMemory: the data source's record is in error exactly
 // while a check fails.
 func TestInstantHasNoMemory(t *testing.T) {
+	t.Parallel()
 	p := recordPolicy()
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, c := range []struct {
@@ -340,6 +344,7 @@ func TestInstantHasNoMemory(t *testing.T) {
 // A node a policy gains is pending: no state observed, no memory, no
 // conditions, in no summary; its first evaluation is as a node's first.
 func TestPendingHasNoMemoryAndIsInNoSummary(t *testing.T) {
+	t.Parallel()
 	rec := Pending(recordNode)
 	if rec.State != StatePending || len(rec.Conditions) != 0 || rec.LastClear != nil || !rec.ErrorSince.IsZero() ||
 		!strings.Contains(rec.Reason, "not evaluated yet") || !strings.Contains(rec.Reason, recordNode) {
@@ -359,6 +364,7 @@ func TestPendingHasNoMemoryAndIsInNoSummary(t *testing.T) {
 // one that found them failing refuses the clear; results that lack a
 // check the policy plans are no replay.
 func TestReplayDecidesAClearFromTheLastEvaluation(t *testing.T) {
+	t.Parallel()
 	p := recordPolicy()
 	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	failed, _, err := Advance(nil, observe(p, fail, t0), p, nil, 0, 1)

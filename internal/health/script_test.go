@@ -18,6 +18,7 @@ func parseScript() script {
 }
 
 func TestNewScriptTag(t *testing.T) {
+	t.Parallel()
 	s1, s2 := parseScript(), parseScript()
 	if !regexp.MustCompile(`^@@fleet-[0-9a-f]{12}$`).MatchString(s1.tag) || s1.tag == s2.tag {
 		t.Errorf("tags %q, %q: want @@fleet- and 12 random hex digits, different each time", s1.tag, s2.tag)
@@ -28,6 +29,7 @@ func TestNewScriptTag(t *testing.T) {
 }
 
 func TestScriptParse(t *testing.T) {
+	t.Parallel()
 	s := parseScript()
 	T := s.tag
 	type want struct {
@@ -94,6 +96,7 @@ func TestScriptParse(t *testing.T) {
 // leaves every unreported check saying so; one that cannot run the checks
 // says why. Each is a real shell misbehaving.
 func TestScriptNodeShellMisbehaves(t *testing.T) {
+	t.Parallel()
 	checks := map[string]CheckDecl{
 		"one": specDecl("command", map[string]any{"command": "echo one"}),
 		"two": specDecl("command", map[string]any{"command": "echo two"}),
@@ -132,6 +135,7 @@ func TestScriptNodeShellMisbehaves(t *testing.T) {
 // marker directory) is not evaluated: missing, with the shell's words,
 // never in error.
 func TestScriptRefusedLeavesTheNodeUnevaluated(t *testing.T) {
+	t.Parallel()
 	checks := map[string]CheckDecl{"one": specDecl("command", map[string]any{"command": "echo one"})}
 	node := uniqueNode(t, "shell")
 	p := kindPolicy(node, Node{Local: true}, 2*time.Second, checks)
@@ -143,12 +147,14 @@ func TestScriptRefusedLeavesTheNodeUnevaluated(t *testing.T) {
 }
 
 func TestLocalMarkerDirectoryRefused(t *testing.T) {
+	t.Parallel()
 	checkMarkerDirectoryRefused(t, func(t *testing.T, tmpdir string) (Node, *Evaluator) {
 		return Node{Local: true}, newEvaluator([]string{"env", "TMPDIR=" + tmpdir, "/bin/sh", "-s"})
 	})
 }
 
 func TestSSHDMarkerDirectoryRefused(t *testing.T) {
+	t.Parallel()
 	checkMarkerDirectoryRefused(t, func(t *testing.T, tmpdir string) (Node, *Evaluator) {
 		s := sshtest.StartSSHD(t, sshtest.WithConfigLines("SetEnv TMPDIR="+tmpdir))
 		return sshdNode(s), newEvaluator(nil)

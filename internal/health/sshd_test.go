@@ -16,6 +16,7 @@ import (
 // TestSSHDOneConnectionOneSessionPerNode: every script check of a node runs
 // in one session over one connection, counted by the evaluator and by sshd.
 func TestSSHDOneConnectionOneSessionPerNode(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	root := t.TempDir()
 	for _, d := range []string{"blobs", "images", "scratch"} {
@@ -67,6 +68,7 @@ func TestSSHDOneConnectionOneSessionPerNode(t *testing.T) {
 // the mismatch in the reason; it is never in error on that account, no
 // script runs on it, and a node already in error stays in error.
 func TestSSHDWrongPin(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	root := t.TempDir() // root/blobs is missing: the node's check fails
 	node := uniqueNode(t, "pin")

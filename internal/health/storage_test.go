@@ -27,7 +27,7 @@ type storageHost struct {
 	ns    *sshtest.MountNamespace
 	sshd  *sshtest.SSHD // nil for the local node
 	// slack is how much longer than the probe timeout an evaluation may take:
-	// starting the shell, and for sshd the connection.
+	// starting the shell on a busy machine, and for sshd the connection.
 	slack time.Duration
 }
 
@@ -43,7 +43,7 @@ func (h storageHost) log() string {
 // localHost is a local node whose shell runs inside a new mount namespace.
 func localHost(t *testing.T) storageHost {
 	ns := sshtest.NewMountNamespace(t)
-	return storageHost{node: Node{Local: true}, shell: ns.Command("/bin/sh", "-s"), ns: ns, slack: time.Second}
+	return storageHost{node: Node{Local: true}, shell: ns.Command("/bin/sh", "-s"), ns: ns, slack: busy}
 }
 
 // sshdHost is a remote node served by a real sshd inside a new mount
@@ -51,11 +51,17 @@ func localHost(t *testing.T) storageHost {
 func sshdHost(t *testing.T, opts ...sshtest.SSHDOption) storageHost {
 	ns := sshtest.NewMountNamespace(t)
 	s := sshtest.StartSSHD(t, append([]sshtest.SSHDOption{sshtest.WithMountNamespace(ns)}, opts...)...)
-	return storageHost{node: sshdNode(s), ns: ns, sshd: s, slack: 3 * time.Second}
+	return storageHost{node: sshdNode(s), ns: ns, sshd: s, slack: busy + 2*time.Second}
 }
 
-func TestLocalPathReadOnly(t *testing.T) { checkReadOnly(t, localHost(t)) }
-func TestSSHDPathReadOnly(t *testing.T)  { checkReadOnly(t, sshdHost(t)) }
+func TestLocalPathReadOnly(t *testing.T) {
+	t.Parallel()
+	checkReadOnly(t, localHost(t))
+}
+func TestSSHDPathReadOnly(t *testing.T) {
+	t.Parallel()
+	checkReadOnly(t, sshdHost(t))
+}
 
 // checkReadOnly: a tmpfs, mounted in the namespace only, is healthy and
 // takes the heartbeat; remounted read-only it puts the node in error with a
@@ -111,8 +117,14 @@ func checkReadOnly(t *testing.T, h storageHost) {
 	}
 }
 
-func TestLocalPathReadOnlySuperblock(t *testing.T) { checkReadOnlySuperblock(t, localHost(t)) }
-func TestSSHDPathReadOnlySuperblock(t *testing.T)  { checkReadOnlySuperblock(t, sshdHost(t)) }
+func TestLocalPathReadOnlySuperblock(t *testing.T) {
+	t.Parallel()
+	checkReadOnlySuperblock(t, localHost(t))
+}
+func TestSSHDPathReadOnlySuperblock(t *testing.T) {
+	t.Parallel()
+	checkReadOnlySuperblock(t, sshdHost(t))
+}
 
 // checkReadOnlySuperblock: a file system the kernel forced read-only
 // (errors=remount-ro) is read-only in its superblock, while a bind mount of
@@ -184,8 +196,20 @@ func mountFlags(t *testing.T, ns *sshtest.MountNamespace, dir string) (mount, su
 	return mount, super
 }
 
-func TestLocalPathHungHeartbeat(t *testing.T) { checkHungHeartbeat(t, localHost(t)) }
-func TestSSHDPathHungHeartbeat(t *testing.T)  { checkHungHeartbeat(t, sshdHost(t)) }
+func TestLocalPathHungHeartbeat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out probe timeouts): make test runs it")
+	}
+	t.Parallel()
+	checkHungHeartbeat(t, localHost(t))
+}
+func TestSSHDPathHungHeartbeat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out probe timeouts): make test runs it")
+	}
+	t.Parallel()
+	checkHungHeartbeat(t, sshdHost(t))
+}
 
 // checkHungHeartbeat: a heartbeat write that blocks in the kernel (the
 // checked path is a hung mount in the namespace) times out at the probe
@@ -275,6 +299,10 @@ func checkHungHeartbeat(t *testing.T, h storageHost) {
 // of starting probes beside it, then finds the probe hung and reports it
 // outstanding, saying since when; only one heartbeat write ever runs.
 func TestEvaluatorConcurrentSameNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a probe timeout): make test runs it")
+	}
+	t.Parallel()
 	h := localHost(t)
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")
@@ -327,6 +355,10 @@ func TestEvaluatorConcurrentSameNode(t *testing.T) {
 // itself hangs) is not joined: the other reports the node's checks
 // outstanding since the hung evaluation began, and no second shell starts.
 func TestEvaluatorHungEvaluationNotJoined(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a hung shell's probe timeout): make test runs it")
+	}
+	t.Parallel()
 	sleep := sleepArgs(t)
 	killArgv(t, sleep...)
 	root := t.TempDir()
@@ -379,8 +411,14 @@ func TestEvaluatorHungEvaluationNotJoined(t *testing.T) {
 	}
 }
 
-func TestLocalPathMissing(t *testing.T) { checkMissingPath(t, localHost(t)) }
-func TestSSHDPathMissing(t *testing.T)  { checkMissingPath(t, sshdHost(t)) }
+func TestLocalPathMissing(t *testing.T) {
+	t.Parallel()
+	checkMissingPath(t, localHost(t))
+}
+func TestSSHDPathMissing(t *testing.T) {
+	t.Parallel()
+	checkMissingPath(t, sshdHost(t))
+}
 
 func checkMissingPath(t *testing.T, h storageHost) {
 	root := t.TempDir() // root/blobs is never created
@@ -402,6 +440,7 @@ func checkMissingPath(t *testing.T, h storageHost) {
 // statvfs is coreutils `stat -f`, replaced on the shell's PATH by one that
 // fails as it does on a disk returning I/O errors.
 func TestLocalPathIOError(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")
 	if err := os.Mkdir(blobs, 0o755); err != nil {
@@ -427,6 +466,7 @@ func TestLocalPathIOError(t *testing.T) {
 // TestSSHDPathIOError injects the same EIO over sshd: its SetEnv puts the
 // fake stat first on the PATH of every session.
 func TestSSHDPathIOError(t *testing.T) {
+	t.Parallel()
 	fake := fakeStatDir(t)
 	h := sshdHost(t, sshtest.WithConfigLines("SetEnv PATH="+fake+":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"))
 	root := t.TempDir()
@@ -443,8 +483,14 @@ func TestSSHDPathIOError(t *testing.T) {
 	wantContains(t, "statvfs EIO reason", r.Reason(p), "node "+node, blobs+": input/output error")
 }
 
-func TestLocalPathInterruptedEvaluation(t *testing.T) { checkInterruptedEvaluation(t, localHost(t)) }
-func TestSSHDPathInterruptedEvaluation(t *testing.T)  { checkInterruptedEvaluation(t, sshdHost(t)) }
+func TestLocalPathInterruptedEvaluation(t *testing.T) {
+	t.Parallel()
+	checkInterruptedEvaluation(t, localHost(t))
+}
+func TestSSHDPathInterruptedEvaluation(t *testing.T) {
+	t.Parallel()
+	checkInterruptedEvaluation(t, sshdHost(t))
+}
 
 // checkInterruptedEvaluation: an evaluation interrupted (Ctrl-C) while a
 // heartbeat hangs under a long probe timeout leaves that probe running; the
@@ -457,15 +503,16 @@ func checkInterruptedEvaluation(t *testing.T, h storageHost) {
 	const timeout = 60 * time.Second
 	p := pathPolicy(root, node, h.node, timeout)
 	forgetMarkers(t, p, node)
-	h.ns.MountHung(t, blobs)
+	mount := h.ns.MountHung(t, blobs)
 
 	// Interrupted once the heartbeat hangs, not at a fixed time: an SSH
 	// session can take over a second to start on a loaded machine, and an
-	// interrupt before the node's shell starts is another case.
+	// interrupt before the node's shell starts is another case. A writer
+	// seen before its write hangs in the mount (its mktemp) is not yet.
 	ctx, cancel := context.WithCancel(t.Context())
 	hung := make(chan bool, 1)
 	go func() {
-		ok := eventually(20*time.Second, func() bool { return len(heartbeatWriters(blobs)) == 1 })
+		ok := eventually(20*time.Second, func() bool { return mount.Blocked() > 0 && len(heartbeatWriters(blobs)) == 1 })
 		cancel()
 		hung <- ok
 	}()

@@ -3,6 +3,7 @@ package reachability
 import "testing"
 
 func TestClampConcurrency(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		n        int64
@@ -27,6 +28,7 @@ func TestClampConcurrency(t *testing.T) {
 }
 
 func TestConcurrencyFromEnv(t *testing.T) {
+	t.Parallel()
 	const env = "FLEET_PROBE_CONCURRENCY"
 	tests := []struct {
 		name     string
@@ -57,6 +59,7 @@ func TestConcurrencyFromEnv(t *testing.T) {
 }
 
 func TestDefaultConcurrencyMatchesTerraformsParallelism(t *testing.T) {
+	t.Parallel()
 	// Issue 14: as many probes at once as Terraform refreshes resources
 	// at once by default (-parallelism=10).
 	if DefaultConcurrency != 10 {

@@ -65,6 +65,7 @@ func mustFind(t *testing.T, conds []conditions.Condition, typ string) conditions
 }
 
 func TestObservedConditionsSuccess(t *testing.T) {
+	t.Parallel()
 	_, conds := allTrue(t)
 	want := []conditions.Condition{
 		{Type: ConditionHostKeyVerified, Status: conditions.True, Reason: ReasonHostKeyMatchesPin,
@@ -80,6 +81,7 @@ func TestObservedConditionsSuccess(t *testing.T) {
 }
 
 func TestObservedConditionsSequences(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		run  func(t *testing.T)
@@ -219,6 +221,7 @@ func TestObservedConditionsSequences(t *testing.T) {
 }
 
 func TestConditionReason(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		reason sshdial.Reason
 		want   string
@@ -246,6 +249,7 @@ func TestConditionReason(t *testing.T) {
 }
 
 func TestResetConditions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		gen  int64
@@ -278,6 +282,7 @@ func TestResetConditions(t *testing.T) {
 // A config failure says the host key is not verified only when the pin is
 // what is missing; a bad credential leaves the host key as last observed.
 func TestObservedConditionsConfigField(t *testing.T) {
+	t.Parallel()
 	rec, prev := allTrue(t)
 	noPin := sshdial.Outcome{Target: web1, Reason: sshdial.ReasonConfig, Field: "host_key_fingerprint",
 		Message: "web1:22: resolve: host_key_fingerprint: no host key pin is set", HostKey: sshdial.HostKeyNotSeen, Auth: sshdial.AuthNotAttempted}

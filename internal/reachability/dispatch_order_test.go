@@ -46,6 +46,7 @@ func (r *dialRecorder) order() []string {
 // and not in reverse either, they are dialled by name, while the outcomes
 // still come back in input order.
 func TestProbeAllDispatchesInNameOrder(t *testing.T) {
+	t.Parallel()
 	client := sshtest.NewKey(t)
 	names := []string{"delta", "alpha", "echo", "charlie", "bravo"}
 	var targets []reachability.Named

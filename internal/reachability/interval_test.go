@@ -7,6 +7,7 @@ import (
 )
 
 func TestClampInterval(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		seconds  int64
@@ -36,6 +37,7 @@ func TestClampInterval(t *testing.T) {
 }
 
 func TestIntervalFromEnv(t *testing.T) {
+	t.Parallel()
 	const env = "FLEET_PROBE_INTERVAL"
 	tests := []struct {
 		name     string
@@ -70,6 +72,7 @@ func TestIntervalFromEnv(t *testing.T) {
 }
 
 func TestIntervalDuration(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		seconds int64
 		want    time.Duration

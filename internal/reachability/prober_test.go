@@ -40,6 +40,7 @@ func blackHoled(t *testing.T, name string, client *sshtest.Key) reachability.Nam
 // Outcomes come back in input order whatever the dispatch order, and each
 // names its own target.
 func TestProbeAllKeepsInputOrder(t *testing.T) {
+	t.Parallel()
 	client := sshtest.NewKey(t)
 	var targets []reachability.Named
 	for _, name := range []string{"delta", "alpha", "charlie", "bravo"} {
@@ -58,6 +59,7 @@ func TestProbeAllKeepsInputOrder(t *testing.T) {
 }
 
 func TestProbeAllRefusesDuplicateNames(t *testing.T) {
+	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.Healthy)
 	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(2)}
 	_, err := p.ProbeAll(context.Background(), []reachability.Named{named("a", s), named("b", s), named("a", s)})
@@ -77,6 +79,7 @@ func TestProbeAllRefusesDuplicateNames(t *testing.T) {
 // timeouts: the slots bound it from below, and it is far from the n
 // timeouts of probes run one after the other.
 func TestProbeAllCostIsBoundedBySlots(t *testing.T) {
+	t.Parallel()
 	client := sshtest.NewKey(t)
 	const timeout = 500 * time.Millisecond
 	const n, slots = 8, 4
@@ -107,6 +110,7 @@ func TestProbeAllCostIsBoundedBySlots(t *testing.T) {
 // A pass cancelled while probes wait for a slot reports them cancelled
 // (not observed), and returns promptly.
 func TestProbeAllCancelledWhileWaiting(t *testing.T) {
+	t.Parallel()
 	client := sshtest.NewKey(t)
 	var targets []reachability.Named
 	for i := range 3 {
@@ -133,6 +137,7 @@ func TestProbeAllCancelledWhileWaiting(t *testing.T) {
 // Probe takes a slot: with the only slot held elsewhere it waits, and gives
 // up as cancelled when its context ends first.
 func TestProbeWaitsForASlot(t *testing.T) {
+	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.Healthy)
 	slots := semaphore.NewWeighted(1)
 	if err := slots.Acquire(context.Background(), 1); err != nil {
@@ -156,6 +161,10 @@ func TestProbeWaitsForASlot(t *testing.T) {
 // Each outcome is stamped when its own probe ends, not when the pass does:
 // a quick host's result is not dated by a slow one's timeout.
 func TestProbeAllStampsEachProbe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a 3 s probe timeout): make test runs it")
+	}
+	t.Parallel()
 	client := sshtest.NewKey(t)
 	// The timeout is long against a quick probe, so that a busy machine's
 	// slow handshake does not eat the margin; stamping every outcome at the
@@ -179,6 +188,7 @@ func TestProbeAllStampsEachProbe(t *testing.T) {
 
 // An empty pass is no error: a module with no hosts gets no outcomes.
 func TestProbeAllEmpty(t *testing.T) {
+	t.Parallel()
 	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(1)}
 	out, err := p.ProbeAll(context.Background(), nil)
 	if err != nil || len(out) != 0 {
@@ -189,6 +199,7 @@ func TestProbeAllEmpty(t *testing.T) {
 // An interrupt of the process cancels the probes in flight and those
 // waiting for a slot, whatever their callers' contexts say.
 func TestProberInterrupt(t *testing.T) {
+	t.Parallel()
 	client := sshtest.NewKey(t)
 	interrupt, stop := context.WithCancel(context.Background())
 	p := &reachability.Prober{Dialer: &sshdial.Dialer{}, Slots: semaphore.NewWeighted(1), Timeout: 10 * time.Second, Interrupt: interrupt}
@@ -228,6 +239,7 @@ func panickingDialer(addr string) *sshdial.Dialer {
 // naming the panic, and the pass goes on to probe the other hosts (before
 // and after it in dispatch order) instead of ending the provider process.
 func TestProbeAllContainsAPanickingProbe(t *testing.T) {
+	t.Parallel()
 	client := sshtest.NewKey(t)
 	var targets []reachability.Named
 	for _, name := range []string{"alpha", "bravo", "charlie"} {

@@ -56,6 +56,7 @@ func unreachableAfter() Record {
 }
 
 func TestObserveSequences(t *testing.T) {
+	t.Parallel()
 	var never time.Time
 	tests := []struct {
 		name  string
@@ -176,6 +177,7 @@ func TestObserveSequences(t *testing.T) {
 }
 
 func TestObserveEveryTransientReason(t *testing.T) {
+	t.Parallel()
 	for _, reason := range []sshdial.Reason{sshdial.ReasonNetwork, sshdial.ReasonTimeout, sshdial.ReasonAuth, sshdial.ReasonUnknown} {
 		t.Run(string(reason), func(t *testing.T) {
 			r := Reset("web1")
@@ -192,6 +194,7 @@ func TestObserveEveryTransientReason(t *testing.T) {
 }
 
 func TestObserveFields(t *testing.T) {
+	t.Parallel()
 	cest := time.FixedZone("CEST", 2*3600)
 	tests := []struct {
 		name string
@@ -232,6 +235,7 @@ func TestObserveFields(t *testing.T) {
 }
 
 func TestReset(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		host string
@@ -254,6 +258,7 @@ func TestReset(t *testing.T) {
 }
 
 func TestFailing(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		r    Record
@@ -274,6 +279,7 @@ func TestFailing(t *testing.T) {
 }
 
 func TestStale(t *testing.T) {
+	t.Parallel()
 	checked := base
 	tests := []struct {
 		name     string
@@ -308,6 +314,7 @@ func TestStale(t *testing.T) {
 }
 
 func TestDue(t *testing.T) {
+	t.Parallel()
 	checked := base
 	tests := []struct {
 		name     string
@@ -335,6 +342,7 @@ func TestDue(t *testing.T) {
 }
 
 func TestFailureThresholdIsTwo(t *testing.T) {
+	t.Parallel()
 	// The spec fixes the threshold at 2: the smallest that suppresses a one-probe blip.
 	if FailureThreshold != 2 {
 		t.Fatalf("FailureThreshold = %d, want 2", FailureThreshold)
@@ -344,6 +352,7 @@ func TestFailureThresholdIsTwo(t *testing.T) {
 // A partial success (authentication not checked: the credentials were
 // withheld) is a success for what it checked, never a success in full.
 func TestObservePartial(t *testing.T) {
+	t.Parallel()
 	var never time.Time
 	authFailing := Record{State: StateReachable, Reason: sshdial.ReasonAuth, Message: msgFor(sshdial.ReasonAuth),
 		ConsecutiveFailures: 1, Host: "web1", CheckedAt: at(0), LastSuccessAt: at(0)}
@@ -386,6 +395,7 @@ func TestObservePartial(t *testing.T) {
 
 // An outcome that observed nothing of the target is no observation.
 func TestObservationOf(t *testing.T) {
+	t.Parallel()
 	web := sshdial.Endpoint{Host: "web1", Port: 22}
 	for name, c := range map[string]struct {
 		o       sshdial.Outcome

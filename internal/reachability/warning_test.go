@@ -9,6 +9,7 @@ import (
 )
 
 func TestWarning(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 9, 7, 15, 12, 0, 0, time.UTC)
 	success := now.Add(-(3*time.Hour + 12*time.Minute)) // renders "3h12m"
 	const refused = "web1.example.org:22: connect: connection refused"
@@ -177,6 +178,7 @@ func TestWarning(t *testing.T) {
 }
 
 func TestLastSuccess(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 9, 7, 15, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name string
@@ -198,6 +200,7 @@ func TestLastSuccess(t *testing.T) {
 }
 
 func TestAge(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		d    time.Duration
 		want string

@@ -11,6 +11,7 @@ import (
 // Each value reaches the program as the one argument it was, through the
 // real shell: spaces, quotes, $, %, globs, backslashes, newlines.
 func TestQuoteThroughTheShell(t *testing.T) {
+	t.Parallel()
 	values := []string{"", "plain", "a b", "it's", `"double"`, "$HOME", "${HOME}", "$(id)", "`id`", "50%", "*", "a\\b", "line\nbreak", "'", "''", "-n", "~", "~/x", "a;b|c&d", "\t"}
 	for _, v := range values {
 		got, err := exec.Command("/bin/sh", "-c", "set -- "+shell.Quote(v)+`; printf '%s:%s' "$#" "$1"`).Output()
@@ -25,6 +26,7 @@ func TestQuoteThroughTheShell(t *testing.T) {
 
 // Plain words stay as they are; everything else is quoted.
 func TestQuoteLeavesPlainWords(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{"-o": "-o", "/nix/store/abc-x": "/nix/store/abc-x", "%h:%p": "%h:%p", "a=b": "'a=b'", "~": "'~'", "": "''", "a b": "'a b'"} {
 		if got := shell.Quote(in); got != want {
 			t.Errorf("Quote(%q) = %s, want %s", in, got, want)
@@ -34,6 +36,7 @@ func TestQuoteLeavesPlainWords(t *testing.T) {
 
 // A child's environment holds what ssh and Nix need, never the
 // provider's secrets or a CI runner's tokens.
+// Serial: a child's environment is read from the process's.
 func TestEnvironKeepsOnlyWhatChildrenNeed(t *testing.T) {
 	t.Setenv("FLEET_PRIVATE_KEY", "secret")
 	t.Setenv("TF_VAR_password", "secret")

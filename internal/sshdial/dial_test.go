@@ -74,6 +74,7 @@ func wantReason(t *testing.T, o sshdial.Outcome, want sshdial.Reason, messagePar
 }
 
 func TestProbeSucceedsAgainstOpenSSH(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	d, _ := dialer(t)
 	o, _ := probe(t, d, sshdTarget(s))
@@ -90,6 +91,7 @@ func TestProbeSucceedsAgainstOpenSSH(t *testing.T) {
 }
 
 func TestProbeWithKeyFileAndPassphrase(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	d, _ := dialer(t)
 	dir := t.TempDir()
@@ -124,6 +126,7 @@ func TestProbeWithKeyFileAndPassphrase(t *testing.T) {
 }
 
 func TestProbeAuthRefusedByOpenSSH(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	d, _ := dialer(t)
 	tgt := sshdTarget(s)
@@ -136,6 +139,7 @@ func TestProbeAuthRefusedByOpenSSH(t *testing.T) {
 }
 
 func TestProbeAuthRefusedInProcess(t *testing.T) {
+	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.RefuseAuth)
 	d, _ := dialer(t)
 	o, _ := probe(t, d, serverTarget(t, s))
@@ -143,6 +147,7 @@ func TestProbeAuthRefusedInProcess(t *testing.T) {
 }
 
 func TestProbeRefusedConnection(t *testing.T) {
+	t.Parallel()
 	host, port := sshtest.ClosedPort(t)
 	d, _ := dialer(t)
 	o, _ := probe(t, d, target(host, port, "root", sshdial.PinKey(sshtest.NewKey(t).Public), sshtest.NewKey(t)))
@@ -153,6 +158,7 @@ func TestProbeRefusedConnection(t *testing.T) {
 }
 
 func TestProbeBlackHoledAfterAccept(t *testing.T) {
+	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.BlackHole)
 	d, _ := dialer(t)
 	o, took := probe(t, d, serverTarget(t, s))
@@ -164,6 +170,7 @@ func TestProbeBlackHoledAfterAccept(t *testing.T) {
 }
 
 func TestProbeStalledHandshake(t *testing.T) {
+	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.StallHandshake)
 	d, _ := dialer(t)
 	o, took := probe(t, d, serverTarget(t, s))
@@ -172,6 +179,7 @@ func TestProbeStalledHandshake(t *testing.T) {
 }
 
 func TestProbeStalledHandshakeThroughBastion(t *testing.T) {
+	t.Parallel()
 	bastion := sshtest.NewServer(t, sshtest.Bastion)
 	stalled := sshtest.NewServer(t, sshtest.StallHandshake)
 	d, _ := dialer(t)
@@ -218,6 +226,7 @@ func probeOrHang(t *testing.T, ctx context.Context, d *sshdial.Dialer, tgt sshdi
 }
 
 func TestProbeWrongTargetKey(t *testing.T) {
+	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.Healthy)
 	d, _ := dialer(t)
 	tgt := serverTarget(t, s)
@@ -240,6 +249,7 @@ func TestProbeWrongTargetKey(t *testing.T) {
 // A SHA256 fingerprint does not say which of a host's keys it names: the
 // pinned key must be found whichever key the host offers first.
 func TestProbeFingerprintOfAnyHostKey(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t, sshtest.WithHostKeyTypes("ecdsa", "rsa", "ed25519"))
 	d, _ := dialer(t)
 	for _, k := range s.HostKeys {
@@ -282,6 +292,7 @@ func TestProbeFingerprintOfAnyHostKey(t *testing.T) {
 }
 
 func TestProbeWithoutPinNeverDials(t *testing.T) {
+	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.Healthy)
 	d, _ := dialer(t)
 	tgt := serverTarget(t, s)
@@ -294,6 +305,7 @@ func TestProbeWithoutPinNeverDials(t *testing.T) {
 }
 
 func TestProbeUnresolvableName(t *testing.T) {
+	t.Parallel()
 	// Go refuses .onion names without a lookup (RFC 7686), so this test
 	// sends no DNS query off the machine.
 	d, _ := dialer(t)
@@ -301,6 +313,7 @@ func TestProbeUnresolvableName(t *testing.T) {
 	wantReason(t, o, sshdial.ReasonNetwork, "no-such-host.onion")
 }
 
+// Serial: "no agent" is an empty SSH_AUTH_SOCK in the process environment.
 func TestProbeConfigErrorsNameTheField(t *testing.T) {
 	s := sshtest.NewServer(t, sshtest.Healthy)
 	d, _ := dialer(t)
@@ -331,6 +344,7 @@ func TestProbeConfigErrorsNameTheField(t *testing.T) {
 }
 
 func TestProbeCancellationIsNotAnObservation(t *testing.T) {
+	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.BlackHole)
 	d, _ := dialer(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -346,6 +360,7 @@ func TestProbeCancellationIsNotAnObservation(t *testing.T) {
 }
 
 func TestProbeThroughBastion(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, s.ClientKey)
 	d, knownHostsPath := dialer(t)
@@ -378,6 +393,7 @@ func TestProbeThroughBastion(t *testing.T) {
 }
 
 func TestProbeWrongBastionKey(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, s.ClientKey)
 	d, knownHostsPath := dialer(t)
@@ -399,6 +415,7 @@ func TestProbeWrongBastionKey(t *testing.T) {
 }
 
 func TestProbeBastionDown(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	host, port := sshtest.ClosedPort(t)
 	d, _ := dialer(t)
@@ -409,6 +426,7 @@ func TestProbeBastionDown(t *testing.T) {
 }
 
 func TestProbeBastionCannotReachTarget(t *testing.T) {
+	t.Parallel()
 	bastion := sshtest.NewServer(t, sshtest.Bastion)
 	host, port := sshtest.ClosedPort(t)
 	d, _ := dialer(t)
@@ -419,6 +437,7 @@ func TestProbeBastionCannotReachTarget(t *testing.T) {
 }
 
 func TestProbeBastionWithoutKnownHostsFile(t *testing.T) {
+	t.Parallel()
 	bastion := sshtest.NewServer(t, sshtest.Bastion)
 	d := &sshdial.Dialer{}
 	tgt := serverTarget(t, bastion)
@@ -431,6 +450,7 @@ func TestProbeBastionWithoutKnownHostsFile(t *testing.T) {
 }
 
 func TestDialReturnsUsableClient(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	d, _ := dialer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -456,6 +476,7 @@ func TestDialReturnsUsableClient(t *testing.T) {
 // handshake's read blocked: the probe must close the bastion connection too,
 // at its deadline and on cancellation.
 func TestProbeBastionStallingAfterChannelOpen(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	t.Run("deadline", func(t *testing.T) {
 		bastion := sshtest.NewServerWithKeys(t, sshtest.StallingBastion, nil, s.ClientKey)
@@ -488,6 +509,7 @@ func TestProbeBastionStallingAfterChannelOpen(t *testing.T) {
 // A bastion that refuses the credentials is an authentication failure
 // named after the bastion, not an unknown one.
 func TestProbeBastionRefusesAuth(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	bastion := sshtest.NewServer(t, sshtest.Bastion) // accepts only its own client key
 	d, _ := dialer(t)
@@ -503,6 +525,7 @@ func TestProbeBastionRefusesAuth(t *testing.T) {
 // With a write-only credential withheld, a bastion's refusal says nothing
 // about the target: the probe checked nothing of it and says so.
 func TestProbeBastionWithWithheldCredentials(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, s.ClientKey)
 	d, _ := dialer(t)
@@ -527,6 +550,7 @@ func TestProbeBastionWithWithheldCredentials(t *testing.T) {
 // A bastion that forbids forwarding refuses every probe the same way until
 // its configuration changes: config, not a transient unknown.
 func TestProbeBastionForbidsForwarding(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	bastion := sshtest.NewServerWithKeys(t, sshtest.ForbiddingBastion, nil, s.ClientKey)
 	d, _ := dialer(t)
@@ -541,6 +565,7 @@ func TestProbeBastionForbidsForwarding(t *testing.T) {
 
 // known_hosts faults are found before any dial, as configuration.
 func TestProbeKnownHostsFaults(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, s.ClientKey)
 	tgt := sshdTarget(s)
@@ -584,6 +609,7 @@ func TestProbeKnownHostsFaults(t *testing.T) {
 // A known_hosts file whose names are hashed (HashKnownHosts) gains hashed
 // lines only, and a hashed entry is found again on the next dial.
 func TestProbeKnownHostsHashed(t *testing.T) {
+	t.Parallel()
 	s := sshtest.StartSSHD(t)
 	bastion := sshtest.NewServerWithKeys(t, sshtest.Bastion, nil, s.ClientKey)
 	d, path := dialer(t)
@@ -608,6 +634,7 @@ func TestProbeKnownHostsHashed(t *testing.T) {
 }
 
 // Check finds every static fault with no network and names the attribute.
+// Serial: "no agent" is an empty SSH_AUTH_SOCK in the process environment.
 func TestCheckStaticFaults(t *testing.T) {
 	s := sshtest.NewServer(t, sshtest.Healthy)
 	dir := t.TempDir()
@@ -673,6 +700,7 @@ func TestCheckStaticFaults(t *testing.T) {
 
 // The agent is asked for its keys under the probe's bound: an agent that
 // accepts and never answers makes the probe time out, and Ctrl-C ends it.
+// Serial: the agent is found at the process's SSH_AUTH_SOCK.
 func TestProbeHungAgent(t *testing.T) {
 	s := sshtest.NewServer(t, sshtest.Healthy)
 	sock := filepath.Join(t.TempDir(), "agent.sock")

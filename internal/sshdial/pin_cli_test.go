@@ -84,6 +84,7 @@ func pinnedTarget(t *testing.T, s *sshtest.SSHD, pin sshdial.Pin) sshdial.Target
 }
 
 func TestPinFromOpenSSHToolsIsAccepted(t *testing.T) {
+	t.Parallel()
 	requireTools(t)
 	s := sshtest.StartSSHD(t)
 	hostKey := s.HostKeys[0]
@@ -127,6 +128,7 @@ func TestPinFromOpenSSHToolsIsAccepted(t *testing.T) {
 // A host with several keys: ssh-keyscan without -t lists them all, and a pin
 // names one, so the operator is told to choose.
 func TestPinFromKeyscanOfSeveralKeysIsRefused(t *testing.T) {
+	t.Parallel()
 	requireTools(t)
 	s := sshtest.StartSSHD(t, sshtest.WithHostKeyTypes("ecdsa", "ed25519"))
 	out := shell(t, fmt.Sprintf("ssh-keyscan -p %d %s", s.Port, s.Host), true)
@@ -139,6 +141,7 @@ func TestPinFromKeyscanOfSeveralKeysIsRefused(t *testing.T) {
 // The type in an `ssh-keygen -lf` line narrows the handshake to that key
 // type: the host offers the pinned key at once, with no retry on another type.
 func TestTypedPinNarrowsToItsKeyType(t *testing.T) {
+	t.Parallel()
 	requireTools(t)
 	s := sshtest.StartSSHD(t, sshtest.WithHostKeyTypes("ecdsa", "ed25519"))
 	ecdsaKey, edKey := s.HostKeys[0], s.HostKeys[1]

@@ -60,6 +60,7 @@ func pinTestLine(k ssh.PublicKey, comment string) string {
 }
 
 func TestParsePin(t *testing.T) {
+	t.Parallel()
 	keys := pinTestKeys()
 	ed, ec, ec384, rsaKey := keys["ed25519"], keys["ecdsa"], keys["ecdsa384"], keys["rsa"]
 	edFP := ssh.FingerprintSHA256(ed) // "SHA256:" + 43 base64 characters, as ssh-keygen -lf prints
@@ -221,6 +222,7 @@ func TestParsePin(t *testing.T) {
 // The error for several keys must name the command that pins one, and that
 // command's output must be accepted as pasted (pin_cli_test.go runs it).
 func TestPinCommand(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		host string
 		port int
@@ -238,6 +240,7 @@ func TestPinCommand(t *testing.T) {
 }
 
 func TestParsePinErrorAbbreviatesLongInput(t *testing.T) {
+	t.Parallel()
 	// A whole key line quoted in an error must not flood a plan.
 	in := "no-pty " + pinTestLine(pinTestKeys()["rsa"], "")
 	_, err := ParsePin(in)
@@ -253,6 +256,7 @@ func TestParsePinErrorAbbreviatesLongInput(t *testing.T) {
 }
 
 func TestPinMatches(t *testing.T) {
+	t.Parallel()
 	keys := pinTestKeys()
 	ed, other, rsaKey := keys["ed25519"], keys["other-ed25519"], keys["rsa"]
 	tests := []struct {
@@ -287,6 +291,7 @@ func TestPinMatches(t *testing.T) {
 }
 
 func TestPinKeyAndZero(t *testing.T) {
+	t.Parallel()
 	ed := pinTestKeys()["ed25519"]
 	tests := []struct {
 		name     string
@@ -307,6 +312,7 @@ func TestPinKeyAndZero(t *testing.T) {
 }
 
 func TestMustParsePinPanicsOnInvalid(t *testing.T) {
+	t.Parallel()
 	defer func() {
 		if recover() == nil {
 			t.Fatal("MustParsePin(\"garbage\") did not panic")

@@ -30,6 +30,7 @@ func closedBy(s *sshtest.Server, bound time.Duration) bool {
 // connection by the time it returns. Through a bastion the only channel
 // is the tunnel: no session there either.
 func TestProbeOpensNothing(t *testing.T) {
+	t.Parallel()
 	t.Run("direct", func(t *testing.T) {
 		s := sshtest.NewServer(t, sshtest.Healthy)
 		o, _ := probe(t, &sshdial.Dialer{}, serverTarget(t, s))

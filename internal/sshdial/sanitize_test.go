@@ -16,6 +16,7 @@ import (
 )
 
 func TestSanitize(t *testing.T) {
+	t.Parallel()
 	pem := "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\nQyNTUxOQAAACBqbGVzc2VjcmV0\n-----END OPENSSH PRIVATE KEY-----\n"
 	rsaPEM := "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----"
 	blob200 := strings.Repeat("QUJD", 50) // 200 base64 characters
@@ -49,6 +50,7 @@ func TestSanitize(t *testing.T) {
 }
 
 func TestReasonSticky(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		r    Reason
 		want bool
@@ -72,6 +74,7 @@ func TestReasonSticky(t *testing.T) {
 }
 
 func TestReasonsClosedSet(t *testing.T) {
+	t.Parallel()
 	// The spec's closed set, in classification order.
 	want := []Reason{"config", "timeout", "host_key", "auth", "network", "unknown"}
 	if fmt.Sprint(Reasons) != fmt.Sprint(want) {
@@ -89,6 +92,7 @@ func refusedOpError() error {
 }
 
 func TestClassifyConstructedErrors(t *testing.T) {
+	t.Parallel()
 	target := Endpoint{Host: "web1", Port: 22}
 	bastion := &Endpoint{Host: "jump", Port: 22}
 	hostKeyErr := &HostKeyError{Pin: Pin{fingerprint: "SHA256:" + strings.Repeat("A", 43)}}

@@ -11,6 +11,7 @@ import (
 const anyError = "\x00any"
 
 func TestParseJump(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		in      string
@@ -84,6 +85,7 @@ func TestParseJump(t *testing.T) {
 }
 
 func TestEndpointAddrAndString(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		e              Endpoint
 		addr, asString string
@@ -104,6 +106,7 @@ func TestEndpointAddrAndString(t *testing.T) {
 	}
 }
 
+// Serial: ~ is the process's HOME.
 func TestExpandHome(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -132,6 +135,7 @@ func TestExpandHome(t *testing.T) {
 	}
 }
 
+// Serial: ~ is the process's HOME.
 func TestExpandHomeWithoutHome(t *testing.T) {
 	// With no home directory a "~" path is an error, not a path relative to "/".
 	t.Setenv("HOME", "")
@@ -145,6 +149,7 @@ func TestExpandHomeWithoutHome(t *testing.T) {
 }
 
 func TestCredentialsStringHidesSecrets(t *testing.T) {
+	t.Parallel()
 	const secret = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
 	tests := []struct {
 		name string
