@@ -538,34 +538,22 @@ func TestNixOSSystemsUsesTheUsersNix(t *testing.T) {
 	}
 }
 
-// buildSleeping reports whether a builder sleeping seconds runs.
-func buildSleeping(seconds int) bool {
-	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	want := fmt.Sprintf("/bin/sleep\x00%d\x00", seconds)
-	for _, f := range cmdlines {
-		if b, err := os.ReadFile(f); err == nil && string(b) == want {
-			return true
-		}
-	}
-	return false
-}
-
 // Ctrl-C during a plan that builds (build = true) ends the build: the
 // plan fails saying the build was interrupted, soon, and no builder runs
 // on after it.
 func TestNixOSSystemsBuildInterrupted(t *testing.T) {
 	t.Parallel()
 	binary := acctest.ProviderBinary(t)
-	for i, cli := range acctest.CLIs(t) {
+	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
 			t.Parallel()
-			seconds := 71 + i // a sleep no other test's builder has
+			delay := nixtest.OwnBuildDelay(71 * time.Second) // a sleep no other test's builder has
 			slow := configuration()
-			slow.BuildDelay = time.Duration(seconds) * time.Second
+			slow.BuildDelay = delay
 			r := repository(t, map[string]nixtest.Configuration{"slow": slow, "web1": configuration()})
 			s := acctest.NewBinarySession(t, cli, binary)
 			s.WriteConfig(fmt.Sprintf("data \"fleet_nixos_systems\" \"all\" {\n  flake = \"path:%s\"\n  build = true\n}\n", r.Dir))
-			_, stderr, took := s.InterruptWhen(func() bool { return buildSleeping(seconds) }, "plan", "-input=false", "-no-color")
+			_, stderr, took := s.InterruptWhen(func() bool { return nixtest.BuilderSleeps(delay) }, "plan", "-input=false", "-no-color")
 			if took > 10*time.Second {
 				t.Errorf("the plan went on for %s after the interrupt", took)
 			}
@@ -573,10 +561,10 @@ func TestNixOSSystemsBuildInterrupted(t *testing.T) {
 				t.Errorf("the plan does not say the build was interrupted:\n%s", stderr)
 			}
 			deadline := time.Now().Add(5 * time.Second)
-			for buildSleeping(seconds) && time.Now().Before(deadline) {
+			for nixtest.BuilderSleeps(delay) && time.Now().Before(deadline) {
 				time.Sleep(100 * time.Millisecond)
 			}
-			if buildSleeping(seconds) {
+			if nixtest.BuilderSleeps(delay) {
 				t.Errorf("the builder runs on after the interrupted plan")
 			}
 		})

@@ -3,8 +3,6 @@ package provider_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -184,8 +182,9 @@ func TestDeploymentCtrlCDuringABuild(t *testing.T) {
 	for _, cli := range acctest.AlternateCLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {
 			t.Parallel()
+			delay := nixtest.OwnBuildDelay(73 * time.Second) // a sleep no other test's builder has
 			r := &nixtest.Repository{Dir: t.TempDir(), Configurations: map[string]nixtest.Configuration{
-				"web1": {System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: 73 * time.Second}}}
+				"web1": {System: nixtest.SystemSpec{Behaviour: nixtest.Behaviour{Kind: nixtest.Succeed}}, BuildDelay: delay}}}
 			r.Write(t)
 			systems, err := nixos.Nix{}.Evaluate(context.Background(), nixos.Source{Flake: "path:" + r.Dir}, nil, nixos.EvaluateOptions{})
 			if err != nil {
@@ -209,7 +208,7 @@ resource "fleet_ssh_deployment" "prod" {
   }]
 }
 `, tg.Host, systems[0].Path, systems[0].Derivation, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port))
-			_, _, after := s.InterruptWhen(func() bool { return builderSleeps("73") }, "apply", "-auto-approve", "-input=false", "-no-color")
+			_, _, after := s.InterruptWhen(func() bool { return nixtest.BuilderSleeps(delay) }, "apply", "-auto-approve", "-input=false", "-no-color")
 			if after > 10*time.Second {
 				t.Errorf("the apply ended %s after the interrupt", after)
 			}
@@ -220,21 +219,9 @@ resource "fleet_ssh_deployment" "prod" {
 			if len(tg.Calls()) != 0 || tg.CurrentSystem() != old {
 				t.Errorf("the host was deployed to: %q, runs %s", tg.Calls(), tg.CurrentSystem())
 			}
-			if builderSleeps("73") {
+			if nixtest.BuilderSleeps(delay) {
 				t.Errorf("the builder runs on after the interrupted apply")
 			}
 		})
 	}
-}
-
-// builderSleeps reports whether a builder's sleep of that many seconds
-// runs.
-func builderSleeps(seconds string) bool {
-	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range cmdlines {
-		if b, err := os.ReadFile(f); err == nil && string(b) == "/bin/sleep\x00"+seconds+"\x00" {
-			return true
-		}
-	}
-	return false
 }
