@@ -20,7 +20,14 @@ import (
 // Every classification row is exercised over a real connection: OpenSSH's
 // sshd for success and authentication, in-process servers for the faults.
 
-const testTimeout = 1500 * time.Millisecond
+// testTimeout is the probe timeout of a probe that must time out (a
+// stalled server): the tests wait it out. answerTimeout bounds a probe
+// whose host answers: generous, since on a busy machine a handshake
+// through a bastion has taken longer than testTimeout.
+const (
+	testTimeout   = 1500 * time.Millisecond
+	answerTimeout = 15 * time.Second
+)
 
 func target(host string, port int, user string, pin sshdial.Pin, key *sshtest.Key) sshdial.Target {
 	return sshdial.Target{
@@ -53,8 +60,18 @@ func dialer(t *testing.T) (*sshdial.Dialer, string) {
 
 func probe(t *testing.T, d *sshdial.Dialer, tgt sshdial.Target) (sshdial.Outcome, time.Duration) {
 	t.Helper()
+	return probeWithin(d, tgt, answerTimeout)
+}
+
+// stalledProbe is probe of a target that never answers, with testTimeout.
+func stalledProbe(t *testing.T, d *sshdial.Dialer, tgt sshdial.Target) (sshdial.Outcome, time.Duration) {
+	t.Helper()
+	return probeWithin(d, tgt, testTimeout)
+}
+
+func probeWithin(d *sshdial.Dialer, tgt sshdial.Target, timeout time.Duration) (sshdial.Outcome, time.Duration) {
 	start := time.Now()
-	o := d.Probe(context.Background(), tgt, testTimeout)
+	o := d.Probe(context.Background(), tgt, timeout)
 	return o, time.Since(start)
 }
 
@@ -161,7 +178,7 @@ func TestProbeBlackHoledAfterAccept(t *testing.T) {
 	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.BlackHole)
 	d, _ := dialer(t)
-	o, took := probe(t, d, serverTarget(t, s))
+	o, took := stalledProbe(t, d, serverTarget(t, s))
 	wantReason(t, o, sshdial.ReasonTimeout, s.Addr, "probe timeout")
 	withinTimeout(t, took)
 	if s.Accepted() != 1 {
@@ -173,7 +190,7 @@ func TestProbeStalledHandshake(t *testing.T) {
 	t.Parallel()
 	s := sshtest.NewServer(t, sshtest.StallHandshake)
 	d, _ := dialer(t)
-	o, took := probe(t, d, serverTarget(t, s))
+	o, took := stalledProbe(t, d, serverTarget(t, s))
 	wantReason(t, o, sshdial.ReasonTimeout, s.Addr, "handshake")
 	withinTimeout(t, took)
 }
@@ -186,7 +203,7 @@ func TestProbeStalledHandshakeThroughBastion(t *testing.T) {
 	tgt := serverTarget(t, stalled)
 	tgt.Credentials = sshdial.Credentials{PrivateKey: bastion.ClientKey.PEM()}
 	tgt.Jump = &sshdial.Endpoint{Host: bastion.Host, Port: bastion.Port}
-	o, took := probe(t, d, tgt)
+	o, took := stalledProbe(t, d, tgt)
 	wantReason(t, o, sshdial.ReasonTimeout, stalled.Addr, "via bastion "+bastion.Addr)
 	withinTimeout(t, took)
 }
