@@ -447,8 +447,10 @@ var exports sync.Map // system -> []byte
 // export is system's closure as nix-store --export writes it.
 func export(tb TB, system string) []byte {
 	tb.Helper()
-	if b, ok := exports.Load(system); ok {
-		return b.([]byte)
+	if v, ok := exports.Load(system); ok {
+		if b, ok := v.([]byte); ok {
+			return b
+		}
 	}
 	q := exec.Command("nix-store", "--query", "--requisites", system)
 	q.Env = DeployerEnv()

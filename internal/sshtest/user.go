@@ -52,7 +52,8 @@ func SudoUser(tb TB) string {
 	if err != nil {
 		tb.Fatalf("sshtest: %v (the tests need root)", err)
 	}
-	defer os.Remove(tmp.Name())
+	// Gone once renamed; left only when a step failed.
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	_, err = tmp.WriteString(rule)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr

@@ -85,7 +85,9 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		print(os.Stdout, runs, tests, 0, 0, *top)
+		if err := writeReport(os.Stdout, runs, tests, 0, 0, *top); err != nil {
+			fail(err)
+		}
 		return
 	}
 	patterns := flag.Args()
@@ -103,7 +105,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	defer os.RemoveAll(bin)
+	defer func() { _ = os.RemoveAll(bin) }()
 
 	start := time.Now()
 	built, err := build(pkgs, bin, *race, *parallel)
@@ -152,7 +154,9 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	print(os.Stdout, runs, tests, buildWall, runWall, *top)
+	if err := writeReport(os.Stdout, runs, tests, buildWall, runWall, *top); err != nil {
+		fail(err)
+	}
 	for _, r := range runs {
 		if !r.Passed {
 			os.Exit(1)
@@ -427,10 +431,12 @@ func load(dir string) ([]pkgRun, []testTime, error) {
 	return runs, tests, nil
 }
 
-func print(w io.Writer, runs []pkgRun, tests []testTime, buildWall, runWall time.Duration, top int) {
+// writeReport writes the package table, the slowest tests and the failures to w.
+func writeReport(w io.Writer, runs []pkgRun, tests []testTime, buildWall, runWall time.Duration, top int) error {
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Wall > runs[j].Wall })
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "package\twall s\tuser s\tsystem s\tcpu s\ttests\tresult\t")
+	var out bytes.Buffer
+	var rows strings.Builder
+	rows.WriteString("package\twall s\tuser s\tsystem s\tcpu s\ttests\tresult\t\n")
 	var user, system time.Duration
 	counts := map[string]int{}
 	for _, t := range tests {
@@ -448,17 +454,19 @@ func print(w io.Writer, runs []pkgRun, tests []testTime, buildWall, runWall time
 		}
 		user += r.User
 		system += r.System
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%s\t\n", strings.TrimPrefix(r.Package, "github.com/fleetops/terraform-provider-fleet/"),
+		fmt.Fprintf(&rows, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%s\t\n", path(r.Package),
 			r.Wall.Seconds(), r.User.Seconds(), r.System.Seconds(), (r.User + r.System).Seconds(), counts[r.Package], result)
 	}
 	all := 0
 	for _, n := range counts {
 		all += n
 	}
-	fmt.Fprintf(tw, "all\t\t%.0f\t%.0f\t%.0f\t%d\t\t\n", user.Seconds(), system.Seconds(), (user + system).Seconds(), all)
-	_ = tw.Flush()
+	fmt.Fprintf(&rows, "all\t\t%.0f\t%.0f\t%.0f\t%d\t\t\n", user.Seconds(), system.Seconds(), (user + system).Seconds(), all)
+	if err := table(&out, rows.String(), tabwriter.AlignRight); err != nil {
+		return err
+	}
 	if runWall > 0 {
-		fmt.Fprintf(w, "\nbuild %.0fs, tests %.0fs, in all %.0fs wall\n", buildWall.Seconds(), runWall.Seconds(), (buildWall + runWall).Seconds())
+		fmt.Fprintf(&out, "\nbuild %.0fs, tests %.0fs, in all %.0fs wall\n", buildWall.Seconds(), runWall.Seconds(), (buildWall + runWall).Seconds())
 	}
 
 	var topLevel []testTime
@@ -471,17 +479,19 @@ func print(w io.Writer, runs []pkgRun, tests []testTime, buildWall, runWall time
 	if len(topLevel) > top {
 		topLevel = topLevel[:top]
 	}
-	fmt.Fprintf(w, "\nthe %d slowest tests: wall (a parallel test's from when it ran), and CPU (* shared evenly with tests running beside it):\n", len(topLevel))
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "wall s\tcpu s\ttest\tpackage\tresult")
+	fmt.Fprintf(&out, "\nthe %d slowest tests: wall (a parallel test's from when it ran), and CPU (* shared evenly with tests running beside it):\n", len(topLevel))
+	rows.Reset()
+	rows.WriteString("wall s\tcpu s\ttest\tpackage\tresult\n")
 	for _, t := range topLevel {
 		shared := ""
 		if t.CPU.Shared {
 			shared = "*"
 		}
-		fmt.Fprintf(tw, "%.1f\t%.1f%s\t%s\t%s\t%s\n", t.Elapsed.Seconds(), t.CPU.CPU.Seconds(), shared, t.Test, path(t.Package), t.Action)
+		fmt.Fprintf(&rows, "%.1f\t%.1f%s\t%s\t%s\t%s\n", t.Elapsed.Seconds(), t.CPU.CPU.Seconds(), shared, t.Test, path(t.Package), t.Action)
 	}
-	_ = tw.Flush()
+	if err := table(&out, rows.String(), 0); err != nil {
+		return err
+	}
 	var failed []string
 	for _, t := range tests {
 		if t.Action == "fail" {
@@ -489,8 +499,19 @@ func print(w io.Writer, runs []pkgRun, tests []testTime, buildWall, runWall time
 		}
 	}
 	if len(failed) > 0 {
-		fmt.Fprintf(w, "\nfailed:\n  %s\n", strings.Join(failed, "\n  "))
+		fmt.Fprintf(&out, "\nfailed:\n  %s\n", strings.Join(failed, "\n  "))
 	}
+	_, err := w.Write(out.Bytes())
+	return err
+}
+
+// table aligns rows' tab-separated cells into out.
+func table(out *bytes.Buffer, rows string, flags uint) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', flags)
+	if _, err := io.WriteString(tw, rows); err != nil {
+		return err
+	}
+	return tw.Flush()
 }
 
 func path(pkg string) string {
