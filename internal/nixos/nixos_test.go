@@ -554,7 +554,9 @@ func TestEvaluateGivesPositionsOfARelativeFlakeInItsFiles(t *testing.T) {
 }
 
 // The cache answers only for what it was asked: each input of its key
-// changed alone is one new evaluation, with the right result. Two flakes
+// (the flake's content, its reference and attribute, the names, the Nix
+// version, NIX_CONFIG, the environment given to Nix) changed alone is one
+// new evaluation, with the right result. Two flakes
 // in one git repository (?dir=prod, ?dir=staging) share the repository's
 // narHash: each gets its own systems.
 // Serial: NIX_CONFIG, one input of the cache key, is the process environment's.
@@ -617,6 +619,20 @@ func TestEvaluateCacheKeyHoldsWhatSelects(t *testing.T) {
 		{what: "NIX_CONFIG", src: prod, names: []string{"webb"}, same: true, nix: func(*counted) { t.Setenv("NIX_CONFIG", nixtest.NixConfig+"max-jobs = 3\n") }},
 		{what: "the environment given to Nix", src: prod, names: []string{"webb"}, same: true, nix: func(c *counted) { c.Env = append(c.Env, "NIX_PATH=x=/nonexistent") }},
 		{what: "the Nix version", src: prod, names: []string{"webb"}, same: true, nix: func(c *counted) { c.Dir = upgraded }},
+		// Last: the others are keyed on the content before this edit. A
+		// comment changes the flake's narHash, not what it evaluates to.
+		{what: "the flake's content", src: prod, names: []string{"webb"}, same: true, nix: func(*counted) {
+			f, err := os.OpenFile(filepath.Join(top, "prod", "flake.nix"), os.O_APPEND|os.O_WRONLY, 0)
+			if err == nil {
+				_, err = f.WriteString("# edited\n")
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			m := newNix()
