@@ -31,11 +31,15 @@ type View struct {
 	// Acting names the actions whose command still runs on the host
 	// (act.<attempt>: its session may have dropped, not the command).
 	Acting map[string]bool
-	// Activated is the activation's exit status, when it has ended.
+	// Activated is the activation's exit status, when it has ended: its
+	// last attempt's, the one that did not meet a held switch lock.
 	Activated *int
-	Output    string // the activation's last lines
-	Decision  string // DecisionConfirm, DecisionRollback, or "" when undecided
-	Watchdog  string // waiting, confirmed, rolling-back, done, refused; "" when none started
+	// Attempts are the exit statuses of the activation's attempts that
+	// ended, by attempt.
+	Attempts map[int]int
+	Output   string // the activation's last lines
+	Decision string // DecisionConfirm, DecisionRollback, or "" when undecided
+	Watchdog string // waiting, confirmed, rolling-back, done, refused; "" when none started
 	// RolledBack is how the watchdog's switch back ended: its exit status,
 	// or "kept <system>" when the host no longer ran the run's system.
 	RolledBack string
@@ -47,6 +51,12 @@ type View struct {
 
 // Fate is the fate of action (act.1, boot.2, profile).
 func (v View) Fate(action string) Fate { return v.Fates[action] }
+
+// Attempt is the exit status of the activation's attempt, if it ended.
+func (v View) Attempt(attempt int) (int, bool) {
+	rc, ok := v.Attempts[attempt]
+	return rc, ok
+}
 
 // askScript prints what Ask reads. cancel names actions to cancel first,
 // if they have not started.
@@ -69,6 +79,7 @@ for f in "$d"/*.fate; do [ -L "$f" ] && echo "fate=$(basename "$f" .fate) $(read
 for f in "$d"/*.pid; do [ -f "$f" ] && read -r p < "$f" && kill -0 "$p" 2>/dev/null && echo "acting=$(basename "$f" .pid)"; done
 for k in activated watchdog rolledback; do v=; [ -f "$d/$k" ] && read -r v < "$d/$k" && echo "$k=$v"; done
 [ -L "$d/decision" ] && echo "decision=$(readlink "$d/decision")"
+for f in "$d"/activated.*; do [ -f "$f" ] && read -r v < "$f" && echo "attempt=${f##*.} $v"; done
 for f in "$d"/booted.*; do [ -f "$f" ] && read -r v < "$f" && echo "booted=${f##*.} $v"; done
 [ -f "$d/output" ] && tail -n 3 "$d/output" | sed 's/^/output=/'
 if flock -n -x %[4]s true 2>/dev/null; then echo released=yes; fi
@@ -91,7 +102,7 @@ func Ask(ctx context.Context, host Host, run string, cancel ...string) (View, er
 }
 
 func parseView(run, out string) (View, error) {
-	v := View{Fates: map[string]Fate{}, Acting: map[string]bool{}, Booted: map[int]int{}}
+	v := View{Fates: map[string]Fate{}, Acting: map[string]bool{}, Attempts: map[int]int{}, Booted: map[int]int{}}
 	complete := false
 	var output []string
 	for _, line := range strings.Split(out, "\n") {
@@ -123,12 +134,17 @@ func parseView(run, out string) (View, error) {
 			v.RolledBack = val
 		case "decision":
 			v.Decision = val
-		case "booted":
+		case "attempt", "booted":
 			a, rc, _ := strings.Cut(val, " ")
 			n, err1 := strconv.Atoi(a)
 			r, err2 := strconv.Atoi(rc)
-			if err1 == nil && err2 == nil {
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			if k == "booted" {
 				v.Booted[n] = r
+			} else {
+				v.Attempts[n] = r
 			}
 		case "output":
 			output = append(output, val)

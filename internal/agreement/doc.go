@@ -21,7 +21,10 @@
 //     lease begins only once every actor of earlier ones has ended.
 //   - StateDir/<run>/: the run's actions' fates ("act.1.fate",
 //     "boot.1.fate": links to "started" or "cancelled", made once), the
-//     activation's output and exit status ("activated"), the watchdog's
+//     activation's output, each attempt's exit status ("activated.N") and
+//     pids ("unit.N.pid", "unit.N.stc"), the activation's exit status
+//     ("activated": written by the attempt that did not meet a held switch
+//     lock, exit 11, after which the deployer tries again), the watchdog's
 //     wake FIFO, the decision ("decision": a link to "confirm" or
 //     "rollback", made once), the watchdog's state and the exit status of
 //     its switch back ("rolledback"), the boot entry's ("booted.N").
@@ -69,7 +72,9 @@
 // removes LeaseFile as soon as it holds the lock, so whatever of an ended
 // lease arrives late is refused ("fleet: fenced: ..."), and what passed
 // the fence finishes before the next lease begins. A watchdog switches
-// back only a host that still runs the system its activation activated.
+// back only a host that still runs the system its activation activated,
+// and only once every attempt of the activation that started has ended
+// (it stops one still running first): its switch back is the run's last.
 //
 // # Timeouts, and who counts them
 //
@@ -78,7 +83,8 @@
 //     for that long ends; ssh's keepalive (the deployer) gives up on a
 //     silent connection after about as long.
 //   - confirm_timeout (the host's watchdog): once the activation has ended
-//     (or activation_timeout has passed), a watchdog that heard no "w" word
+//     ("activated": an attempt that met a held switch lock has not ended
+//     it, a retry follows) (or activation_timeout has passed), a watchdog that heard no "w" word
 //     for confirm_timeout decides rollback; Timing.HostGivesUp is when,
 //     seen from the deployer, with the watchdog's tick.
 //   - Timing.SpareAfter (the deployer): a session that has not answered a

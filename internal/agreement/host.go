@@ -35,6 +35,10 @@ func Remote(script string) string { return pathFallback + script }
 // Fenced); its standard error says why, after FencedMarker.
 const FencedExit = 75
 
+// SwitchLockedExit is switch-to-configuration's exit status when another
+// switch holds its lock: it changed nothing, and the deployer tries again.
+const SwitchLockedExit = 11
+
 // FencedMarker starts the host's word that it refused an action.
 const FencedMarker = "fleet: fenced: "
 
@@ -276,19 +280,26 @@ func WatchdogUnit(run string) string { return "fleet-watchdog-" + run }
 // lease, claiming its fate (unit.<attempt>: a deployer that gave up on it
 // before it started cancels it, and a watchdog that decided does), unless
 // the run is decided already, switch-to-configuration test, its output to
-// a file on the host
-// (so a dropped session cannot end it through a broken pipe), its exit
-// status recorded for the watchdog and for a deployer that lost the
-// session; its last lines printed once it has finished.
+// a file on the host (so a dropped session cannot end it through a broken
+// pipe). Its pid (unit.<attempt>.pid, written before the fate is claimed,
+// so a started attempt always names one) and switch-to-configuration's
+// (unit.<attempt>.stc) tell a watchdog that switches back what to stop
+// first. Its exit status is recorded for the attempt (activated.<attempt>,
+// for a deployer that lost the session) and, unless the switch lock was
+// held (exit 11: the deployer tries again), as the activation's
+// (activated): the watchdog's "the activation has ended"; its last lines
+// are printed once it has finished.
 func (a Activation) unitScript() string {
 	return fmt.Sprintf(`d=%[1]s; exec 8>>%[2]s && flock -s 8 || exit 1
 fleet_t=; read -r fleet_t fleet_p < %[3]s 2>/dev/null
+echo $$ > "$d/unit.%[8]d.pid"
 if [ "$fleet_t" != %[4]s ]; then echo "%[5]sthis deployer's lease on the host's deploy lock ended before the activation started" > "$d/output"; rc=%[6]s
 elif ! ln -s started "$d/unit.%[8]d.fate" 2>/dev/null; then echo "%[5]sthe activation was cancelled before it started" > "$d/output"; rc=%[6]s
 elif [ -L "$d/decision" ]; then echo "%[5]sthe activation was decided on before it started" > "$d/output"; rc=%[6]s
-else %[7]s/bin/switch-to-configuration test >"$d/output" 2>&1; rc=$?; fi
-echo "$rc" > "$d/activated"; [ ! -p "$d/wake" ] || printf 'a\n' 1<>"$d/wake"; tail -n 5 "$d/output" >&2; exit "$rc"`,
-		shell.Quote(StateDir+"/"+a.Run), GuardFile, LeaseFile, shell.Quote(a.Run), FencedMarker, fencedExitText, shell.Quote(a.System), a.Attempt)
+else %[7]s/bin/switch-to-configuration test >"$d/output" 2>&1 & echo $! > "$d/unit.%[8]d.stc"; wait $!; rc=$?; fi
+echo "$rc" > "$d/activated.%[8]d"; [ "$rc" = %[9]d ] || echo "$rc" > "$d/activated"
+[ ! -p "$d/wake" ] || printf 'a\n' 1<>"$d/wake"; tail -n 5 "$d/output" >&2; exit "$rc"`,
+		shell.Quote(StateDir+"/"+a.Run), GuardFile, LeaseFile, shell.Quote(a.Run), FencedMarker, fencedExitText, shell.Quote(a.System), a.Attempt, SwitchLockedExit)
 }
 
 // startWatchdog runs the watchdog in the background, as a transient unit
@@ -368,6 +379,7 @@ ln -s cancelled "$fleet_u" 2>/dev/null; [ "$(readlink "$fleet_u")" != started ] 
 done
 [ "$(readlink "$d/decision")" = %[7]s ] && { echo confirmed > "$d/watchdog"; exit 0; }
 echo rolling-back > "$d/watchdog"
+%[11]s
 fleet_cur=$(readlink -f /run/current-system)
 if [ "$fleet_cur" = %[8]s ] || { [ "$fleet_cur" = %[10]s ] && [ -n "$fleet_began" ]; }; then
 nix-env -p %[9]s --set %[10]s && %[10]s/bin/switch-to-configuration test; echo "$?" > "$d/rolledback"
@@ -377,7 +389,33 @@ echo "kept $fleet_cur" > "$d/rolledback"
 fi
 echo done > "$d/watchdog"`,
 		shell.Quote(StateDir+"/"+a.Run), GuardFile, int(watchdogTick.Seconds()), centis(a.Timing.watchdogWaitsForActivation()), centis(a.Timing.Confirm),
-		DecisionRollback, DecisionConfirm, shell.Quote(a.System), ProfilePath, shell.Quote(a.Previous))
+		DecisionRollback, DecisionConfirm, shell.Quote(a.System), ProfilePath, shell.Quote(a.Previous), a.stopAttempts())
+}
+
+// stopAttempts is the watchdog's last step before it switches back: every
+// attempt of the activation that started and has not ended is stopped
+// (its transient unit where systemd runs, else switch-to-configuration
+// itself: TERM, then KILL after ten seconds), and waited for, so that the
+// switch back is the last switch of the run: no attempt, a retry after a
+// held switch lock or one that outlived activation_timeout, switches the
+// host after it. (The decision made, no attempt starts any more.)
+func (a Activation) stopAttempts() string {
+	stop := ""
+	if a.Systemd {
+		stop = "[ $fleet_k -ne 0 ] || systemctl stop " + shell.Quote(ActivationUnit(a.Run)+".service") + " 2>/dev/null\n"
+	}
+	return `for f in "$d"/unit.*.fate; do
+[ "$(readlink "$f")" = started ] || continue
+fleet_n=$(basename "$f" .fate | cut -d. -f2); fleet_k=0
+while [ ! -f "$d/activated.$fleet_n" ]; do
+fleet_p=; read -r fleet_p < "$d/unit.$fleet_n.pid" 2>/dev/null
+[ -n "$fleet_p" ] && kill -0 "$fleet_p" 2>/dev/null || break
+` + stop + `fleet_s=; read -r fleet_s < "$d/unit.$fleet_n.stc" 2>/dev/null
+fleet_g=TERM; [ $fleet_k -lt 50 ] || fleet_g=KILL
+[ -z "$fleet_s" ] || kill -$fleet_g "$fleet_s" 2>/dev/null
+fleet_k=$((fleet_k+1)); sleep 0.2
+done
+done`
 }
 
 // BootScript is run's boot action, attempt attempt: fenced (boot.<attempt>),

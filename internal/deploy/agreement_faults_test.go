@@ -443,3 +443,60 @@ func TestDeployAResetAsTheActivationIsSentEndsPromptly(t *testing.T) {
 		})
 	}
 }
+
+// Issue 37 (a review's reproduction): the activation's first attempt
+// meets a held switch lock (exit 11), and every path to the host stalls
+// while the retry runs, for longer than confirm_timeout. The watchdog
+// counts from the retry's end, not from the first attempt's, and its
+// switch back is the run's last: the record and the host agree, the host
+// never left on the unconfirmed new system with its watchdog gone.
+func TestDeployAStallDuringARetriedActivationLeavesTheRecordTrue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a stall longer than confirm_timeout during a long retry): make test runs it")
+	}
+	t.Parallel()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	const retry = 8 * time.Second
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 1, LockedAction: "test", Delay: retry})
+	link := sshtest.NewLink(t, tg.Gate.Addr)
+	verdict := deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}
+	d := deployer(t, deploy.Options{BootLockAttempts: 3, BootLockInterval: 100 * time.Millisecond, Verdict: verdict})
+	var stalled sync.WaitGroup
+	var stallAt time.Time
+	onStep(d, deploy.StepActivate, false, func() {
+		stalled.Go(func() {
+			deadline := time.Now().Add(time.Minute)
+			for !strings.Contains(tg.Journal(), "activating the configuration") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			// The retry runs: every path stalls until well past
+			// confirm_timeout from here.
+			stallAt = time.Now()
+			link.Set(sshtest.LinkFault{Hold: [2]bool{true, true}})
+			time.Sleep(verdict.ConfirmTimeout + 3*time.Second)
+			link.Heal()
+		})
+	})
+	t.Cleanup(link.Heal)
+	r := d.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sys), link)}, nil)[0]
+	stalled.Wait()
+	// Past the retry's end and a watchdog's confirm_timeout after it.
+	time.Sleep(time.Until(stallAt.Add(retry + verdict.ConfirmTimeout + 3*time.Second)))
+	want := old
+	if r.Phase == deploy.PhaseSucceeded {
+		want = sys
+	}
+	for deadline := time.Now().Add(20 * time.Second); tg.CurrentSystem() != want && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if tg.CurrentSystem() != want {
+		t.Errorf("recorded %s (%s), and the host runs %s; want %s; events %+v", r.Phase, r.Message, tg.CurrentSystem(), want, tg.Events())
+	}
+	if r.Phase == deploy.PhaseRolledBack && len(switchedTo(tg, sys)) > 0 {
+		if sw, back := switchedTo(tg, sys), switchedTo(tg, old); len(back) == 0 || back[len(back)-1].Time.Before(sw[len(sw)-1].Time) {
+			t.Errorf("recorded RolledBack, but the retry switched the host to the new system after the watchdog switched it back: %+v", tg.Events())
+		}
+	}
+}

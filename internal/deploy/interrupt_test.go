@@ -429,3 +429,53 @@ func lockWaiters(t *testing.T) []string {
 	}
 	return found
 }
+
+// Issue 37 (a review's reproduction): the activation's first attempt
+// meets a held switch lock (exit 11) and the retry is interrupted while it
+// runs. The watchdog's clock starts when the retry has ended, not when
+// the first attempt did, and its switch back is the run's last switch:
+// the host ends on the old system, never on the unconfirmed new one with
+// no watchdog left.
+func TestDeployInterruptedRetryOfAnActivationIsSwitchedBackAfterItEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (waits out a retried activation and its watchdog): make test runs it")
+	}
+	t.Parallel()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	// The retry takes longer than confirm_timeout: a watchdog that
+	// counted from the first attempt's end decides while it runs.
+	const retry = 8 * time.Second
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 1, LockedAction: "test", Delay: retry})
+	opts := deploy.Options{BootLockAttempts: 3, BootLockInterval: 100 * time.Millisecond,
+		Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
+
+	interruptActivation(t, tg, sys, opts) // once the retry logs "activating the configuration"
+
+	// The retry's switch to sys, then the watchdog's back to old.
+	deadline := time.Now().Add(retry + opts.Verdict.ConfirmTimeout + 30*time.Second)
+	for {
+		events := tg.Events()
+		last, switched := "", false
+		for _, e := range events {
+			if e.Kind == "set-current" {
+				last = e.System
+				switched = switched || e.System == sys
+			}
+		}
+		if switched && last == old {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the host runs %s (switched to the new system: %v); want the retry's switch to the new system, then the watchdog's back to %s; events %+v",
+				tg.CurrentSystem(), switched, old, events)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Nothing switches it again.
+	time.Sleep(2 * time.Second)
+	if tg.CurrentSystem() != old {
+		t.Errorf("after the watchdog switched it back, the host runs %s; want %s", tg.CurrentSystem(), old)
+	}
+}

@@ -435,6 +435,13 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 			if exit, msg, err = nr.activationFromHost(ctx); err != nil {
 				return err
 			}
+			if exit == ExitSwitchLocked && nr.attempt < d.bootLockAttempts() {
+				d.note(nr.n.Name, StepActivate, "switch lock held (exit 11, as the host recorded); attempt %d of %d", nr.attempt, d.bootLockAttempts())
+				if !sleep(ctx, d.bootLockInterval()) {
+					return ctx.Err()
+				}
+				continue
+			}
 			reason = activationReason(exit)
 			if exit >= 0 {
 				reason += "AfterSessionDropped"
@@ -466,19 +473,22 @@ func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, error) 
 	// The activation never starts once its fate is cancelled: by this
 	// deployer, or by the watchdog, which cancels it when the command that
 	// was to start it ended first.
-	neverStarts := func(v agreement.View) bool { return v.Activated == nil && v.Fate(unit) == agreement.FateCancelled }
+	// This attempt's exit status: an earlier attempt's (a held switch
+	// lock) says nothing of this one.
+	ended := func(v agreement.View) bool { _, ok := v.Attempt(nr.attempt); return ok }
+	neverStarts := func(v agreement.View) bool { return !ended(v) && v.Fate(unit) == agreement.FateCancelled }
 	v, answered := nr.ask(ctx, total, func(v agreement.View) bool {
-		return v.Activated != nil || v.Fate(act) == agreement.FateCancelled || neverStarts(v) ||
+		return ended(v) || v.Fate(act) == agreement.FateCancelled || neverStarts(v) ||
 			v.Fate(act) == agreement.FateStarted && v.Fate(unit) == agreement.FateNone && !v.Acting[act]
 	}, act)
-	if answered && v.Activated == nil && v.Fate(act) == agreement.FateStarted && v.Fate(unit) == agreement.FateNone && !v.Acting[act] {
+	if answered && !ended(v) && v.Fate(act) == agreement.FateStarted && v.Fate(unit) == agreement.FateNone && !v.Acting[act] {
 		// The command ended before it started the activation: cancelled,
 		// unless it starts this instant, in which case its end is waited
 		// for.
 		if cv, err := agreement.Ask(ctx, host{nr.c}, nr.run(), unit); err == nil && neverStarts(cv) {
 			v = cv
 		} else {
-			v, answered = nr.ask(ctx, total, func(v agreement.View) bool { return v.Activated != nil || neverStarts(v) })
+			v, answered = nr.ask(ctx, total, func(v agreement.View) bool { return ended(v) || neverStarts(v) })
 		}
 	}
 	switch {
@@ -497,12 +507,13 @@ func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, error) 
 		f := fail(255, "ConnectionLost", "the SSH session dropped before the activation started (it is cancelled on the host): nothing was activated", "the next apply retries this node")
 		f.rollback = nr.watch // the watchdog points the system profile back
 		return -1, "", f
-	case v.Activated != nil:
-		if why, ok := fenced(*v.Activated, v.Output); ok {
+	case ended(v):
+		rc, _ := v.Attempt(nr.attempt)
+		if why, ok := fenced(rc, v.Output); ok {
 			nr.activation = notActivated
 			return -1, "", leaseLost("the activation", why, "nothing was activated")
 		}
-		return *v.Activated, fmt.Sprintf("the SSH session dropped during activation; the host recorded exit %d: %s", *v.Activated, v.Output), nil
+		return rc, fmt.Sprintf("the SSH session dropped during activation; the host recorded exit %d: %s", rc, v.Output), nil
 	}
 	return -1, "the SSH session dropped during activation; the host kept no exit status (no systemd kept the activation alive)", nil
 }

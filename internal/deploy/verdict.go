@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 )
 
 // Exit codes of switch-to-configuration that mean something particular.
 const (
-	ExitUnitsFailed    = 4   // some units failed to start
-	ExitSwitchLocked   = 11  // another switch holds the lock
-	ExitRebootRequired = 100 // the new system needs a reboot to take effect
+	ExitUnitsFailed    = 4                          // some units failed to start
+	ExitSwitchLocked   = agreement.SwitchLockedExit // another switch holds the lock
+	ExitRebootRequired = 100                        // the new system needs a reboot to take effect
 )
 
 // Observed is what the deployer saw of a node after activating a system.
