@@ -232,3 +232,43 @@ func TestTiming(t *testing.T) {
 		}
 	}
 }
+
+// The activation's script reaches systemd-run as one argument, which
+// systemd writes into the transient unit's file: a line of its own would
+// be read as the file's (one that starts with "[" as a section header,
+// and the unit, failed to load, is never collected: the host stays
+// degraded). It is one line, and a shell reads it, dash as bash; the
+// watchdog's is a file its unit runs, and no line of the command that
+// starts it spans lines. The act command parses too.
+func TestActivationUnitIsOneLine(t *testing.T) {
+	t.Parallel()
+	for attempt := 1; attempt <= 2; attempt++ {
+		a := agreement.Activation{Run: "0123456789ab", System: "/nix/store/x-new", Previous: "/nix/store/x-old", Attempt: attempt, SetProfile: true, Watch: true, Systemd: true, Container: true,
+			Timing: agreement.Timing{Confirm: 30 * time.Second, Lease: time.Minute, Activation: time.Minute}}
+		script := a.Script()
+		_, unit, ok := strings.Cut(script, " --unit="+agreement.ActivationUnit(a.Run))
+		if !ok {
+			t.Fatalf("attempt %d: no systemd-run --unit in %q", attempt, script)
+		}
+		_, arg, ok := strings.Cut(unit, " sh -c ")
+		if !ok {
+			t.Fatalf("attempt %d: no sh -c after systemd-run in %q", attempt, unit)
+		}
+		if strings.Contains(arg, "\n") {
+			t.Errorf("attempt %d: the activation's unit script spans lines: %q", attempt, arg)
+		}
+		watchdog := "--unit=" + agreement.WatchdogUnit(a.Run) + " sh " + agreement.StateDir + "/" + a.Run + "/watchdog.sh || exit 1\n"
+		if started := strings.Contains(script, "--unit="+agreement.WatchdogUnit(a.Run)); started != (attempt == 1) || started && !strings.Contains(script, watchdog) {
+			t.Errorf("attempt %d: the watchdog is not started (by the first attempt alone) as %q: %q", attempt, watchdog, script)
+		}
+		for _, sh := range []string{"dash", "bash"} {
+			if out, err := exec.Command(sh, "-n", "-c", script).CombinedOutput(); err != nil {
+				t.Errorf("attempt %d: %s -n: %v: %s", attempt, sh, err, out)
+			}
+			unquoted := strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(arg, "'"), "'"), `'\''`, "'")
+			if out, err := exec.Command(sh, "-n", "-c", unquoted).CombinedOutput(); err != nil {
+				t.Errorf("attempt %d: %s -n of the unit script: %v: %s", attempt, sh, err, out)
+			}
+		}
+	}
+}

@@ -288,9 +288,12 @@ func WatchdogUnit(run string) string { return "fleet-watchdog-" + run }
 // for a deployer that lost the session) and, unless the switch lock was
 // held (exit 11: the deployer tries again), as the activation's
 // (activated): the watchdog's "the activation has ended"; its last lines
-// are printed once it has finished.
+// are printed once it has finished. One line: systemd-run writes it into
+// the transient unit's file, where a line of its own would be read as the
+// file's (a line that starts with "[" as a section header, and the unit
+// fails to load).
 func (a Activation) unitScript() string {
-	return fmt.Sprintf(`d=%[1]s; exec 8>>%[2]s && flock -s 8 || exit 1
+	return strings.ReplaceAll(fmt.Sprintf(`d=%[1]s; exec 8>>%[2]s && flock -s 8 || exit 1
 fleet_t=; read -r fleet_t fleet_p < %[3]s 2>/dev/null
 echo $$ > "$d/unit.%[8]d.pid"
 if [ "$fleet_t" != %[4]s ]; then echo "%[5]sthis deployer's lease on the host's deploy lock ended before the activation started" > "$d/output"; rc=%[6]s
@@ -299,25 +302,29 @@ elif [ -L "$d/decision" ]; then echo "%[5]sthe activation was decided on before 
 else %[7]s/bin/switch-to-configuration test >"$d/output" 2>&1 & echo $! > "$d/unit.%[8]d.stc"; wait $!; rc=$?; fi
 echo "$rc" > "$d/activated.%[8]d"; [ "$rc" = %[9]d ] || echo "$rc" > "$d/activated"
 [ ! -p "$d/wake" ] || printf 'a\n' 1<>"$d/wake"; tail -n 5 "$d/output" >&2; exit "$rc"`,
-		shell.Quote(StateDir+"/"+a.Run), GuardFile, LeaseFile, shell.Quote(a.Run), FencedMarker, fencedExitText, shell.Quote(a.System), a.Attempt, SwitchLockedExit)
+		shell.Quote(StateDir+"/"+a.Run), GuardFile, LeaseFile, shell.Quote(a.Run), FencedMarker, fencedExitText, shell.Quote(a.System), a.Attempt, SwitchLockedExit), "\n", "; ")
 }
 
 // startWatchdog runs the watchdog in the background, as a transient unit
 // where systemd runs, so that it survives the session, and waits up to
-// ten seconds for it to hold the guard (it touches "guarded" then).
+// ten seconds for it to hold the guard (it touches "guarded" then). Its
+// script is a file of the run's directory (watchdog.sh), run by sh: given
+// to systemd-run on its command line, its lines would be written into the
+// transient unit's file and read as the file's.
 func (a Activation) startWatchdog() string {
 	dir := shell.Quote(StateDir + "/" + a.Run)
-	script := pathFallback + a.watchdogScript()
+	file := shell.Quote(StateDir + "/" + a.Run + "/watchdog.sh")
+	write := "printf '%s\\n' " + shell.Quote(pathFallback+a.watchdogScript()) + " > " + file + " || exit 1\n"
 	start := ""
 	if a.Systemd {
-		start = "systemd-run --collect --quiet --no-ask-password --unit=" + shell.Quote(WatchdogUnit(a.Run)) + " sh -c " + shell.Quote(script) + " || exit 1"
+		start = "systemd-run --collect --quiet --no-ask-password --unit=" + shell.Quote(WatchdogUnit(a.Run)) + " sh " + file + " || exit 1"
 	} else {
 		// Only the background command itself, with every stream
 		// redirected: a backgrounded list would keep the session's
 		// output open.
-		start = "nohup sh -c " + shell.Quote(script) + " </dev/null >/dev/null 2>&1 &"
+		start = "nohup sh " + file + " </dev/null >/dev/null 2>&1 &"
 	}
-	return start + "\nn=0; while [ ! -e " + dir + "/guarded ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done; [ -e " + dir + "/guarded ]"
+	return write + start + "\nn=0; while [ ! -e " + dir + "/guarded ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done; [ -e " + dir + "/guarded ]"
 }
 
 // watchdogScript waits for the activation to end, then for the decision
@@ -339,7 +346,6 @@ func (a Activation) startWatchdog() string {
 // is pointed back if it was left on the new system). The wake FIFO wakes it at once
 // for a word ("h"), the activation's end ("a") and a decision ("d"); a
 // tick each second for its clock, read from /proc/uptime in hundredths.
-// It holds no "${": systemd substitutes that from the unit's environment.
 func (a Activation) watchdogScript() string {
 	return fmt.Sprintf(`d=%[1]s
 exec 8>>%[2]s && flock -s 8 || exit 1
