@@ -84,7 +84,9 @@
 //     silent connection after about as long.
 //   - confirm_timeout (the host's watchdog): once the activation has ended
 //     ("activated": an attempt that met a held switch lock has not ended
-//     it, a retry follows) (or activation_timeout has passed), a watchdog that heard no "w" word
+//     it, a retry follows; or the run's lease has ended with no attempt
+//     running: no attempt starts any more) (or activation_timeout has
+//     passed), a watchdog that heard no "w" word
 //     for confirm_timeout decides rollback; Timing.HostGivesUp is when,
 //     seen from the deployer, with the watchdog's tick.
 //   - Timing.SpareAfter (the deployer): a session that has not answered a

@@ -332,7 +332,9 @@ func (a Activation) startWatchdog() string {
 // clock runs while the deployer says nothing: once the activation has
 // ended (or activation_timeout and a few seconds have passed, or the
 // command that was to start it ended without starting it: then it is
-// cancelled, and never starts) and
+// cancelled, and never starts; or the run's lease has ended and no
+// attempt runs: then none starts any more, those not started are
+// cancelled) and
 // confirm_timeout has passed since the last "w" word, it decides itself to
 // switch back, so a configuration that cuts off SSH, or a deployer that
 // vanished, is still rolled back, and a verdict that takes its time is
@@ -340,8 +342,10 @@ func (a Activation) startWatchdog() string {
 // so the deployer and the watchdog can never both win; once decided, an
 // activation that has not started never will (its fate is cancelled). It
 // switches back only a host that runs the system its activation
-// activated, or still runs the one before when an activation began (cut
-// short, it may have done part of its work); a host that runs anything
+// activated, or still runs the one before when an attempt began and did
+// not meet a held switch lock (cut short, it may have done part of its
+// work); a host whose every attempt met the lock (exit 11: nothing
+// changed) gets its profile pointed back, and no switch; a host that runs anything
 // else was switched by someone else since, and is left alone (the profile
 // is pointed back if it was left on the new system). The wake FIFO wakes it at once
 // for a word ("h"), the activation's end ("a") and a decision ("d"); a
@@ -359,6 +363,19 @@ fleet_now() { IFS='. ' read -r fleet_s fleet_c fleet_x </proc/uptime; fleet_up=$
 fleet_over() {
 [ -z "$fleet_done" ] || return 0
 [ -f "$d/activated" ] || [ $((fleet_up - fleet_start)) -ge %[4]d ] && { fleet_done=1; return 0; }
+fleet_t=; read -r fleet_t fleet_y < %[12]s 2>/dev/null
+if [ "$fleet_t" != %[13]s ]; then
+for f in "$d"/act.*.fate; do [ -L "$f" ] && ln -s cancelled "$d/unit.$(basename "$f" .fate | cut -d. -f2).fate" 2>/dev/null; done
+fleet_r=
+for f in "$d"/unit.*.fate; do
+[ "$(readlink "$f")" = started ] || continue
+fleet_n=$(basename "$f" .fate | cut -d. -f2)
+[ ! -f "$d/activated.$fleet_n" ] || continue
+fleet_q=; read -r fleet_q < "$d/unit.$fleet_n.pid" 2>/dev/null
+[ -z "$fleet_q" ] || ! kill -0 "$fleet_q" 2>/dev/null || fleet_r=1
+done
+[ -n "$fleet_r" ] || { fleet_done=1; return 0; }
+fi
 [ -z "$fleet_running" ] || return 1
 if [ ! -L "$d/unit.1.fate" ]; then
 fleet_p=; read -r fleet_p < "$d/act.1.pid" 2>/dev/null
@@ -377,11 +394,13 @@ read -r fleet_w <&7 || break
 [ "$fleet_w" != h ] || { fleet_now; fleet_word=$fleet_up; }
 done
 ln -s %[6]s "$d/decision" 2>/dev/null
-fleet_began=
+fleet_began= fleet_locked=
 for f in "$d"/act.*.fate; do
 [ -L "$f" ] || continue
-fleet_u="$d/unit.$(basename "$f" .fate | cut -d. -f2).fate"
-ln -s cancelled "$fleet_u" 2>/dev/null; [ "$(readlink "$fleet_u")" != started ] || fleet_began=1
+fleet_n=$(basename "$f" .fate | cut -d. -f2); fleet_u="$d/unit.$fleet_n.fate"
+ln -s cancelled "$fleet_u" 2>/dev/null
+fleet_a=; read -r fleet_a < "$d/activated.$fleet_n" 2>/dev/null
+if [ "$(readlink "$fleet_u")" = started ]; then if [ "$fleet_a" = %[14]d ]; then fleet_locked=1; else fleet_began=1; fi; fi
 done
 [ "$(readlink "$d/decision")" = %[7]s ] && { echo confirmed > "$d/watchdog"; exit 0; }
 echo rolling-back > "$d/watchdog"
@@ -389,13 +408,15 @@ echo rolling-back > "$d/watchdog"
 fleet_cur=$(readlink -f /run/current-system)
 if [ "$fleet_cur" = %[8]s ] || { [ "$fleet_cur" = %[10]s ] && [ -n "$fleet_began" ]; }; then
 nix-env -p %[9]s --set %[10]s && %[10]s/bin/switch-to-configuration test; echo "$?" > "$d/rolledback"
+elif [ "$fleet_cur" = %[10]s ] && [ -n "$fleet_locked" ]; then
+nix-env -p %[9]s --set %[10]s; echo "$?" > "$d/rolledback"
 else
 [ "$(readlink -f %[9]s)" != %[8]s ] || nix-env -p %[9]s --set %[10]s
 echo "kept $fleet_cur" > "$d/rolledback"
 fi
 echo done > "$d/watchdog"`,
 		shell.Quote(StateDir+"/"+a.Run), GuardFile, int(watchdogTick.Seconds()), centis(a.Timing.watchdogWaitsForActivation()), centis(a.Timing.Confirm),
-		DecisionRollback, DecisionConfirm, shell.Quote(a.System), ProfilePath, shell.Quote(a.Previous), a.stopAttempts())
+		DecisionRollback, DecisionConfirm, shell.Quote(a.System), ProfilePath, shell.Quote(a.Previous), a.stopAttempts(), LeaseFile, shell.Quote(a.Run), SwitchLockedExit)
 }
 
 // stopAttempts is the watchdog's last step before it switches back: every

@@ -376,6 +376,11 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 			bad("a host settles on its own", "%s was decided to be switched back, and the host still runs it", describe(c))
 		case back != nil && (!back.ended || back.rc != 0):
 			bad("a host settles on its own", "%s did not end well (exit %d)", describe(back), back.rc)
+		case back != nil && c.last > back.first && !c.rollback:
+			// The switch back is the run's last switch: an attempt of its
+			// activation still running (a retry after a held switch
+			// lock) must not switch the host after it.
+			bad("a host settles on its own", "%s went on after its watchdog's switch back began (%s): the host was left on an unconfirmed system", describe(c), describe(back))
 		}
 	}
 

@@ -33,6 +33,7 @@ type partySettings struct {
 	ActivationTimeout time.Duration
 	ConfirmTimeout    time.Duration
 	SettleTimeout     time.Duration
+	BootLockInterval  time.Duration // 0: the default
 	RemoteExecTimeout time.Duration
 	MasterPersist     time.Duration
 	KnownHostsFile    string
@@ -81,9 +82,10 @@ func partyMain(path string) int {
 			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: s.MasterPersist},
 		Options: deploy.Options{
 			Goal: deploy.GoalSwitch, Holder: s.Holder, LockTimeout: s.LockTimeout, ActivationTimeout: s.ActivationTimeout,
-			Verdict: deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout},
-			Env:     s.Env,
-			Log:     func(e deploy.Event) { emit(partyLine{Event: &e}) },
+			BootLockInterval: s.BootLockInterval,
+			Verdict:          deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout},
+			Env:              s.Env,
+			Log:              func(e deploy.Event) { emit(partyLine{Event: &e}) },
 		},
 	}
 	r := d.Deploy(ctx, []deploy.Target{s.Target}, nil)[0]
