@@ -38,7 +38,7 @@ type CLI struct {
 func (c CLI) ProviderAddress() string { return c.Host + "/hashicorp/fleet" }
 
 // CLIs returns Terraform and OpenTofu, failing the test when either is
-// missing: Terraform from TF_ACC_TERRAFORM_PATH or PATH, OpenTofu from
+// missing: Terraform from FLEET_TERRAFORM_PATH or PATH, OpenTofu from
 // FLEET_TOFU_PATH or the cache scripts/build-tofu.sh fills. A test of what
 // the two may render or decide differently (plan text and JSON, warnings,
 // moved, import, write-only values, lock files, exit codes, the state
@@ -174,8 +174,9 @@ const envPrepared = "FLEET_ACCTEST_PREPARED"
 
 // PrepareProcess sets, once for the whole test process, the environment
 // terraform-plugin-testing reads (see Test), with its CLI script and an
-// empty CLI configuration written into dir, which the caller removes when
-// the process ends. It fails when either CLI is missing.
+// empty CLI configuration written into dir, where ProviderBinary builds
+// too; the caller removes dir when the process ends. It fails when either
+// CLI is missing.
 func PrepareProcess(dir string) error {
 	tf, tofu := os.Getenv("FLEET_TERRAFORM_PATH"), TofuPath()
 	if tf == "" {
@@ -187,6 +188,7 @@ func PrepareProcess(dir string) error {
 	if _, err := os.Stat(tofu); err != nil {
 		return fmt.Errorf("OpenTofu CLI not found at %s: run make setup (it builds OpenTofu with scripts/build-tofu.sh), or set FLEET_TOFU_PATH", tofu)
 	}
+	processDir = dir
 	script := filepath.Join(dir, "cli")
 	text := "#!/bin/sh\n# The CLI of terraform-plugin-testing: OpenTofu for a configuration marked for it, else Terraform.\n" +
 		"if grep -qsx " + shell.Quote(cliMark+"tofu") + " ./*.tf; then exec " + shell.Quote(tofu) + ` "$@"; fi` + "\n" +
@@ -222,6 +224,9 @@ func emptyCLIConfig(t testing.TB) string {
 }
 
 var (
+	// processDir is the test process's directory, as PrepareProcess was
+	// given it.
+	processDir  string
 	buildOnce   sync.Once
 	buildPath   string
 	buildOutput []byte
@@ -234,8 +239,9 @@ func ProviderBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		// One build serves every test of the process, so it cannot live in
-		// one test's TempDir.
-		dir, err := os.MkdirTemp("", "fleet-provider-build-") //nolint:usetesting
+		// one test's TempDir: it lives in the process's directory
+		// (PrepareProcess), which its TestMain removes.
+		dir, err := os.MkdirTemp(processDir, "fleet-provider-build-") //nolint:usetesting
 		if err != nil {
 			buildErr = err
 			return

@@ -27,6 +27,7 @@ func repoRoot(t *testing.T) string {
 
 // make test runs the OpenTofu named by FLEET_TOFU_PATH when it is set.
 func TestMakeTestHonoursFleetTofuPath(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command("make", "-n", "test", "testacc")
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "FLEET_TOFU_PATH=/opt/tofu-of-my-own/tofu")
@@ -42,6 +43,7 @@ func TestMakeTestHonoursFleetTofuPath(t *testing.T) {
 // setup names both CLIs' versions even when TF_CLI_CONFIG_FILE names a
 // file that does not exist (the CLIs then print a warning first).
 func TestSetupReportsBothVersions(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command("scripts/setup.sh")
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+filepath.Join(t.TempDir(), "missing.tfrc"))
@@ -61,6 +63,7 @@ func TestSetupReportsBothVersions(t *testing.T) {
 // Every make target that a message, a script or the docs tell a developer to
 // run exists.
 func TestNamedMakeTargetsExist(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	makefile, err := os.ReadFile(filepath.Join(root, "GNUmakefile"))
 	if err != nil {
@@ -198,6 +201,7 @@ func startSandbox(t *testing.T, flags string) (sandboxVars, []byte, func()) {
 // built), prints ready, and stops, its hosts with it, when its standard
 // input closes.
 func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
+	t.Parallel()
 	vars, b, stop := startSandbox(t, "")
 	if len(vars.Hosts) != 5 || len(vars.Nodes) != 4 || len(vars.DeployTargets) < 2 {
 		t.Errorf("the sandbox's variables: %d hosts, %d storage nodes, %d deploy targets; want 5, 4, at least 2:\n%s", len(vars.Hosts), len(vars.Nodes), len(vars.DeployTargets), b)
@@ -233,6 +237,7 @@ func TestMakeSandboxRunsTheSandboxAlone(t *testing.T) {
 // -link-faults, each is reached through a link that the file of its name
 // breaks and heals.
 func TestMakeSandboxStartsOnlyWhatIsAskedFor(t *testing.T) {
+	t.Parallel()
 	faults := t.TempDir()
 	vars, b, _ := startSandbox(t, "-start= -deploy-hosts 2 -sudo-login -link-faults "+faults)
 	if len(vars.Hosts) != 0 || len(vars.Nodes) != 0 || len(vars.DeployTargets) != 2 || vars.DeployTargets[0].Name != "node01" {

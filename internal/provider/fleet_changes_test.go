@@ -364,7 +364,8 @@ func TestFleetChangesPlanShort(t *testing.T) {
 // -var 'only_nodes=["n01"]' after every host's configuration changed,
 // switches n01 only; the others wait, saying so, their records as they
 // were; the next apply without it switches exactly those, and the plan
-// after is empty. Through both CLIs.
+// after is empty. Through one CLI (acctest.AlternateCLIs): the provider's
+// own behaviour against hosts.
 func TestFleetsGuideDeploysSomeNodesNow(t *testing.T) {
 	t.Parallel()
 	binary := acctest.ProviderBinary(t)

@@ -85,7 +85,14 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		if err := writeReport(os.Stdout, runs, tests, 0, 0, *top); err != nil {
+		// A run saved before run.json was kept has no total.
+		var times runTimes
+		if b, err := os.ReadFile(filepath.Join(*report, "run.json")); err == nil {
+			if err := json.Unmarshal(b, &times); err != nil {
+				fail(err)
+			}
+		}
+		if err := writeReport(os.Stdout, runs, tests, times.Build, times.Run, *top); err != nil {
 			fail(err)
 		}
 		return
@@ -146,6 +153,12 @@ func main() {
 	saved, err := json.MarshalIndent(runs, "", "  ")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(*out, "packages.json"), saved, 0o644)
+	}
+	if err == nil {
+		saved, err = json.Marshal(runTimes{Build: buildWall, Run: runWall})
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(*out, "run.json"), saved, 0o644)
 	}
 	if err != nil {
 		fail(err)
@@ -360,6 +373,9 @@ func processCPU(pid int) time.Duration {
 }
 
 // load reads a saved run: the numbers and every test's outcome.
+// runTimes are a run's build and test walls (run.json).
+type runTimes struct{ Build, Run time.Duration }
+
 func load(dir string) ([]pkgRun, []testTime, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "packages.json"))
 	if err != nil {
@@ -454,14 +470,18 @@ func writeReport(w io.Writer, runs []pkgRun, tests []testTime, buildWall, runWal
 		}
 		user += r.User
 		system += r.System
-		fmt.Fprintf(&rows, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%s\t\n", path(r.Package),
+		fmt.Fprintf(&rows, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%s\t\n", path(r.Package),
 			r.Wall.Seconds(), r.User.Seconds(), r.System.Seconds(), (r.User + r.System).Seconds(), counts[r.Package], result)
 	}
 	all := 0
 	for _, n := range counts {
 		all += n
 	}
-	fmt.Fprintf(&rows, "all\t\t%.0f\t%.0f\t%.0f\t%d\t\t\n", user.Seconds(), system.Seconds(), (user + system).Seconds(), all)
+	wall := ""
+	if runWall > 0 {
+		wall = fmt.Sprintf("%.1f", runWall.Seconds())
+	}
+	fmt.Fprintf(&rows, "all\t%s\t%.1f\t%.1f\t%.1f\t%d\t\t\n", wall, user.Seconds(), system.Seconds(), (user + system).Seconds(), all)
 	if err := table(&out, rows.String(), tabwriter.AlignRight); err != nil {
 		return err
 	}
