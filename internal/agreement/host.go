@@ -421,8 +421,8 @@ echo done > "$d/watchdog"`,
 
 // stopAttempts is the watchdog's last step before it switches back: every
 // attempt of the activation that started and has not ended is stopped
-// (its transient unit where systemd runs, else switch-to-configuration
-// itself: TERM, then KILL after ten seconds), and waited for, so that the
+// (its transient unit where systemd runs, and switch-to-configuration
+// itself: TERM once, then KILL after ten seconds), and waited for, so that the
 // switch back is the last switch of the run: no attempt, a retry after a
 // held switch lock or one that outlived activation_timeout, switches the
 // host after it. (The decision made, no attempt starts any more.)
@@ -433,13 +433,13 @@ func (a Activation) stopAttempts() string {
 	}
 	return `for f in "$d"/unit.*.fate; do
 [ "$(readlink "$f")" = started ] || continue
-fleet_n=$(basename "$f" .fate | cut -d. -f2); fleet_k=0
+fleet_n=$(basename "$f" .fate | cut -d. -f2); fleet_k=0 fleet_x=
 while [ ! -f "$d/activated.$fleet_n" ]; do
 fleet_p=; read -r fleet_p < "$d/unit.$fleet_n.pid" 2>/dev/null
 [ -n "$fleet_p" ] && kill -0 "$fleet_p" 2>/dev/null || break
 ` + stop + `fleet_s=; read -r fleet_s < "$d/unit.$fleet_n.stc" 2>/dev/null
-fleet_g=TERM; [ $fleet_k -lt 50 ] || fleet_g=KILL
-[ -z "$fleet_s" ] || kill -$fleet_g "$fleet_s" 2>/dev/null
+[ -z "$fleet_s" ] || [ -n "$fleet_x" ] || { kill -TERM "$fleet_s" 2>/dev/null; fleet_x=1; }
+[ -z "$fleet_s" ] || [ $fleet_k -ne 50 ] || kill -KILL "$fleet_s" 2>/dev/null
 fleet_k=$((fleet_k+1)); sleep 0.2
 done
 done`

@@ -288,25 +288,96 @@ func drawSchedule(seed uint64) schedule {
 	}
 	if !slices.Contains(exploreRegressions, seed) {
 		host := rand.New(rand.NewPCG(seed, 0x4057))
+		// A trigger at a step its party's system never reaches (the
+		// rollback of one that passes, the confirmation of one that
+		// fails) is moved to one it reaches.
+		reach := func(tr *trigger) {
+			if tr == nil {
+				return
+			}
+			steps := reaches(s.Parties[tr.Of].Kind)
+			if !slices.Contains(steps, tr.Step) {
+				tr.Step = steps[host.IntN(len(steps))]
+			}
+		}
+		for i := range s.Parties {
+			p := &s.Parties[i]
+			for k := range p.Faults {
+				reach(&p.Faults[k].At)
+			}
+			reach(p.Kill)
+			reach(p.Interrupt)
+			reach(p.Start)
+		}
 		for i := range s.Parties {
 			p := &s.Parties[i]
 			h := hostPlan{Delay: p.Delay.Round(100 * time.Millisecond)}
 			if p.Kind == nixtest.Succeed && host.IntN(3) == 0 {
 				h.LockedOnce = true
 			}
-			if host.IntN(4) == 0 {
+			if host.IntN(4) == 0 || h.LockedOnce && host.IntN(2) == 0 {
 				h.Delay = s.ConfirmTimeout + time.Duration(1+host.IntN(3))*time.Second
 			}
 			p.Host = &h
+			if !h.LockedOnce || host.IntN(3) == 0 {
+				continue
+			}
+			// Something happens while the retry runs: it begins the lock
+			// interval (500 ms) after the note of the held lock.
+			tr := trigger{Of: i, Step: stepRetry, After: 500*time.Millisecond + time.Duration(host.IntN(1501))*time.Millisecond}
+			switch host.IntN(4) {
+			case 0:
+				p.Interrupt = &tr
+			case 1:
+				p.Kill = &tr
+			default:
+				f := faultPlan{At: tr, Fault: sshtest.LinkFault{Hold: [2]bool{true, true}}, For: durations[host.IntN(len(durations)-1)]}
+				f.Fault.OnlyOpen = host.IntN(2) == 0
+				p.Faults = append(p.Faults, f)
+			}
 		}
 	}
 	return s
 }
 
-// exploreSeeds are the seeds a run explores: the regression cases, then
-// FLEET_EXPLORE_SCHEDULES from FLEET_EXPLORE_FIRST (1), or only
-// FLEET_EXPLORE_SEED.
-func exploreSeeds(t *testing.T) []uint64 {
+// reaches are the steps a party whose system is of kind reaches, when
+// nothing stops it: exploreSteps, less the rollback of a system that
+// passes its verdict, or the confirmation and the boot entry of one that
+// fails it.
+func reaches(kind nixtest.Kind) []deploy.StepName {
+	var out []deploy.StepName
+	for _, st := range exploreSteps {
+		switch {
+		case kind == nixtest.FailUnits && (st == deploy.StepConfirm || st == deploy.StepFinalise):
+		case kind != nixtest.FailUnits && st == deploy.StepRollback:
+		default:
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// stepRetry is the moment a party's activation met the switch lock held
+// (its note): the retry begins the lock interval after it.
+const stepRetry deploy.StepName = "activation's retry"
+
+// explorePlan is what a run explores: the regression cases, as they
+// are, then FLEET_EXPLORE_SCHEDULES (exploreShort) fresh schedules, each
+// drawn from the next seed from FLEET_EXPLORE_FIRST (1) on, and drawn
+// again (from the next seed) while one of its planned faults never fired,
+// up to exploreDraws times; or only FLEET_EXPLORE_SEED, once.
+type explorePlan struct {
+	regressions []uint64
+	fresh       int
+	next        func() uint64 // the next fresh seed
+	draws       int
+}
+
+// exploreDraws is how many seeds a fresh schedule of a run may take to
+// have every fault it planned fire.
+const exploreDraws = 3
+
+func exploreSeeds(t *testing.T) explorePlan {
 	t.Helper()
 	num := func(name string, def uint64) uint64 {
 		v := os.Getenv(name)
@@ -320,16 +391,20 @@ func exploreSeeds(t *testing.T) []uint64 {
 		return n
 	}
 	if seed := num("FLEET_EXPLORE_SEED", 0); seed != 0 {
-		return []uint64{seed}
+		return explorePlan{regressions: []uint64{seed}}
 	}
-	first, n := num("FLEET_EXPLORE_FIRST", 1), num("FLEET_EXPLORE_SCHEDULES", exploreShort)
-	seeds := slices.Clone(exploreRegressions)
-	for s := first; s < first+n; s++ {
-		if !slices.Contains(seeds, s) {
-			seeds = append(seeds, s)
-		}
-	}
-	return seeds
+	var mu sync.Mutex
+	next := num("FLEET_EXPLORE_FIRST", 1)
+	return explorePlan{regressions: exploreRegressions, fresh: int(num("FLEET_EXPLORE_SCHEDULES", exploreShort)), draws: exploreDraws,
+		next: func() uint64 {
+			mu.Lock()
+			defer mu.Unlock()
+			for slices.Contains(exploreRegressions, next) {
+				next++
+			}
+			next++
+			return next - 1
+		}}
 }
 
 // TestHostAgreementExplored explores the host agreement under faults
@@ -343,7 +418,7 @@ func TestHostAgreementExplored(t *testing.T) {
 		t.Skip("slow (schedules wait out real timeouts): make test runs it")
 	}
 	t.Parallel()
-	seeds := exploreSeeds(t)
+	plan := exploreSeeds(t)
 	// The systems every schedule deploys, made once: a schedule's parties
 	// each get a system of their own, so the host's log says whose it is.
 	kinds := map[nixtest.Kind]int{nixtest.Succeed: 3, nixtest.FailUnits: 2}
@@ -356,7 +431,9 @@ func TestHostAgreementExplored(t *testing.T) {
 	var (
 		mu         sync.Mutex
 		violations = map[uint64][]string{}
-		ran        int
+		seeds      []uint64
+		redrawn    []uint64 // fresh seeds a planned fault of did not fire
+		unfired    []string // fresh schedules whose every draw had one
 	)
 	// A schedule waiting here holds one of -parallel's places: the bound
 	// is for a run of the explorer alone (make soak).
@@ -364,25 +441,57 @@ func TestHostAgreementExplored(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("FLEET_EXPLORE_PARALLEL")); err == nil && v > 0 {
 		slots = make(chan struct{}, v)
 	}
+	// run explores seed's schedule; it says which of its planned faults
+	// did not fire.
+	run := func(t *testing.T, seed uint64) []string {
+		s := drawSchedule(seed)
+		v, missed := explore(t, s, systems)
+		mu.Lock()
+		seeds = append(seeds, seed)
+		if len(v) > 0 {
+			violations[seed] = v
+		}
+		mu.Unlock()
+		if len(v) > 0 {
+			t.Errorf("%s\nbroke the agreement:\n  %s\nreplay: FLEET_EXPLORE_SEED=%d go test -race -run 'TestHostAgreementExplored' ./internal/deploy/",
+				s, strings.Join(v, "\n  "), seed)
+		}
+		return missed
+	}
+	slot := func(t *testing.T) func() {
+		t.Parallel()
+		if slots == nil {
+			return func() {}
+		}
+		slots <- struct{}{}
+		return func() { <-slots }
+	}
 	t.Run("schedules", func(t *testing.T) {
-		for _, seed := range seeds {
+		for _, seed := range plan.regressions {
 			t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-				t.Parallel()
-				if slots != nil {
-					slots <- struct{}{}
-					defer func() { <-slots }()
-				}
-				s := drawSchedule(seed)
-				v := explore(t, s, systems)
-				mu.Lock()
-				ran++
-				if len(v) > 0 {
-					violations[seed] = v
-				}
-				mu.Unlock()
-				if len(v) > 0 {
-					t.Errorf("%s\nbroke the agreement:\n  %s\nreplay: FLEET_EXPLORE_SEED=%d go test -race -run 'TestHostAgreementExplored' ./internal/deploy/",
-						s, strings.Join(v, "\n  "), seed)
+				defer slot(t)()
+				run(t, seed)
+			})
+		}
+		for i := range plan.fresh {
+			t.Run("fresh-"+strconv.Itoa(i+1), func(t *testing.T) {
+				defer slot(t)()
+				for draw := 1; ; draw++ {
+					seed := plan.next()
+					missed := run(t, seed)
+					if len(missed) == 0 {
+						return
+					}
+					t.Logf("seed %d: planned, and never fired: %s", seed, strings.Join(missed, "; "))
+					mu.Lock()
+					redrawn = append(redrawn, seed)
+					if draw == plan.draws {
+						unfired = append(unfired, fmt.Sprintf("seed %d (after %d draws): %s", seed, draw, strings.Join(missed, "; ")))
+					}
+					mu.Unlock()
+					if draw == plan.draws {
+						return
+					}
 				}
 			})
 		}
@@ -401,7 +510,17 @@ func TestHostAgreementExplored(t *testing.T) {
 		}
 	}
 	slices.Sort(found)
-	t.Logf("explored %d schedules (%s); %d broke the agreement: %v", ran, describeSeeds(seeds), len(found), found)
+	slices.Sort(seeds)
+	slices.Sort(redrawn)
+	t.Logf("explored %d schedules (%s); %d broke the agreement: %v", len(seeds), describeSeeds(seeds), len(found), found)
+	t.Logf("%d fresh schedules drawn again, a planned fault of theirs never having fired: %v", len(redrawn), redrawn)
+	// A fresh schedule whose every draw left a fault unfired explored
+	// less than it planned: counted, said, and not taken for a pass.
+	if len(unfired) > plan.fresh/10 {
+		t.Errorf("%d of %d fresh schedules never had every planned fault fire:\n  %s", len(unfired), plan.fresh, strings.Join(unfired, "\n  "))
+	} else if len(unfired) > 0 {
+		t.Logf("%d of %d fresh schedules never had every planned fault fire:\n  %s", len(unfired), plan.fresh, strings.Join(unfired, "\n  "))
+	}
 	var invs []string
 	for inv := range byInvariant {
 		invs = append(invs, inv)
@@ -435,6 +554,8 @@ type party struct {
 	runs []string
 	// verdictPassed: its verdict step ended done.
 	verdictPassed bool
+	// retried: its activation met the switch lock held.
+	retried bool
 	// login is how long its first login took.
 	login     time.Duration
 	startedAt time.Time
@@ -443,7 +564,7 @@ type party struct {
 }
 
 // explore runs schedule s and returns the invariants it broke.
-func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []string {
+func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke, unfired []string) {
 	t.Helper()
 	tg := nixtest.NewTarget(t)
 	initial := systems[nixtest.Succeed][0]
@@ -548,6 +669,15 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []stri
 					pt.mu.Unlock()
 					stepped(pt.i, l.Event.Step)
 				case l.Event != nil:
+					if l.Event.Kind == deploy.EventNote && l.Event.Step == deploy.StepActivate && strings.Contains(l.Event.Message, "switch lock held") {
+						pt.mu.Lock()
+						first := !pt.retried
+						pt.retried = true
+						pt.mu.Unlock()
+						if first {
+							stepped(pt.i, stepRetry)
+						}
+					}
 					pt.mu.Lock()
 					if run, ok := strings.CutPrefix(l.Event.Message, "run "); ok {
 						run, _, _ = strings.Cut(run, " ")
@@ -576,9 +706,26 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []stri
 		stepped(pt.i, "")
 	}
 
+	// planned says what a schedule planned to happen, and whether it did:
+	// a trigger whose step never came, or that came once every party had
+	// ended, did not fire.
+	var fired []bool
+	var planned []string
+	plan := func(what string, tr trigger, f func()) {
+		mu.Lock()
+		k := len(fired)
+		fired, planned = append(fired, false), append(planned, what+" at "+tr.String())
+		mu.Unlock()
+		at(tr, func() {
+			mu.Lock()
+			fired[k] = true
+			mu.Unlock()
+			f()
+		})
+	}
 	for _, pt := range parties {
 		for _, f := range pt.plan.Faults {
-			at(f.At, func() {
+			plan("the link fault", f.At, func() {
 				if f.Reset {
 					pt.link.ResetOpen()
 				}
@@ -594,7 +741,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []stri
 			if tr == nil {
 				return
 			}
-			at(*tr, func() {
+			plan(sig.String(), *tr, func() {
 				pt.mu.Lock()
 				defer pt.mu.Unlock()
 				if pt.cmd != nil && pt.result == nil && pt.ended.IsZero() {
@@ -606,7 +753,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []stri
 		signal(pt.plan.Kill, syscall.SIGKILL, &pt.killed)
 		signal(pt.plan.Interrupt, syscall.SIGINT, &pt.interrupted)
 		if pt.plan.Start != nil {
-			at(*pt.plan.Start, func() { start(pt) })
+			plan("the start of "+partyName(pt.i), *pt.plan.Start, func() { start(pt) })
 		}
 	}
 	for _, pt := range parties {
@@ -675,7 +822,14 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) []stri
 			t.Logf("host: %s %d %s %s %s before=%s unit=%s lease=%s output=%s rc=%d", e.Time.Format("15:04:05.000"), e.PID, e.Kind, e.Action, e.System, e.Before, e.Unit, e.Lease, e.Output, e.RC)
 		}
 	}
-	return violations
+	mu.Lock()
+	for k, ok := range fired {
+		if !ok {
+			unfired = append(unfired, planned[k])
+		}
+	}
+	mu.Unlock()
+	return violations, unfired
 }
 
 func anyRunning(parties []*party) bool {
@@ -742,7 +896,7 @@ func TestExploreSchedulesArePinned(t *testing.T) {
 	for seed := uint64(1); seed <= 100; seed++ {
 		fmt.Fprintln(h, drawSchedule(seed))
 	}
-	const want = "d67aa3656be87a05"
+	const want = "4d1e83a18f4e45bd"
 	if got := hex.EncodeToString(h.Sum(nil))[:16]; got != want {
 		t.Errorf("the schedules of seeds 1 to 100 changed (digest %s, want %s): the regression seeds no longer replay what they found", got, want)
 	}
