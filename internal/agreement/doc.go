@@ -63,18 +63,35 @@
 //
 // # Fencing
 //
-// An action that changes what a host runs or boots (act, the activation,
-// the watchdog's start and its switch back, boot) happens only under the
-// lease it belongs to, checked by the host when it acts: holding the
-// guard shared, the lock must be held and LeaseFile must name the action's
-// run, and the action's fate must be claimed ("started") by this request.
+// What changes what a host runs or boots happens only under the lease it
+// belongs to, and each action says how it knows:
+//
+//   - act, boot and profile (commands) pass fleet_fence: holding the guard
+//     shared, a keeper must hold the lock, LeaseFile must name the
+//     action's run, and the action's fate (act.N, boot.N, profile) must be
+//     claimed ("started") by this request.
+//   - The activation (unit.N, started by act) checks again as it starts,
+//     holding the guard shared: LeaseFile names its run, a keeper holds
+//     the lock, its own fate is claimed, and the run is not decided.
+//   - The watchdog is started by the first act, inside the fence that
+//     command passed; it takes the guard shared and starts only if act.1
+//     is "started".
+//   - The watchdog's switch back checks no lease: it has held the guard
+//     since it started, so no later lease has begun; it switches back only
+//     a host that still runs the system its activation activated (or the
+//     one before, when an attempt began and did not meet the switch lock),
+//     and only once every attempt of the activation that started has ended
+//     (it stops one still running first): its switch back is the run's
+//     last.
+//   - "b <run>" signals the keeper LeaseFile names only while a keeper
+//     holds the lock (a killed keeper's file may name a pid reused since).
+//
 // A lease cannot begin while an actor holds the guard, and a new keeper
 // removes LeaseFile as soon as it holds the lock, so whatever of an ended
 // lease arrives late is refused ("fleet: fenced: ..."), and what passed
-// the fence finishes before the next lease begins. A watchdog switches
-// back only a host that still runs the system its activation activated,
-// and only once every attempt of the activation that started has ended
-// (it stops one still running first): its switch back is the run's last.
+// the fence finishes before the next lease begins. An action's record
+// (activated.N, booted.N, SucceededFile) that cannot be written fails the
+// action: no later read would know what it did.
 //
 // # Timeouts, and who counts them
 //

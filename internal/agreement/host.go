@@ -151,8 +151,10 @@ fleet_keeper=$!
 // its watchdog (a confirmation waits for it to let go of the guard), and
 // answer "decided <run> <the decision that stands>"
 // ("unknown" for a run the host has no directory of). "b <run>" ends run's
-// lease, as its deployer lets go. Only the shell's builtins for words: they
-// come every second or more often.
+// lease, as its deployer lets go: its keeper, named by the lease file,
+// is signalled only while a keeper holds the lock (a killed keeper's lease
+// file may name a pid another process has since). Only the shell's
+// builtins for words: they come every second or more often.
 func wordLoop(keeps bool) string {
 	lease := ""
 	if keeps {
@@ -178,7 +180,7 @@ else fleet_d=$(readlink "$fleet_dir/decision"); fi
 echo "decided $fleet_r $fleet_d" ;;
 b)
 fleet_t=; read -r fleet_t fleet_p < ` + LeaseFile + ` 2>/dev/null
-[ "$fleet_t" != "$fleet_r" ] || kill -TERM "$fleet_p" 2>/dev/null
+[ "$fleet_t" != "$fleet_r" ] || flock -n -s ` + LockFile + ` true 2>/dev/null || kill -TERM "$fleet_p" 2>/dev/null
 echo ack ;;
 esac
 done`
@@ -277,7 +279,8 @@ func ActivationUnit(run string) string { return "fleet-activate-" + run }
 func WatchdogUnit(run string) string { return "fleet-watchdog-" + run }
 
 // unitScript is the activation itself: under the guard and the run's
-// lease, claiming its fate (unit.<attempt>: a deployer that gave up on it
+// lease (the lease file names the run, and a keeper holds the lock: the
+// fence act passed), claiming its fate (unit.<attempt>: a deployer that gave up on it
 // before it started cancels it, and a watchdog that decided does), unless
 // the run is decided already, switch-to-configuration test, its output to
 // a file on the host (so a dropped session cannot end it through a broken
@@ -287,8 +290,9 @@ func WatchdogUnit(run string) string { return "fleet-watchdog-" + run }
 // first. Its exit status is recorded for the attempt (activated.<attempt>,
 // for a deployer that lost the session) and, unless the switch lock was
 // held (exit 11: the deployer tries again), as the activation's
-// (activated): the watchdog's "the activation has ended"; its last lines
-// are printed once it has finished. One line: systemd-run writes it into
+// (activated): the watchdog's "the activation has ended"; a record that
+// cannot be written fails the attempt (exit 1, RecordFailed in its
+// output). Its last lines are printed once it has finished. One line: systemd-run writes it into
 // the transient unit's file, where a line of its own would be read as the
 // file's (a line that starts with "[" as a section header, and the unit
 // fails to load).
@@ -297,12 +301,13 @@ func (a Activation) unitScript() string {
 fleet_t=; read -r fleet_t fleet_p < %[3]s 2>/dev/null
 echo $$ > "$d/unit.%[8]d.pid"
 if [ "$fleet_t" != %[4]s ]; then echo "%[5]sthis deployer's lease on the host's deploy lock ended before the activation started" > "$d/output"; rc=%[6]s
+elif flock -n -s %[10]s true 2>/dev/null; then echo "%[5]sno deployment holds the host's deploy lock: this deployer's lease on it ended before the activation started" > "$d/output"; rc=%[6]s
 elif ! ln -s started "$d/unit.%[8]d.fate" 2>/dev/null; then echo "%[5]sthe activation was cancelled before it started" > "$d/output"; rc=%[6]s
 elif [ -L "$d/decision" ]; then echo "%[5]sthe activation was decided on before it started" > "$d/output"; rc=%[6]s
 else %[7]s/bin/switch-to-configuration test >"$d/output" 2>&1 & echo $! > "$d/unit.%[8]d.stc"; wait $!; rc=$?; fi
-echo "$rc" > "$d/activated.%[8]d"; [ "$rc" = %[9]d ] || echo "$rc" > "$d/activated"
+{ echo "$rc" > "$d/activated.%[8]d" && { [ "$rc" = %[9]d ] || echo "$rc" > "$d/activated"; }; } || { echo %[11]s >> "$d/output"; echo 1 > "$d/activated"; rc=1; }
 [ ! -p "$d/wake" ] || printf 'a\n' 1<>"$d/wake"; tail -n 5 "$d/output" >&2; exit "$rc"`,
-		shell.Quote(StateDir+"/"+a.Run), GuardFile, LeaseFile, shell.Quote(a.Run), FencedMarker, fencedExitText, shell.Quote(a.System), a.Attempt, SwitchLockedExit), "\n", "; ")
+		shell.Quote(StateDir+"/"+a.Run), GuardFile, LeaseFile, shell.Quote(a.Run), FencedMarker, fencedExitText, shell.Quote(a.System), a.Attempt, SwitchLockedExit, LockFile, shell.Quote(RecordFailed)), "\n", "; ")
 }
 
 // startWatchdog runs the watchdog in the background, as a transient unit
@@ -448,13 +453,19 @@ done`
 // BootScript is run's boot action, attempt attempt: fenced (boot.<attempt>),
 // switch-to-configuration boot under timeout(1) (seconds), its output to a
 // file on the host (as the activation's: a dropped session cannot end it
-// through a broken pipe), its exit status recorded (booted.<attempt>), on
-// success SucceededFile, then its last lines printed.
+// through a broken pipe), its last lines printed, its exit status recorded
+// (booted.<attempt>) and, on success, SucceededFile; a record that cannot
+// be written fails it (RecordFailed).
 func BootScript(run, system string, attempt int, seconds float64) string {
 	return Remote(fenceScript + fmt.Sprintf(`fleet_fence %[1]s boot.%[2]d
 timeout %[3]s %[4]s/bin/switch-to-configuration boot </dev/null >%[5]s/boot.%[2]d.output 2>&1; rc=$?
-echo "$rc" > %[5]s/booted.%[2]d
-[ $rc -ne 0 ] || %[6]s
 tail -n 5 %[5]s/boot.%[2]d.output >&2
-exit $rc`, shell.Quote(run), attempt, strconv.FormatFloat(seconds, 'f', -1, 64), shell.Quote(system), shell.Quote(StateDir+"/"+run), MarkScript(system)))
+{ echo "$rc" > %[5]s/booted.%[2]d && { [ $rc -ne 0 ] || %[6]s; }; } || { echo %[7]s >&2; exit 1; }
+exit $rc`, shell.Quote(run), attempt, strconv.FormatFloat(seconds, 'f', -1, 64), shell.Quote(system), shell.Quote(StateDir+"/"+run), MarkScript(system), shell.Quote(RecordFailed)))
 }
+
+// RecordFailed is an action's word that the host could not record how it
+// went (the activation's or the boot entry's exit status, the system that
+// passed its verdict): it may have changed the host, and no later read
+// would know.
+const RecordFailed = "fleet: the host could not record how its action went under " + StateDir + " (is /run full or read-only?)"

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -498,5 +499,48 @@ func TestDeployAStallDuringARetriedActivationLeavesTheRecordTrue(t *testing.T) {
 		if sw, back := switchedTo(tg, sys), switchedTo(tg, old); len(back) == 0 || back[len(back)-1].Time.Before(sw[len(sw)-1].Time) {
 			t.Errorf("recorded RolledBack, but the retry switched the host to the new system after the watchdog switched it back: %+v", tg.Events())
 		}
+	}
+}
+
+// Issue 37 (a review's finding): an action whose outcome the host cannot
+// record (the activation's exit status; the boot entry's, or the system
+// that passed its verdict) is not taken as done: no later read would know
+// it. The node does not succeed, and says why.
+func TestDeployAnActionWhoseRecordCannotBeWrittenFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("deploys to a nixtest host: make test runs it")
+	}
+	t.Parallel()
+	for _, c := range []struct {
+		step   deploy.StepName
+		record string
+	}{{deploy.StepActivate, "activated.1"}, {deploy.StepFinalise, "booted.1"}} {
+		t.Run(string(c.step), func(t *testing.T) {
+			t.Parallel()
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+			onStep(d, c.step, false, func() {
+				// Where the record goes, a directory: writing it fails.
+				runs, err := os.ReadDir(tg.Path(agreement.StateDir))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, e := range runs {
+					if e.IsDir() {
+						if err := os.Mkdir(filepath.Join(tg.Path(agreement.StateDir), e.Name(), c.record), 0o755); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+			})
+			r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+			if r.Phase == deploy.PhaseSucceeded || !strings.Contains(r.Message, "could not record how its action went") {
+				t.Errorf("recorded %s: %s; want a failure that says the host could not record how its %s went", r.Phase, r.Message, c.step)
+			}
+		})
 	}
 }

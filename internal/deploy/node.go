@@ -79,11 +79,13 @@ type nodeRun struct {
 	// the copy. It may be called more than once.
 	begun func()
 
-	c      *Conn
-	lock   *agreement.Lease
-	read   []string // what the take read of the host
-	copy   *copyJob
-	builds *localBuilds // the rollout's builds on this machine
+	c    *Conn
+	lock *agreement.Lease
+	// activationSaid is the last of what a failed activation printed.
+	activationSaid string
+	read           []string // what the take read of the host
+	copy           *copyJob
+	builds         *localBuilds // the rollout's builds on this machine
 
 	container, systemd bool
 	watch              bool // the host's watchdog switches an unconfirmed activation back

@@ -449,6 +449,7 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 		case 0:
 			msg = "switch-to-configuration test succeeded"
 		default:
+			nr.activationSaid = msg
 			msg = fmt.Sprintf("switch-to-configuration test exited %d: %s", exit, msg)
 		}
 		nr.activation = activationEnded
@@ -565,6 +566,7 @@ func (nr *nodeRun) verdict(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		obs.ActivationSaid = nr.activationSaid
 		nr.sshWorks = obs.Reconnected
 		if obs.CurrentSystem != "" {
 			nr.r.CurrentSystem = obs.CurrentSystem

@@ -20,6 +20,9 @@ type Observed struct {
 	// ActivationExit is switch-to-configuration test's exit status, -1
 	// when it is not known (the session dropped: decided from the host).
 	ActivationExit int
+	// ActivationSaid is the last of what an activation that failed
+	// printed ("" when it said nothing, or passed).
+	ActivationSaid string
 	// FailedUnits are the units systemd lists as failed.
 	FailedUnits []string
 	// Reconnected says a new SSH connection succeeded after activation;
@@ -77,7 +80,11 @@ func Decide(system string, o Observed, r VerdictRules) Verdict {
 		return Verdict{Reason: "SwitchLockBusy", Message: "another switch held the switch lock (exit 11) for every attempt",
 			Hint: "another deployment or nixos-rebuild is running on the host"}
 	default:
-		return Verdict{Reason: "ActivationFailed", Message: fmt.Sprintf("switch-to-configuration test exited %d", o.ActivationExit)}
+		msg := fmt.Sprintf("switch-to-configuration test exited %d", o.ActivationExit)
+		if o.ActivationSaid != "" {
+			msg += ": " + o.ActivationSaid
+		}
+		return Verdict{Reason: "ActivationFailed", Message: msg}
 	}
 	if !o.Reconnected {
 		return Verdict{Reason: "HostUnreachableAfterActivation", Message: "a new SSH connection after the activation failed: " + o.ReconnectError,
