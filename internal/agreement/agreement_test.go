@@ -272,3 +272,17 @@ func TestActivationUnitIsOneLine(t *testing.T) {
 		}
 	}
 }
+
+// The clocks keep their order (Timing.Check) for every confirm_timeout
+// and remote_exec_timeout a deployment may set, the smallest and the
+// largest included.
+func TestTimingKeepsItsOrder(t *testing.T) {
+	t.Parallel()
+	for _, confirm := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, time.Second, 2 * time.Second, 3 * time.Second, 8 * time.Second, 30 * time.Second, 5 * time.Minute, time.Hour} {
+		for _, lease := range []time.Duration{time.Second, 5 * time.Second, time.Minute, time.Hour} {
+			if err := (agreement.Timing{Confirm: confirm, Lease: lease, Activation: time.Minute}).Check(); err != nil {
+				t.Errorf("confirm_timeout %s, remote_exec_timeout %s: %v", confirm, lease, err)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package agreement
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -12,6 +13,37 @@ type Timing struct {
 	Confirm    time.Duration // verdict.confirm_timeout: a watchdog's patience
 	Lease      time.Duration // remote_exec_timeout: a lease's patience
 	Activation time.Duration // activation_timeout
+}
+
+// Check says whether t's clocks keep their order, the one place it is
+// stated. Seen from the last word a host heard:
+//
+//	WordEvery < SpareAfter < SpareAfter+WordEvery < HostGivesUp
+//
+// a deployer speaks at least twice before it opens a spare, and a spare
+// speaks at least once before the host's watchdog may decide; and
+// HostGivesUp is at least confirm_timeout and a tick of the watchdog's
+// clock, so the deployer never takes a host for decided before its
+// watchdog could have decided. AskFor, counted from when the deployer
+// starts asking, lets at least one login's ConnectTimeout pass. The
+// keeper's clock (a lease ends after 1 to 1.25 remote_exec_timeout of
+// silence, leaseCheck times leaseMisses or one more look) and ssh's
+// keepalive (about remote_exec_timeout) end the lock session on both sides
+// alike; confirm_timeout may be shorter or longer than it.
+func (t Timing) Check() error {
+	switch {
+	case t.WordEvery() >= t.SpareAfter():
+		return fmt.Errorf("words every %s, a spare after %s: a spare must wait for two words at least", t.WordEvery(), t.SpareAfter())
+	case t.SpareAfter()+t.WordEvery() >= t.HostGivesUp():
+		return fmt.Errorf("a spare after %s leaves no word before the host gives up (%s)", t.SpareAfter(), t.HostGivesUp())
+	case t.HostGivesUp() < t.Confirm+watchdogTick:
+		return fmt.Errorf("the deployer takes the host for decided after %s, before its watchdog could decide (%s and a tick)", t.HostGivesUp(), t.Confirm)
+	case t.AskFor() < askAtLeast:
+		return fmt.Errorf("asking for %s leaves no login its ConnectTimeout (%s)", t.AskFor(), askAtLeast)
+	case t.Lease > 0 && time.Duration(leaseMisses)*t.leaseCheck() < t.Lease:
+		return fmt.Errorf("a lease ends after %s of silence, before remote_exec_timeout (%s)", time.Duration(leaseMisses)*t.leaseCheck(), t.Lease)
+	}
+	return nil
 }
 
 // watchdogTick is how often a waiting watchdog looks at its clock (it
