@@ -97,7 +97,9 @@
 //
 //   - lock_timeout (the host): how long take waits for the lock and guard.
 //   - remote_exec_timeout (the host's keeper): a lease that heard no word
-//     for that long ends; ssh's keepalive (the deployer) gives up on a
+//     for that long ends, within a quarter more (the keeper looks four
+//     times in that time, and ends it at the look that finds no new word
+//     since four looks back); ssh's keepalive (the deployer) gives up on a
 //     silent connection after about as long.
 //   - confirm_timeout (the host's watchdog): once the activation has ended
 //     ("activated": an attempt that met a held switch lock has not ended

@@ -76,6 +76,9 @@ type Lease struct {
 	mu    sync.Mutex
 	watch bool // words say "w": the run's watchdog waits
 	spare *session
+	// replaced are the spare sessions a newer one replaced, ending: Release
+	// waits for them.
+	replaced sync.WaitGroup
 	// spares counts spare sessions opened, for the log and tests.
 	spares atomic.Int32
 	// spareEvery is how long a spare has to answer before another
@@ -255,7 +258,7 @@ func (l *Lease) spareIfQuiet() {
 	l.spare = s
 	l.mu.Unlock()
 	if old != nil {
-		go old.end()
+		l.replaced.Go(old.end)
 	}
 	_ = s.say(l.word())
 }
@@ -325,6 +328,7 @@ func (l *Lease) Release() {
 			wg.Go(spare.end)
 		}
 		wg.Wait()
+		l.replaced.Wait()
 	})
 }
 
