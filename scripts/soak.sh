@@ -19,10 +19,13 @@ mkdir -p "$(dirname "$out")"
 export FLEET_EXPLORE_SCHEDULES="${SOAK_SCHEDULES:-500}"
 export FLEET_EXPLORE_FIRST="${SOAK_FIRST:-1}"
 export FLEET_EXPLORE_PARALLEL="${SOAK_PARALLEL:-4}"
+# Every kind of fault at every step it may be planned at, and each host
+# behaviour, exercised by one schedule at least, or the soak fails.
+export FLEET_EXPLORE_EVERY_CELL=1
 echo "soak: $FLEET_EXPLORE_SCHEDULES schedules from seed $FLEET_EXPLORE_FIRST, $FLEET_EXPLORE_PARALLEL at once (output in $out)" >&2
 rc=0
 go test -race -count=1 -timeout 0 -parallel "$FLEET_EXPLORE_PARALLEL" -run '^TestHostAgreementExplored$' -v ./internal/deploy/ >"$out" 2>&1 || rc=$?
-grep -E 'explored [0-9]+ schedules|fresh schedules (drawn again|never had)|^ +explore_test\.go:[0-9]+: +"|broke the agreement:$|^ +replay: ' "$out" | sed -E 's/^ +explore_test\.go:[0-9]+: //' || true
+grep -E 'explored [0-9]+ schedules|fresh schedules (drawn again|never had)|what the schedules exercised|never exercised|^ +explore_test\.go:[0-9]+: +"|broke the agreement:$|^ +replay: ' "$out" | sed -E 's/^ +explore_test\.go:[0-9]+: //' || true
 grep -E '^(ok|FAIL|panic)' "$out" | tail -3 || true
 
 fleet=bench/out/soak-fleet.txt

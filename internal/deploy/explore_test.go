@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
@@ -37,7 +39,9 @@ import (
 // FLEET_EXPLORE_SCHEDULES sets how many schedules a run draws (make test:
 // exploreShort; make soak: many more), FLEET_EXPLORE_FIRST the first seed,
 // FLEET_EXPLORE_PARALLEL how many run at once (default: go test's
-// -parallel).
+// -parallel). A run prints what its schedules exercised (each kind of
+// fault at each step, each host behaviour); FLEET_EXPLORE_EVERY_CELL=1
+// (make soak) fails it when a cell was never exercised.
 
 // exploreShort is how many schedules make test explores.
 const exploreShort = 50
@@ -434,6 +438,7 @@ func TestHostAgreementExplored(t *testing.T) {
 		seeds      []uint64
 		redrawn    []uint64 // fresh seeds a planned fault of did not fire
 		unfired    []string // fresh schedules whose every draw had one
+		coverage   = map[exploreCell]int{}
 	)
 	// A schedule waiting here holds one of -parallel's places: the bound
 	// is for a run of the explorer alone (make soak).
@@ -445,9 +450,16 @@ func TestHostAgreementExplored(t *testing.T) {
 	// did not fire.
 	run := func(t *testing.T, seed uint64) []string {
 		s := drawSchedule(seed)
-		v, missed := explore(t, s, systems)
+		v, missed, cells := explore(t, s, systems)
 		mu.Lock()
 		seeds = append(seeds, seed)
+		seen := map[exploreCell]bool{}
+		for _, c := range cells {
+			if !seen[c] {
+				seen[c] = true
+				coverage[c]++
+			}
+		}
 		if len(v) > 0 {
 			violations[seed] = v
 		}
@@ -514,6 +526,12 @@ func TestHostAgreementExplored(t *testing.T) {
 	slices.Sort(redrawn)
 	t.Logf("explored %d schedules (%s); %d broke the agreement: %v", len(seeds), describeSeeds(seeds), len(found), found)
 	t.Logf("%d fresh schedules drawn again, a planned fault of theirs never having fired: %v", len(redrawn), redrawn)
+	t.Logf("what the schedules exercised, each cell the number of schedules:\n%s", coverageTable(coverage))
+	if os.Getenv("FLEET_EXPLORE_EVERY_CELL") == "1" {
+		if empty := emptyCells(coverage); len(empty) > 0 {
+			t.Errorf("planned and never exercised (FLEET_EXPLORE_EVERY_CELL=1): %s", strings.Join(empty, "; "))
+		}
+	}
 	// A fresh schedule whose every draw left a fault unfired explored
 	// less than it planned: counted, said, and not taken for a pass.
 	if len(unfired) > plan.fresh/10 {
@@ -564,7 +582,7 @@ type party struct {
 }
 
 // explore runs schedule s and returns the invariants it broke.
-func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke, unfired []string) {
+func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke, unfired []string, exercised []exploreCell) {
 	t.Helper()
 	tg := nixtest.NewTarget(t)
 	initial := systems[nixtest.Succeed][0]
@@ -711,10 +729,12 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 	// ended, did not fire.
 	var fired []bool
 	var planned []string
-	plan := func(what string, tr trigger, f func()) {
+	var cells []exploreCell
+	plan := func(what string, kind string, tr trigger, f func()) {
 		mu.Lock()
 		k := len(fired)
 		fired, planned = append(fired, false), append(planned, what+" at "+tr.String())
+		cells = append(cells, exploreCell{What: kind, Step: tr.Step})
 		mu.Unlock()
 		at(tr, func() {
 			mu.Lock()
@@ -725,7 +745,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 	}
 	for _, pt := range parties {
 		for _, f := range pt.plan.Faults {
-			plan("the link fault", f.At, func() {
+			plan("the link fault", f.kind(), f.At, func() {
 				if f.Reset {
 					pt.link.ResetOpen()
 				}
@@ -741,7 +761,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 			if tr == nil {
 				return
 			}
-			plan(sig.String(), *tr, func() {
+			plan(sig.String(), sig.String(), *tr, func() {
 				pt.mu.Lock()
 				defer pt.mu.Unlock()
 				if pt.cmd != nil && pt.result == nil && pt.ended.IsZero() {
@@ -753,7 +773,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		signal(pt.plan.Kill, syscall.SIGKILL, &pt.killed)
 		signal(pt.plan.Interrupt, syscall.SIGINT, &pt.interrupted)
 		if pt.plan.Start != nil {
-			plan("the start of "+partyName(pt.i), *pt.plan.Start, func() { start(pt) })
+			plan("the start of "+partyName(pt.i), "another deployer's start", *pt.plan.Start, func() { start(pt) })
 		}
 	}
 	for _, pt := range parties {
@@ -826,10 +846,120 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 	for k, ok := range fired {
 		if !ok {
 			unfired = append(unfired, planned[k])
+		} else {
+			exercised = append(exercised, cells[k])
 		}
 	}
 	mu.Unlock()
-	return violations, unfired
+	for _, pt := range parties {
+		if h := pt.plan.Host; h != nil && pt.started {
+			if h.LockedOnce {
+				exercised = append(exercised, exploreCell{What: "host: the switch lock held once"})
+			}
+			if h.Delay > s.ConfirmTimeout {
+				exercised = append(exercised, exploreCell{What: "host: an activation longer than confirm_timeout"})
+			}
+		}
+		if pt.started && pt.plan.Kind == nixtest.FailUnits {
+			exercised = append(exercised, exploreCell{What: "host: a verdict that fails"})
+		}
+	}
+	return violations, unfired, exercised
+}
+
+// coverageKinds are the rows of the coverage table: what a schedule may
+// plan at a step.
+var coverageKinds = []string{"hold both ways", "hold up", "hold down", "hold the open", "reset", "reset, refuse new", "reset, hold the open",
+	"black-hole new", "delay", "killed", "interrupt", "another deployer's start"}
+
+// coverageSteps are its columns.
+var coverageSteps = []deploy.StepName{"", deploy.StepLock, deploy.StepCopy, deploy.StepActivate, stepRetry, deploy.StepVerdict, deploy.StepConfirm, deploy.StepFinalise, deploy.StepRollback}
+
+// coverageTable prints how many schedules exercised each kind of fault at
+// each step, and each host behaviour.
+func coverageTable(coverage map[exploreCell]int) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.AlignRight)
+	_, _ = io.WriteString(tw, "\t")
+	for _, st := range coverageSteps {
+		name := string(st)
+		if name == "" {
+			name = "start"
+		}
+		_, _ = io.WriteString(tw, strings.Fields(name)[len(strings.Fields(name))-1]+"\t")
+	}
+	_, _ = io.WriteString(tw, "\n")
+	for _, k := range coverageKinds {
+		_, _ = io.WriteString(tw, k+"\t")
+		for _, st := range coverageSteps {
+			_, _ = fmt.Fprintf(tw, "%d\t", coverage[exploreCell{What: k, Step: st}])
+		}
+		_, _ = io.WriteString(tw, "\n")
+	}
+	_ = tw.Flush()
+	for _, h := range []string{"host: the switch lock held once", "host: an activation longer than confirm_timeout", "host: a verdict that fails"} {
+		fmt.Fprintf(&b, "%s: %d\n", h, coverage[exploreCell{What: h}])
+	}
+	return b.String()
+}
+
+// emptyCells are the cells a schedule may plan that none exercised: a
+// kind of fault at a step the explorer draws (the retry only for the
+// faults the retry draws: an interrupt, a kill, a hold), and each host
+// behaviour.
+func emptyCells(coverage map[exploreCell]int) []string {
+	var out []string
+	for _, k := range coverageKinds {
+		for _, st := range coverageSteps {
+			switch {
+			case k == "another deployer's start" && st == stepRetry:
+				continue // the retry is its own party's
+			case st == stepRetry && k != "killed" && k != "interrupt" && k != "hold both ways" && k != "hold the open":
+				continue
+			}
+			if coverage[exploreCell{What: k, Step: st}] == 0 {
+				out = append(out, fmt.Sprintf("%s at %q", k, st))
+			}
+		}
+	}
+	for _, h := range []string{"host: the switch lock held once", "host: an activation longer than confirm_timeout", "host: a verdict that fails"} {
+		if coverage[exploreCell{What: h}] == 0 {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// exploreCell is a kind of fault at a step (or a host's behaviour, with
+// no step) that a schedule exercised.
+type exploreCell struct {
+	What string
+	Step deploy.StepName
+}
+
+// kind names what the fault does, for the explorer's coverage table.
+func (f faultPlan) kind() string {
+	switch {
+	case f.Reset && f.Fault.New == sshtest.NewRefuse:
+		return "reset, refuse new"
+	case f.Reset && (f.Fault.Hold[0] || f.Fault.Hold[1]):
+		return "reset, hold the open"
+	case f.Reset:
+		return "reset"
+	case f.Fault.New == sshtest.NewBlackHole:
+		return "black-hole new"
+	case f.Fault.Hold[0] && f.Fault.Hold[1] && f.Fault.OnlyOpen:
+		return "hold the open"
+	case f.Fault.Hold[0] && f.Fault.Hold[1]:
+		return "hold both ways"
+	case f.Fault.Hold[0]:
+		return "hold up"
+	case f.Fault.Hold[1]:
+		return "hold down"
+	case f.Fault.Delay > 0:
+		return "delay"
+	}
+	return "none"
 }
 
 func anyRunning(parties []*party) bool {
