@@ -370,6 +370,7 @@ const stepRetry deploy.StepName = "activation's retry"
 // drawn from the next seed from FLEET_EXPLORE_FIRST (1) on, and drawn
 // again (from the next seed) while one of its planned faults never fired,
 // up to exploreDraws times; or only FLEET_EXPLORE_SEED, once.
+// FLEET_EXPLORE_FRESH_ONLY=1 leaves the regression cases out.
 type explorePlan struct {
 	regressions []uint64
 	fresh       int
@@ -399,7 +400,11 @@ func exploreSeeds(t *testing.T) explorePlan {
 	}
 	var mu sync.Mutex
 	next := num("FLEET_EXPLORE_FIRST", 1)
-	return explorePlan{regressions: exploreRegressions, fresh: int(num("FLEET_EXPLORE_SCHEDULES", exploreShort)), draws: exploreDraws,
+	regressions := exploreRegressions
+	if os.Getenv("FLEET_EXPLORE_FRESH_ONLY") == "1" {
+		regressions = nil // make mutate-agreement: what fresh schedules find
+	}
+	return explorePlan{regressions: regressions, fresh: int(num("FLEET_EXPLORE_SCHEDULES", exploreShort)), draws: exploreDraws,
 		next: func() uint64 {
 			mu.Lock()
 			defer mu.Unlock()

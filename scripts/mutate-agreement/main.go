@@ -1,0 +1,171 @@
+// Command mutate-agreement measures the host agreement explorer's teeth
+// (make mutate-agreement): it applies each safety mutation of the
+// agreement alone, in a worktree of HEAD, runs the explorer there on fresh
+// schedules only (FLEET_EXPLORE_FRESH_ONLY=1: no regression seed), and
+// prints for each mutation how many of the schedules broke an invariant
+// and the first seed that did. A mutation no schedule catches is a hole
+// in the explorer.
+//
+//	go run ./scripts/mutate-agreement [-schedules 50] [-run name,...]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// mutation is one change to the code, an exact text replaced once.
+type mutation struct {
+	name, file, old, new string
+}
+
+// mutations are the agreement's safety mutations: the review's five, the
+// three bugs of issue 37, and one of the clocks.
+var mutations = []mutation{
+	{"the fence's lease check removed", "internal/agreement/host.go",
+		`[ "$fleet_t" = "$1" ] || { echo "` + "` + FencedMarker + `" + `another deployment's lease holds the host's deploy lock: this deployer's had ended" >&2; exit ` + "` + fencedExitText + `" + `; }`,
+		`:`},
+	{"a new lease does not wait for the earlier run's actors (the guard)", "internal/agreement/host.go",
+		"until flock -n 8; do", "until true; do"},
+	{"the host never ends a silent lease", "internal/agreement/host.go",
+		"[ $fleet_m -lt %[17]d ] || { kill -TERM $fleet_me; exit 0; }", "[ $fleet_m -lt %[17]d ] || :"},
+	{"a confirmation the watchdog had refused recorded Succeeded", "internal/deploy/steps.go",
+		"case err == nil && decision == agreement.DecisionConfirm:",
+		"case err == nil && (decision == agreement.DecisionConfirm || decision == agreement.DecisionRollback):"},
+	{"a lost confirmation's answer recorded RolledBack without asking", "internal/deploy/steps.go",
+		"\to, err := nr.settle(ctx, true)\n\tswitch {",
+		"\to, err := settled{phase: PhaseRolledBack, text: \"rolled back\"}, error(nil)\n\tswitch {"},
+	{"a retried activation taken for finished (the attempt's status as the activation's)", "internal/agreement/host.go",
+		`[ "$rc" = %[9]d ] || echo "$rc" > "$d/activated"`, `[ "$rc" = %[9]d ] || :; echo "$rc" > "$d/activated"`},
+	{"the watchdog switches back while an attempt runs", "internal/agreement/host.go",
+		"func (a Activation) stopAttempts() string {\n", "func (a Activation) stopAttempts() string {\n\tif true {\n\t\treturn \":\"\n\t}\n"},
+	{"the activation starts without its lease", "internal/agreement/host.go",
+		`if [ "$fleet_t" != %[4]s ]; then echo`, `if false && [ "$fleet_t" != %[4]s ]; then echo`},
+	{"the deployer takes a host for decided at half confirm_timeout", "internal/agreement/timing.go",
+		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm + watchdogTick }",
+		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm / 2 }"},
+}
+
+func main() {
+	schedules := flag.Int("schedules", 50, "fresh schedules the explorer draws for each mutation")
+	only := flag.String("run", "", "comma-separated substrings: only the mutations whose names hold one")
+	flag.Parse()
+	root, err := os.Getwd()
+	if err != nil {
+		fail(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "bench", "out"), 0o755); err != nil {
+		fail(err)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "mutation\tcaught by\tfirst seed\ttook")
+	missed := 0
+	for _, m := range mutations {
+		if *only != "" && !matches(m.name, *only) {
+			continue
+		}
+		start := time.Now()
+		broke, err := try(root, m, *schedules)
+		if err != nil {
+			fail(fmt.Errorf("%s: %w", m.name, err))
+		}
+		first := "-"
+		if len(broke) > 0 {
+			first = strconv.FormatUint(broke[0], 10)
+		} else {
+			missed++
+		}
+		fmt.Fprintf(tw, "%s\t%d of %d fresh schedules\t%s\t%s\n", m.name, len(broke), *schedules, first, time.Since(start).Round(time.Second))
+		_ = tw.Flush()
+	}
+	if missed > 0 {
+		fmt.Fprintf(os.Stderr, "mutate-agreement: %d mutations caught by no schedule\n", missed)
+		os.Exit(1)
+	}
+}
+
+func matches(name, only string) bool {
+	for _, s := range strings.Split(only, ",") {
+		if s != "" && strings.Contains(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+var brokePattern = regexp.MustCompile(`explored \d+ schedules .*; \d+ broke the agreement: \[([0-9 ]*)\]`)
+
+// try applies m in a worktree of HEAD and explores; it returns the seeds
+// whose schedules broke an invariant.
+func try(root string, m mutation, schedules int) ([]uint64, error) {
+	dir, err := os.MkdirTemp("", "mutate-agreement-")
+	if err != nil {
+		return nil, err
+	}
+	tree := filepath.Join(dir, "tree")
+	defer func() {
+		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", tree).Run()
+		_ = os.RemoveAll(dir)
+	}()
+	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", tree, "HEAD").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("git worktree add: %v: %s", err, out)
+	}
+	path := filepath.Join(tree, m.file)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if n := strings.Count(string(b), m.old); n != 1 {
+		return nil, fmt.Errorf("the text to mutate occurs %d times in %s (want once): the code changed; update the mutation", n, m.file)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), m.old, m.new, 1)), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("go", "test", "-race", "-count=1", "-timeout", "0", "-parallel", "8", "-v", "-run", "^TestHostAgreementExplored$", "./internal/deploy/")
+	cmd.Dir = tree
+	cmd.Env = append(os.Environ(), "FLEET_EXPLORE_FRESH_ONLY=1", "FLEET_EXPLORE_SCHEDULES="+strconv.Itoa(schedules))
+	out, _ := cmd.CombinedOutput()
+	if err := os.WriteFile(filepath.Join(root, "bench", "out", "mutate-"+slug(m.name)+".txt"), out, 0o644); err != nil {
+		return nil, err
+	}
+	match := brokePattern.FindSubmatch(out)
+	if match == nil {
+		return nil, fmt.Errorf("the explorer did not say what it explored (does the mutation build?):\n%s", tail(string(out), 20))
+	}
+	var seeds []uint64
+	for _, f := range strings.Fields(string(match[1])) {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		seeds = append(seeds, n)
+	}
+	sort.Slice(seeds, func(i, j int) bool { return seeds[i] < seeds[j] })
+	return seeds, nil
+}
+
+func slug(s string) string {
+	return strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(s), "-"), "-")
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "mutate-agreement:", err)
+	os.Exit(2)
+}
