@@ -12,6 +12,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,8 +67,8 @@ func main() {
 	if err := os.MkdirAll(filepath.Join(root, "bench", "out"), 0o755); err != nil {
 		fail(err)
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "mutation\tcaught by\tfirst seed\ttook")
+	var rows strings.Builder
+	rows.WriteString("mutation\tcaught by\tfirst seed\ttook\n")
 	missed := 0
 	for _, m := range mutations {
 		if *only != "" && !matches(m.name, *only) {
@@ -84,8 +85,16 @@ func main() {
 		} else {
 			missed++
 		}
-		fmt.Fprintf(tw, "%s\t%d of %d fresh schedules\t%s\t%s\n", m.name, len(broke), *schedules, first, time.Since(start).Round(time.Second))
-		_ = tw.Flush()
+		row := fmt.Sprintf("%s\t%d of %d fresh schedules\t%s\t%s\n", m.name, len(broke), *schedules, first, time.Since(start).Round(time.Second))
+		fmt.Fprint(os.Stderr, strings.ReplaceAll(row, "\t", "  "))
+		rows.WriteString(row)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	if _, err := io.WriteString(tw, rows.String()); err != nil {
+		fail(err)
+	}
+	if err := tw.Flush(); err != nil {
+		fail(err)
 	}
 	if missed > 0 {
 		fmt.Fprintf(os.Stderr, "mutate-agreement: %d mutations caught by no schedule\n", missed)
