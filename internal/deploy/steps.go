@@ -417,10 +417,10 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 			f := fail(1, "ActivationTimedOut", msg, "a unit of the new system does not start; on a container RuntimeMaxSec=180 ends the activation first")
 			f.rollback = true
 			return f
-		case exit == ExitSwitchLocked && nr.attempt < d.bootLockAttempts():
-			d.note(nr.n.Name, StepActivate, "switch lock held (exit 11); attempt %d of %d", nr.attempt, d.bootLockAttempts())
-			if !sleep(ctx, d.bootLockInterval()) {
-				return ctx.Err()
+		}
+		if again, err := nr.lockedAgain(ctx, exit, ""); again || err != nil {
+			if err != nil {
+				return err
 			}
 			continue
 		}
@@ -435,10 +435,9 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 			if exit, msg, err = nr.activationFromHost(ctx); err != nil {
 				return err
 			}
-			if exit == ExitSwitchLocked && nr.attempt < d.bootLockAttempts() {
-				d.note(nr.n.Name, StepActivate, "switch lock held (exit 11, as the host recorded); attempt %d of %d", nr.attempt, d.bootLockAttempts())
-				if !sleep(ctx, d.bootLockInterval()) {
-					return ctx.Err()
+			if again, err := nr.lockedAgain(ctx, exit, ", as the host recorded"); again || err != nil {
+				if err != nil {
+					return err
 				}
 				continue
 			}
@@ -457,6 +456,22 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 		nr.r.Outcomes[CondActivated] = Outcome{Passed: exit == 0, Reason: reason, Message: msg}
 		return nil
 	}
+}
+
+// lockedAgain says whether an attempt of the activation that exited exit
+// met the switch lock held with attempts left: then it notes so (how says
+// how it knows) and waits the interval before the next, or returns ctx's
+// error.
+func (nr *nodeRun) lockedAgain(ctx context.Context, exit int, how string) (bool, error) {
+	d := nr.d
+	if exit != ExitSwitchLocked || nr.attempt >= d.bootLockAttempts() {
+		return false, nil
+	}
+	d.note(nr.n.Name, StepActivate, "switch lock held (exit 11%s); attempt %d of %d", how, nr.attempt, d.bootLockAttempts())
+	if !sleep(ctx, d.bootLockInterval()) {
+		return false, ctx.Err()
+	}
+	return true, nil
 }
 
 // activationFromHost asks the host, over new logins, how the activation
