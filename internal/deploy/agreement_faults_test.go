@@ -456,14 +456,10 @@ func TestDeployAStallDuringARetriedActivationLeavesTheRecordTrue(t *testing.T) {
 		t.Skip("slow (a stall longer than confirm_timeout during a long retry): make test runs it")
 	}
 	t.Parallel()
-	tg := nixtest.NewTarget(t)
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg.Boot(t, old)
-	const retry = 8 * time.Second
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 1, LockedAction: "test", Delay: retry})
+	tg, old, sys, opts := retriedActivation(t)
 	link := sshtest.NewLink(t, tg.Gate.Addr)
-	verdict := deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}
-	d := deployer(t, deploy.Options{BootLockAttempts: 3, BootLockInterval: 100 * time.Millisecond, Verdict: verdict})
+	verdict := opts.Verdict
+	d := deployer(t, opts)
 	var stalled sync.WaitGroup
 	var stallAt time.Time
 	onStep(d, deploy.StepActivate, false, func() {
@@ -484,7 +480,7 @@ func TestDeployAStallDuringARetriedActivationLeavesTheRecordTrue(t *testing.T) {
 	r := d.Deploy(context.Background(), []deploy.Target{through(targetOf(tg, "web1", sys), link)}, nil)[0]
 	stalled.Wait()
 	// Past the retry's end and a watchdog's confirm_timeout after it.
-	time.Sleep(time.Until(stallAt.Add(retry + verdict.ConfirmTimeout + 3*time.Second)))
+	time.Sleep(time.Until(stallAt.Add(retriedActivationTakes + verdict.ConfirmTimeout + 3*time.Second)))
 	want := old
 	if r.Phase == deploy.PhaseSucceeded {
 		want = sys

@@ -441,20 +441,12 @@ func TestDeployInterruptedRetryOfAnActivationIsSwitchedBackAfterItEnds(t *testin
 		t.Skip("slow (waits out a retried activation and its watchdog): make test runs it")
 	}
 	t.Parallel()
-	tg := nixtest.NewTarget(t)
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg.Boot(t, old)
-	// The retry takes longer than confirm_timeout: a watchdog that
-	// counted from the first attempt's end decides while it runs.
-	const retry = 8 * time.Second
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 1, LockedAction: "test", Delay: retry})
-	opts := deploy.Options{BootLockAttempts: 3, BootLockInterval: 100 * time.Millisecond,
-		Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
+	tg, old, sys, opts := retriedActivation(t)
 
 	interruptActivation(t, tg, sys, opts) // once the retry logs "activating the configuration"
 
 	// The retry's switch to sys, then the watchdog's back to old.
-	deadline := time.Now().Add(retry + opts.Verdict.ConfirmTimeout + 30*time.Second)
+	deadline := time.Now().Add(retriedActivationTakes + opts.Verdict.ConfirmTimeout + 30*time.Second)
 	for {
 		events := tg.Events()
 		last, switched := "", false
@@ -478,4 +470,23 @@ func TestDeployInterruptedRetryOfAnActivationIsSwitchedBackAfterItEnds(t *testin
 	if tg.CurrentSystem() != old {
 		t.Errorf("after the watchdog switched it back, the host runs %s; want %s", tg.CurrentSystem(), old)
 	}
+}
+
+// retriedActivationTakes is how long the retry of retriedActivation's
+// system takes: longer than its confirm_timeout, so that a watchdog that
+// counted from the first attempt's end decides while it runs.
+const retriedActivationTakes = 8 * time.Second
+
+// retriedActivation boots a host on old, and makes the system sys whose
+// first activation meets the switch lock held (exit 11) and whose retry
+// takes retriedActivationTakes, with the options that retry it at once.
+func retriedActivation(t *testing.T) (tg *nixtest.Target, old, sys string, opts deploy.Options) {
+	t.Helper()
+	tg = nixtest.NewTarget(t)
+	old = nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys = nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.LockHeld, LockedCalls: 1, LockedAction: "test", Delay: retriedActivationTakes})
+	opts = deploy.Options{BootLockAttempts: 3, BootLockInterval: 100 * time.Millisecond,
+		Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}}
+	return tg, old, sys, opts
 }
