@@ -104,7 +104,9 @@
 //   - confirm_timeout (the host's watchdog): once the activation has ended
 //     ("activated": an attempt that met a held switch lock has not ended
 //     it, a retry follows; or the run's lease has ended with no attempt
-//     running: no attempt starts any more) (or activation_timeout has
+//     running: no attempt starts any more; a lease has ended once
+//     LeaseFile names another run or none, or no keeper holds the lock,
+//     as after a killed keeper, whose LeaseFile stays) (or activation_timeout has
 //     passed), a watchdog that heard no "w" word
 //     for confirm_timeout decides rollback; Timing.HostGivesUp is when,
 //     seen from the deployer, with the watchdog's tick.

@@ -369,7 +369,7 @@ fleet_over() {
 [ -z "$fleet_done" ] || return 0
 [ -f "$d/activated" ] || [ $((fleet_up - fleet_start)) -ge %[4]d ] && { fleet_done=1; return 0; }
 fleet_t=; read -r fleet_t fleet_y < %[12]s 2>/dev/null
-if [ "$fleet_t" != %[13]s ]; then
+if [ "$fleet_t" != %[13]s ] || flock -n -s %[15]s true 2>/dev/null; then
 for f in "$d"/act.*.fate; do [ -L "$f" ] && ln -s cancelled "$d/unit.$(basename "$f" .fate | cut -d. -f2).fate" 2>/dev/null; done
 fleet_r=
 for f in "$d"/unit.*.fate; do
@@ -421,7 +421,7 @@ echo "kept $fleet_cur" > "$d/rolledback"
 fi
 echo done > "$d/watchdog"`,
 		shell.Quote(StateDir+"/"+a.Run), GuardFile, int(watchdogTick.Seconds()), centis(a.Timing.watchdogWaitsForActivation()), centis(a.Timing.Confirm),
-		DecisionRollback, DecisionConfirm, shell.Quote(a.System), ProfilePath, shell.Quote(a.Previous), a.stopAttempts(), LeaseFile, shell.Quote(a.Run), SwitchLockedExit)
+		DecisionRollback, DecisionConfirm, shell.Quote(a.System), ProfilePath, shell.Quote(a.Previous), a.stopAttempts(), LeaseFile, shell.Quote(a.Run), SwitchLockedExit, LockFile)
 }
 
 // stopAttempts is the watchdog's last step before it switches back: every

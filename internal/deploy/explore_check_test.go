@@ -28,7 +28,7 @@ const hostStateDir = "/run/fleet-deploy"
 // parties took, as a host left alone does: watchdogs decide, activations
 // end, the lock and the guard come free, master connections end. What is
 // still there after the bound was left behind (invariant 5).
-func settle(t *testing.T, tg *nixtest.Target, parties []*party, s schedule) []string {
+func settle(t *testing.T, tg *nixtest.Target, parties []*party, s schedule, keeperKilled bool) []string {
 	t.Helper()
 	// A watchdog decides confirm_timeout after the last word it heard,
 	// once its activation has ended; its rollback is an activation too.
@@ -63,6 +63,11 @@ func settle(t *testing.T, tg *nixtest.Target, parties []*party, s schedule) []st
 		out = append(out, "nothing is left behind: "+l)
 	}
 	for _, f := range []string{deploy.HolderFile, agreement.LeaseFile} {
+		// A keeper killed (SIGKILL) leaves its files; the lock is free,
+		// and the next take replaces them.
+		if keeperKilled && flockFree(tg, deploy.LockFile) {
+			break
+		}
 		if tg.Exists(f) {
 			b, _ := os.ReadFile(tg.Path(f))
 			out = append(out, fmt.Sprintf("nothing is left behind: on the host: %s (%q) once every party has stopped", f, strings.TrimSpace(string(b))))
@@ -308,8 +313,9 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		who := partyName(pt.i)
 		switch r.Phase {
 		case deploy.PhaseSucceeded:
-			if st.current != pt.system || st.boot != pt.system {
-				bad("a record is true", "%s recorded Succeeded, but after its last switch the host ran %s and booted %s, not %s", who, st.current, st.boot, pt.system)
+			goal := pt.plan.goal()
+			if goal != deploy.GoalBoot && st.current != pt.system || goal != deploy.GoalTest && st.boot != pt.system {
+				bad("a record is true", "%s recorded Succeeded (goal %s), but after its last switch the host ran %s and booted %s, not %s", who, goal, st.current, st.boot, pt.system)
 			}
 		case deploy.PhaseRolledBack:
 			if len(own) > 0 && st.current != r.PreviousSystem {
@@ -368,13 +374,17 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 			}
 		}
 		switch {
+		case decision == "" && c.owner >= 0 && parties[c.owner].plan.keep():
+			// on_failure "keep": no watchdog, nothing to decide.
 		case decision == "":
 			bad("a host settles on its own", "%s was never decided (no confirmation, no switch back)", describe(c))
 		case decision == "confirm" && back != nil:
 			bad("a host settles on its own", "%s was confirmed, and yet switched back", describe(c))
 		case decision == "rollback" && back == nil && final.current == c.system:
 			bad("a host settles on its own", "%s was decided to be switched back, and the host still runs it", describe(c))
-		case back != nil && (!back.ended || back.rc != 0):
+		case back != nil && (!back.ended || back.rc != 0 && !(back.rc == 4 && kindOf(parties, back.system) == nixtest.FailUnits)):
+			// (A switch back to a system whose units fail exits 4, as
+			// switching to it did.)
 			bad("a host settles on its own", "%s did not end well (exit %d)", describe(back), back.rc)
 		case back != nil && c.last > back.first && !c.rollback:
 			// The switch back is the run's last switch: an attempt of its
@@ -401,6 +411,14 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		blocked := false
 		for _, f := range pt.plan.Faults {
 			blocked = blocked || f.blocksNew()
+		}
+		// A system that cuts SSH, an sshd restarted: every party's new
+		// connections are refused a while.
+		for _, other := range parties {
+			blocked = blocked || other.plan.Kind == nixtest.CutSSH
+			for _, f := range other.plan.Faults {
+				blocked = blocked || f.Host == hostRestartSSHD
+			}
 		}
 		if blocked {
 			continue
@@ -436,14 +454,24 @@ func checkSettledByRefresh(t *testing.T, tg *nixtest.Target, parties []*party) [
 			out = append(out, fmt.Sprintf("a record is true: party %s's outcome was not known, and a refresh could not read the host: %v", partyName(pt.i), err))
 			continue
 		}
-		phase, msg := deploy.Settle(deploy.GoalSwitch, pt.system, r.PreviousSystem, cur)
+		phase, msg := deploy.Settle(pt.plan.goal(), pt.system, r.PreviousSystem, cur)
 		current, boot := tg.CurrentSystem(), tg.BootEntry()
 		switch {
-		case phase == deploy.PhaseSucceeded && (current != pt.system || boot != pt.system),
+		case phase == deploy.PhaseSucceeded && (pt.plan.goal() != deploy.GoalBoot && current != pt.system || pt.plan.goal() != deploy.GoalTest && boot != pt.system),
 			phase == deploy.PhaseRolledBack && current != r.PreviousSystem:
 			out = append(out, fmt.Sprintf("a record is true: party %s's outcome was not known; a refresh settled it as %s (%s), but the host runs %s and boots %s",
 				partyName(pt.i), phase, msg, current, boot))
 		}
 	}
 	return out
+}
+
+// kindOf is the kind of a party's system; the initial system succeeds.
+func kindOf(parties []*party, system string) nixtest.Kind {
+	for _, pt := range parties {
+		if pt.system == system {
+			return pt.plan.Kind
+		}
+	}
+	return nixtest.Succeed
 }

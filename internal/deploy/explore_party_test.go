@@ -29,6 +29,8 @@ const exploreParty = "FLEET_EXPLORE_PARTY"
 type partySettings struct {
 	Target            deploy.Target
 	Holder            string
+	Goal              deploy.Goal
+	Keep              bool
 	LockTimeout       time.Duration
 	ActivationTimeout time.Duration
 	ConfirmTimeout    time.Duration
@@ -81,7 +83,7 @@ func partyMain(path string) int {
 		Transport: &deploy.Transport{KnownHostsFile: s.KnownHostsFile, ControlDir: s.ControlDir,
 			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: s.MasterPersist},
 		Options: deploy.Options{
-			Goal: deploy.GoalSwitch, Holder: s.Holder, LockTimeout: s.LockTimeout, ActivationTimeout: s.ActivationTimeout,
+			Goal: s.Goal, Keep: s.Keep, Holder: s.Holder, LockTimeout: s.LockTimeout, ActivationTimeout: s.ActivationTimeout,
 			BootLockInterval: s.BootLockInterval,
 			Verdict:          deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout},
 			Env:              s.Env,

@@ -61,16 +61,23 @@ const exploreShort = 50
 var exploreRegressions = []uint64{19, 21, 45, 63, 86, 111, 177, 233, 252, 311, 332, 338, 352, 357, 390, 409, 428, 471}
 
 // trigger is a moment of a schedule: After past the start of a party's
-// step (its start, for StepName "").
+// step (its start, for StepName ""), or past a host event of its run
+// (Host: see hostEvents).
 type trigger struct {
 	Of    int // the party
 	Step  deploy.StepName
+	Host  string
 	After time.Duration
 }
 
 func (t trigger) String() string {
 	at := "its start"
-	if t.Step != "" {
+	switch {
+	case t.Host == "lease":
+		at = "its lease's start on the host"
+	case t.Host != "":
+		at = "the host's " + hostEventFiles[t.Host] + " (" + t.Host + ")"
+	case t.Step != "":
 		at = "its " + string(t.Step) + " step"
 	}
 	return fmt.Sprintf("%s after %s of %s", t.After.Round(time.Millisecond), at, partyName(t.Of))
@@ -82,9 +89,17 @@ type faultPlan struct {
 	Fault sshtest.LinkFault
 	Reset bool          // the open connections are reset first
 	For   time.Duration // then healed; 0: held until every party has ended
+	Host  string        // instead, a fault on the host's side (hostKillKeeper, ...)
 }
 
 func (f faultPlan) String() string {
+	if f.Host != "" {
+		s := fmt.Sprintf("at %s: %s", f.At, f.Host)
+		if f.Host == hostRestartSSHD {
+			s += ", new connections refused for " + f.For.Round(time.Millisecond).String()
+		}
+		return s
+	}
 	var what []string
 	if f.Reset {
 		what = append(what, "reset the open connections")
@@ -120,6 +135,9 @@ func (f faultPlan) String() string {
 // blocksNew says whether the fault keeps a new connection from carrying
 // traffic.
 func (f faultPlan) blocksNew() bool {
+	if f.Host != "" {
+		return f.Host == hostRestartSSHD
+	}
 	return f.Fault.New != sshtest.NewForward || (f.Fault.Hold[0] || f.Fault.Hold[1]) && !f.Fault.OnlyOpen
 }
 
@@ -144,6 +162,11 @@ type hostPlan struct {
 	// 11, as by an auto-upgrade timer), and the deployer tries again.
 	LockedOnce bool
 	Delay      time.Duration // its activation's length: some longer than confirm_timeout
+	// Fresh seeds' (drawFresh); a zero Goal is switch, a zero
+	// ActivationTimeout a minute.
+	Goal              deploy.Goal
+	Keep              bool // on_failure = "keep"
+	ActivationTimeout time.Duration
 }
 
 func (h hostPlan) String() string {
@@ -151,7 +174,35 @@ func (h hostPlan) String() string {
 	if h.LockedOnce {
 		s = "switch lock held at its first activation, then " + s
 	}
+	if h.Goal != "" && h.Goal != deploy.GoalSwitch {
+		s = "goal " + string(h.Goal) + ", " + s
+	}
+	if h.ActivationTimeout != 0 && h.ActivationTimeout != time.Minute {
+		s += ", activation_timeout " + h.ActivationTimeout.String()
+	}
+	if h.Keep {
+		s += `, on_failure "keep"`
+	}
 	return s
+}
+
+// goal is the party's goal.
+func (p partyPlan) goal() deploy.Goal {
+	if p.Host == nil || p.Host.Goal == "" {
+		return deploy.GoalSwitch
+	}
+	return p.Host.Goal
+}
+
+// keep says whether the party keeps a system whose verdict fails.
+func (p partyPlan) keep() bool { return p.Host != nil && p.Host.Keep }
+
+// activationTimeout is the party's activation_timeout.
+func (p partyPlan) activationTimeout() time.Duration {
+	if p.Host == nil || p.Host.ActivationTimeout == 0 {
+		return time.Minute
+	}
+	return p.Host.ActivationTimeout
 }
 
 // behaviour is the system a party with plan p deploys.
@@ -193,7 +244,11 @@ func (s schedule) String() string {
 			fmt.Fprintf(&b, "\n  %s: a %v system (activation %s), starts %s, lock_timeout %s", partyName(i), p.Kind, p.Delay, start, p.LockTimeout)
 		}
 		for _, f := range p.Faults {
-			fmt.Fprintf(&b, "\n    link: %s", f)
+			where := "link"
+			if f.Host != "" {
+				where = "host"
+			}
+			fmt.Fprintf(&b, "\n    %s: %s", where, f)
 		}
 		if p.Kill != nil {
 			fmt.Fprintf(&b, "\n    killed at %s", p.Kill)
@@ -212,8 +267,19 @@ var exploreSteps = []deploy.StepName{"", deploy.StepLock, deploy.StepCopy,
 	deploy.StepVerdict, deploy.StepVerdict, deploy.StepConfirm, deploy.StepConfirm, deploy.StepConfirm,
 	deploy.StepFinalise, deploy.StepFinalise, deploy.StepRollback}
 
-// drawSchedule draws the schedule of seed.
+// drawSchedule draws the schedule of seed: a regression seed's as it
+// found it, a fresh seed's by drawFresh.
 func drawSchedule(seed uint64) schedule {
+	if slices.Contains(exploreRegressions, seed) {
+		return drawRegression(seed)
+	}
+	return drawFresh(seed)
+}
+
+// drawRegression draws the schedule of seed as the explorer did when the
+// regression seeds found what they found (and as it drew every seed
+// before issue 37).
+func drawRegression(seed uint64) schedule {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	pick := func(n int) int { return rng.IntN(n) }
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+pick(hi-lo+1)) * time.Millisecond }
@@ -290,75 +356,7 @@ func drawSchedule(seed uint64) schedule {
 		}
 		s.Parties = append(s.Parties, p)
 	}
-	if !slices.Contains(exploreRegressions, seed) {
-		host := rand.New(rand.NewPCG(seed, 0x4057))
-		// A trigger at a step its party's system never reaches (the
-		// rollback of one that passes, the confirmation of one that
-		// fails) is moved to one it reaches.
-		reach := func(tr *trigger) {
-			if tr == nil {
-				return
-			}
-			steps := reaches(s.Parties[tr.Of].Kind)
-			if !slices.Contains(steps, tr.Step) {
-				tr.Step = steps[host.IntN(len(steps))]
-			}
-		}
-		for i := range s.Parties {
-			p := &s.Parties[i]
-			for k := range p.Faults {
-				reach(&p.Faults[k].At)
-			}
-			reach(p.Kill)
-			reach(p.Interrupt)
-			reach(p.Start)
-		}
-		for i := range s.Parties {
-			p := &s.Parties[i]
-			h := hostPlan{Delay: p.Delay.Round(100 * time.Millisecond)}
-			if p.Kind == nixtest.Succeed && host.IntN(3) == 0 {
-				h.LockedOnce = true
-			}
-			if host.IntN(4) == 0 || h.LockedOnce && host.IntN(2) == 0 {
-				h.Delay = s.ConfirmTimeout + time.Duration(1+host.IntN(3))*time.Second
-			}
-			p.Host = &h
-			if !h.LockedOnce || host.IntN(3) == 0 {
-				continue
-			}
-			// Something happens while the retry runs: it begins the lock
-			// interval (500 ms) after the note of the held lock.
-			tr := trigger{Of: i, Step: stepRetry, After: 500*time.Millisecond + time.Duration(host.IntN(1501))*time.Millisecond}
-			switch host.IntN(4) {
-			case 0:
-				p.Interrupt = &tr
-			case 1:
-				p.Kill = &tr
-			default:
-				f := faultPlan{At: tr, Fault: sshtest.LinkFault{Hold: [2]bool{true, true}}, For: durations[host.IntN(len(durations)-1)]}
-				f.Fault.OnlyOpen = host.IntN(2) == 0
-				p.Faults = append(p.Faults, f)
-			}
-		}
-	}
 	return s
-}
-
-// reaches are the steps a party whose system is of kind reaches, when
-// nothing stops it: exploreSteps, less the rollback of a system that
-// passes its verdict, or the confirmation and the boot entry of one that
-// fails it.
-func reaches(kind nixtest.Kind) []deploy.StepName {
-	var out []deploy.StepName
-	for _, st := range exploreSteps {
-		switch {
-		case kind == nixtest.FailUnits && (st == deploy.StepConfirm || st == deploy.StepFinalise):
-		case kind != nixtest.FailUnits && st == deploy.StepRollback:
-		default:
-			out = append(out, st)
-		}
-	}
-	return out
 }
 
 // stepRetry is the moment a party's activation met the switch lock held
@@ -641,13 +639,14 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		defer mu.Unlock()
 		waits = append(waits, waiting{tr, f})
 	}
-	// stepped is called when party i starts step (its start: "").
-	stepped := func(i int, step deploy.StepName) {
+	// stepped is called when party i starts step (its start: ""), and
+	// hosted when the host's event ev of its run has come.
+	due := func(i int, match func(trigger) bool) {
 		mu.Lock()
 		var due []waiting
 		kept := waits[:0]
 		for _, w := range waits {
-			if w.tr.Of == i && w.tr.Step == step {
+			if w.tr.Of == i && match(w.tr) {
 				due = append(due, w)
 			} else {
 				kept = append(kept, w)
@@ -659,12 +658,18 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 			later(w.tr.After, w.f)
 		}
 	}
+	stepped := func(i int, step deploy.StepName) {
+		due(i, func(tr trigger) bool { return tr.Host == "" && tr.Step == step })
+	}
+	hosted := func(i int, ev string) {
+		due(i, func(tr trigger) bool { return tr.Host == ev })
+	}
 	ended := make(chan int, len(parties))
 	start := func(pt *party) {
 		n := targetOf(tg, "web1", pt.system)
 		n.SSHOpts = []string{"Port=" + strconv.Itoa(pt.link.Port), "IdentitiesOnly=yes"}
 		ps := partySettings{Target: n, Holder: "party " + partyName(pt.i), LockTimeout: pt.plan.LockTimeout,
-			ActivationTimeout: time.Minute, ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: 2 * time.Second, BootLockInterval: 500 * time.Millisecond,
+			Goal: pt.plan.goal(), Keep: pt.plan.keep(), ActivationTimeout: pt.plan.activationTimeout(), ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: 2 * time.Second, BootLockInterval: 500 * time.Millisecond,
 			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: 2 * time.Second,
 			KnownHostsFile: filepath.Join(dir, deploy.KnownHostsFileName+"-"+partyName(pt.i)), ControlDir: pt.controlDir,
 			Env: []string{"NIX_CONFIG=" + nixtest.NixConfig}}
@@ -735,11 +740,12 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 	var fired []bool
 	var planned []string
 	var cells []exploreCell
+	silence := &silences{}
 	plan := func(what string, kind string, tr trigger, f func()) {
 		mu.Lock()
 		k := len(fired)
 		fired, planned = append(fired, false), append(planned, what+" at "+tr.String())
-		cells = append(cells, exploreCell{What: kind, Step: tr.Step})
+		cells = append(cells, exploreCell{What: kind, Step: tr.column()})
 		mu.Unlock()
 		at(tr, func() {
 			mu.Lock()
@@ -750,7 +756,22 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 	}
 	for _, pt := range parties {
 		for _, f := range pt.plan.Faults {
+			if f.Host != "" {
+				plan("the host's fault", f.kind(), f.At, func() {
+					hostFault(t, tg, f.Host)
+					if f.Host == hostRestartSSHD {
+						later(f.For, func() { tg.RestoreSSH(t) })
+					}
+				})
+				continue
+			}
 			plan("the link fault", f.kind(), f.At, func() {
+				switch {
+				case f.Silences():
+					silence.begin(pt.i)
+				case f.Fault != (sshtest.LinkFault{}):
+					silence.end(pt.i) // the link's fault is this one now
+				}
 				if f.Reset {
 					pt.link.ResetOpen()
 				}
@@ -758,7 +779,10 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 					pt.link.Set(f.Fault)
 				}
 				if f.For > 0 {
-					later(f.For, pt.link.Heal)
+					later(f.For, func() {
+						pt.link.Heal()
+						silence.end(pt.i)
+					})
 				}
 			})
 		}
@@ -781,6 +805,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 			plan("the start of "+partyName(pt.i), "another deployer's start", *pt.plan.Start, func() { start(pt) })
 		}
 	}
+	watch := watchHost(tg, parties, hosted)
 	for _, pt := range parties {
 		if pt.plan.Start == nil {
 			start(pt)
@@ -817,6 +842,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 	mu.Unlock()
 	for _, pt := range parties {
 		pt.link.Heal()
+		silence.end(pt.i)
 	}
 	wg.Wait()
 	for _, pt := range parties {
@@ -828,9 +854,20 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		}
 		pt.mu.Unlock()
 	}
-	settled := settle(t, tg, parties, s)
+	keeperKilled := false
+	mu.Lock()
+	for k, ok := range fired {
+		keeperKilled = keeperKilled || ok && cells[k].What == hostKillKeeper
+	}
+	mu.Unlock()
+	settled := settle(t, tg, parties, s, keeperKilled)
+	leases := watch.Stop()
+	// An sshd restarted, a system that cut SSH: the operator opens it
+	// again, so that a refresh can read the host.
+	tg.RestoreSSH(t)
 	violations = append(violations, settled...)
 	violations = append(violations, checkAgreement(tg, parties, s, initial)...)
+	violations = append(violations, checkLeasesEnd(parties, s, leases, silence.spans())...)
 	violations = append(violations, checkSettledByRefresh(t, tg, parties)...)
 	t.Log(s)
 	for _, pt := range parties {
@@ -856,66 +893,80 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		}
 	}
 	mu.Unlock()
+	started := 0
 	for _, pt := range parties {
-		if h := pt.plan.Host; h != nil && pt.started {
-			if h.LockedOnce {
-				exercised = append(exercised, exploreCell{What: "host: the switch lock held once"})
-			}
-			if h.Delay > s.ConfirmTimeout {
-				exercised = append(exercised, exploreCell{What: "host: an activation longer than confirm_timeout"})
-			}
+		if !pt.started {
+			continue
 		}
-		if pt.started && pt.plan.Kind == nixtest.FailUnits {
-			exercised = append(exercised, exploreCell{What: "host: a verdict that fails"})
+		started++
+		for _, b := range pt.plan.behaviours(s) {
+			exercised = append(exercised, exploreCell{What: b})
 		}
+	}
+	switch started {
+	case 2:
+		exercised = append(exercised, exploreCell{What: "two deployers"})
+	case 3:
+		exercised = append(exercised, exploreCell{What: "three deployers"})
 	}
 	return violations, unfired, exercised
 }
 
 // coverageKinds are the rows of the coverage table: what a schedule may
-// plan at a step.
+// plan at a step or a host event.
 var coverageKinds = []string{"hold both ways", "hold up", "hold down", "hold the open", "reset", "reset, refuse new", "reset, hold the open",
-	"black-hole new", "delay", "killed", "interrupt", "another deployer's start"}
+	"black-hole new", "delay", hostKillKeeper, hostDropSessions, hostRestartSSHD, "killed", "interrupt", "another deployer's start"}
 
-// coverageSteps are its columns.
-var coverageSteps = []deploy.StepName{"", deploy.StepLock, deploy.StepCopy, deploy.StepActivate, stepRetry, deploy.StepVerdict, deploy.StepConfirm, deploy.StepFinalise, deploy.StepRollback}
+// coverageColumns are its columns: the steps, then the host's events.
+func coverageColumns() []deploy.StepName {
+	cols := []deploy.StepName{"", deploy.StepLock, deploy.StepCopy, deploy.StepActivate, stepRetry, deploy.StepVerdict, deploy.StepConfirm, deploy.StepFinalise, deploy.StepRollback}
+	for _, ev := range hostEvents {
+		cols = append(cols, trigger{Host: ev}.column())
+	}
+	return cols
+}
 
 // coverageTable prints how many schedules exercised each kind of fault at
-// each step, and each host behaviour.
+// each step and host event, and each host behaviour.
 func coverageTable(coverage map[exploreCell]int) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.AlignRight)
 	_, _ = io.WriteString(tw, "\t")
-	for _, st := range coverageSteps {
+	for _, st := range coverageColumns() {
 		name := string(st)
-		if name == "" {
+		switch {
+		case name == "":
 			name = "start"
+		case strings.HasPrefix(name, "host: "):
+			name = "h:" + strings.ReplaceAll(strings.TrimPrefix(name, "host: "), " ", "-")
+		default:
+			name = strings.Fields(name)[len(strings.Fields(name))-1]
 		}
-		_, _ = io.WriteString(tw, strings.Fields(name)[len(strings.Fields(name))-1]+"\t")
+		_, _ = io.WriteString(tw, name+"\t")
 	}
 	_, _ = io.WriteString(tw, "\n")
 	for _, k := range coverageKinds {
 		_, _ = io.WriteString(tw, k+"\t")
-		for _, st := range coverageSteps {
+		for _, st := range coverageColumns() {
 			_, _ = fmt.Fprintf(tw, "%d\t", coverage[exploreCell{What: k, Step: st}])
 		}
 		_, _ = io.WriteString(tw, "\n")
 	}
 	_ = tw.Flush()
-	for _, h := range []string{"host: the switch lock held once", "host: an activation longer than confirm_timeout", "host: a verdict that fails"} {
+	for _, h := range hostBehaviours {
 		fmt.Fprintf(&b, "%s: %d\n", h, coverage[exploreCell{What: h}])
 	}
 	return b.String()
 }
 
-// emptyCells are the cells a schedule may plan that none exercised: a
-// kind of fault at a step the explorer draws (the retry only for the
-// faults the retry draws: an interrupt, a kill, a hold), and each host
-// behaviour.
+// emptyCells are the cells a fresh schedule may plan that none
+// exercised: a kind of fault at a step or host event drawFresh draws (the
+// retry only for what the retry draws: an interrupt, a kill, a hold; a
+// restarted sshd nowhere it cannot be), and each host behaviour.
 func emptyCells(coverage map[exploreCell]int) []string {
 	var out []string
 	for _, k := range coverageKinds {
-		for _, st := range coverageSteps {
+		for _, st := range coverageColumns() {
 			switch {
 			case k == "another deployer's start" && st == stepRetry:
 				continue // the retry is its own party's
@@ -927,7 +978,7 @@ func emptyCells(coverage map[exploreCell]int) []string {
 			}
 		}
 	}
-	for _, h := range []string{"host: the switch lock held once", "host: an activation longer than confirm_timeout", "host: a verdict that fails"} {
+	for _, h := range hostBehaviours {
 		if coverage[exploreCell{What: h}] == 0 {
 			out = append(out, h)
 		}
@@ -945,6 +996,8 @@ type exploreCell struct {
 // kind names what the fault does, for the explorer's coverage table.
 func (f faultPlan) kind() string {
 	switch {
+	case f.Host != "":
+		return f.Host
 	case f.Reset && f.Fault.New == sshtest.NewRefuse:
 		return "reset, refuse new"
 	case f.Reset && (f.Fault.Hold[0] || f.Fault.Hold[1]):
@@ -1020,19 +1073,31 @@ func describeSeeds(seeds []uint64) string {
 
 // The schedules a seed draws stay the same: the regression seeds (and a
 // seed in a closing note or an issue) replay what they found only while
-// drawSchedule draws as it did. A change to it must find its regression
-// cases again (make soak against the code they broke) and update this
-// digest. (Issue 37 gave fresh seeds a host plan, drawn from a stream of
-// its own: the regression seeds' schedules stayed as they were, line for
-// line.)
+// drawSchedule draws as it did. A change to drawRegression must find its
+// regression cases again (make soak against the code they broke) and
+// update its digest; a change to drawFresh changes what fresh seeds draw,
+// and updates the other. (Issue 37 gave fresh seeds drawFresh; the
+// regression seeds' schedules stayed as they were, line for line: digest
+// e3a5037ea654b6ff before and after.)
 func TestExploreSchedulesArePinned(t *testing.T) {
 	t.Parallel()
-	h := sha256.New()
-	for seed := uint64(1); seed <= 100; seed++ {
-		fmt.Fprintln(h, drawSchedule(seed))
+	digest := func(seeds []uint64) string {
+		h := sha256.New()
+		for _, seed := range seeds {
+			fmt.Fprintln(h, drawSchedule(seed))
+		}
+		return hex.EncodeToString(h.Sum(nil))[:16]
 	}
-	const want = "4d1e83a18f4e45bd"
-	if got := hex.EncodeToString(h.Sum(nil))[:16]; got != want {
-		t.Errorf("the schedules of seeds 1 to 100 changed (digest %s, want %s): the regression seeds no longer replay what they found", got, want)
+	if got, want := digest(exploreRegressions), "e3a5037ea654b6ff"; got != want {
+		t.Errorf("the regression seeds' schedules changed (digest %s, want %s): they no longer replay what they found", got, want)
+	}
+	var fresh []uint64
+	for seed := uint64(1); len(fresh) < 100; seed++ {
+		if !slices.Contains(exploreRegressions, seed) {
+			fresh = append(fresh, seed)
+		}
+	}
+	if got, want := digest(fresh), "c52d02e57206cf5b"; got != want {
+		t.Errorf("the schedules of the first 100 fresh seeds changed (digest %s, want %s): a seed in a note no longer replays what it did", got, want)
 	}
 }

@@ -220,6 +220,17 @@ printf '%s %s\n' "$action" "$self" >> "$state/switch.log"
 event() {
 	printf '%s %s %s\n' "$(date +%s.%N)" "$$" "$*" >> "$state/events.log"
 }
+# nap SECONDS sleeps, and ends at once at a signal (the traps below end
+# the call, and say so in the event log), as a real activation ends when
+# its unit is stopped: a shell runs a trap only once its foreground
+# command has ended, so the sleep runs in the background.
+napping=
+nap() {
+	sleep "$1" &
+	napping=$!
+	wait "$napping"
+	napping=
+}
 # The journal keeps what the last activation logged.
 : > "$state/activation.log"
 log() {
@@ -249,10 +260,11 @@ install_bootloader() {
 		exit 1
 	fi
 	if [ "$kind" = boot-hangs ]; then
-		exec sleep 3600
+		nap 3600
+		exit 0
 	fi
 	if [ "$boot_delay" != 0.000 ]; then
-		sleep "$boot_delay"
+		nap "$boot_delay"
 		log "writing the boot entry..."
 	fi
 	printf '%s\n' "$self" > "$state/boot-entry.nixtest.$$"
@@ -261,11 +273,12 @@ install_bootloader() {
 
 activate() {
 	log "activating the configuration..."
-	[ "$delay" = 0.000 ] || sleep "$delay"
+	[ "$delay" = 0.000 ] || nap "$delay"
 	log "setting up /etc..."
 	if [ "$kind" = hang ]; then
 		log "reloading user units..."
-		exec sleep 3600
+		nap 3600
+		exit 0
 	fi
 	replace_link "$self" /run/current-system
 	if [ "$kind" = failed-units ]; then
@@ -306,7 +319,7 @@ case "$action" in test|boot|switch)
 	output=$(readlink /proc/$$/fd/1 2>/dev/null)
 	case $output in ` + agreement.StateDir + `/*/*) output=${output#` + agreement.StateDir + `/} ;; *) output= ;; esac
 	event start "$action" "$self" "$(readlink -f /run/current-system)" "${NIXTEST_UNIT:--}" "${lease:--}" "${output:--}"
-	trap 'event end "$?"' EXIT
+	trap 'rc=$?; [ -z "$napping" ] || kill "$napping" 2>/dev/null; event end "$rc"' EXIT
 	# Ended by a signal (its session dropped, say): said too.
 	trap 'exit 129' HUP
 	trap 'exit 130' INT

@@ -1,0 +1,609 @@
+package deploy_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
+)
+
+// Fresh schedules (issue 37). The regression seeds replay the schedules
+// they found (drawRegression); every other seed draws here, so that a
+// schedule spends its faults where the agreement is at stake:
+//
+//   - on what the parties and the host really reach: a step a deployer
+//     begins, or a file the host writes for a party's run (its lease
+//     begun, its activation claimed, an attempt ended, the activation
+//     ended, the decision made, the switch back ended, the boot entry
+//     claimed), seen by a watcher of the host's files;
+//   - for as long as the agreement's clocks make it matter: around
+//     SpareAfter, confirm_timeout, HostGivesUp, a lease's end, or for good;
+//   - on the link (held either way or both, for the open connections or
+//     all, new ones refused or black-holed, reset, delayed) or on the host
+//     (the keeper killed, every session dropped, sshd restarted: its
+//     sessions dropped and new ones refused a while);
+//   - with the host's behaviours drawn too: a verdict that fails (exit 4),
+//     the switch lock held at the first attempt, an activation that hangs
+//     past activation_timeout or outlasts confirm_timeout, a system that
+//     cuts SSH, a boot entry that fails; goals switch, test and boot;
+//     on_failure rollback or keep; one to three deployers.
+
+// Host events a trigger may wait for: the file of a party's run on the
+// host (under agreement.StateDir/<run>/) whose appearance is the event, or
+// "lease", the party's run named in agreement.LeaseFile.
+var hostEventFiles = map[string]string{
+	"act":           "act.1.fate",
+	"unit":          "unit.1.fate",
+	"attempt":       "activated.1",
+	"activated":     "activated",
+	"decided":       "decision",
+	"switched back": "rolledback",
+	"boot":          "boot.1.fate",
+}
+
+// hostEvents are their names, in the order a run reaches them.
+var hostEvents = []string{"lease", "act", "unit", "attempt", "activated", "decided", "switched back", "boot"}
+
+// Host-side faults a faultPlan's Host names.
+const (
+	hostKillKeeper   = "the keeper killed"
+	hostDropSessions = "every session dropped"
+	hostRestartSSHD  = "sshd restarted"
+)
+
+// drawFresh draws the schedule of a fresh seed.
+func drawFresh(seed uint64) schedule {
+	rng := rand.New(rand.NewPCG(seed, 0xf4e5))
+	pick := rng.IntN
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+pick(hi-lo+1)) * time.Millisecond }
+	s := schedule{Seed: seed, ConfirmTimeout: []time.Duration{2 * time.Second, 3 * time.Second, 8 * time.Second}[pick(3)], RemoteExecTimeout: 5 * time.Second}
+	t := agreement.Timing{Confirm: s.ConfirmTimeout, Lease: s.RemoteExecTimeout}
+	// How long a fault lasts, each around a clock of the agreement.
+	leaseEnds := s.RemoteExecTimeout * 5 / 4
+	durations := []time.Duration{
+		ms(100, 600),                                    // shorter than a spare's wait
+		t.SpareAfter() + ms(200, 800),                   // a spare's turn
+		s.ConfirmTimeout + ms(100, 900),                 // past the watchdog's patience, before the deployer's
+		t.HostGivesUp() + ms(500, 2000),                 // past the deployer's
+		leaseEnds + ms(1000, 3000),                      // past a lease's end
+		2*s.RemoteExecTimeout + leaseEnds + ms(0, 2000), // long past it: the lease's liveness is checked
+		0, // for good
+	}
+	n := 1
+	switch r := pick(10); {
+	case r >= 8:
+		n = 3
+	case r >= 3:
+		n = 2
+	}
+	// The host's events of a party, and the steps it reaches, by what it
+	// deploys.
+	// A trigger comes mostly right at its moment; at an early one, or a
+	// step's start, sometimes any time in the next 1.5 s (a late moment,
+	// the party may have ended by then).
+	trig := func(of int, p partyPlan) trigger {
+		var t trigger
+		if pick(2) == 0 {
+			evs := p.hostEvents()
+			t = trigger{Of: of, Host: evs[pick(len(evs))]}
+		} else {
+			steps := p.steps()
+			t = trigger{Of: of, Step: steps[pick(len(steps))]}
+		}
+		t.After = ms(0, 100)
+		if confirmAt := (trigger{Step: deploy.StepConfirm}).position(); pick(3) == 0 && t.position() < confirmAt {
+			t.After = ms(0, 1500)
+		}
+		return t
+	}
+	// benign turns a fault that is not a party's last into one that
+	// mostly lets its deploy go on to the next: held or slowed a while.
+	benign := func(f *faultPlan) {
+		f.Host, f.Reset, f.Fault = "", false, sshtest.LinkFault{}
+		switch pick(4) {
+		case 0:
+			f.Fault.Hold = [2]bool{true, true}
+		case 1:
+			f.Fault.Hold, f.Fault.OnlyOpen = [2]bool{true, true}, true
+		case 2:
+			f.Fault.Hold = [2]bool{false, true}
+		default:
+			f.Fault.Delay = ms(100, 800)
+		}
+		f.For = durations[pick(3)]
+	}
+	for i := range n {
+		h := hostPlan{Goal: deploy.GoalSwitch, ActivationTimeout: time.Minute, Delay: ms(0, 1200).Round(100 * time.Millisecond)}
+		p := partyPlan{Kind: nixtest.Succeed, LockTimeout: time.Duration(1+pick(3)) * 15 * time.Second, Host: &h}
+		switch r := pick(20); {
+		case r < 4:
+			p.Kind = nixtest.FailUnits
+		case r < 9:
+			h.LockedOnce = true
+		case r < 10:
+			p.Kind = nixtest.Hang
+		case r < 11:
+			p.Kind = nixtest.CutSSH
+		case r < 12:
+			p.Kind = nixtest.BootloaderFails
+		}
+		switch pick(8) {
+		case 0:
+			h.Goal = deploy.GoalTest
+		case 1:
+			if !h.LockedOnce { // the switch lock is held for the activation
+				h.Goal = deploy.GoalBoot
+			}
+		}
+		// on_failure "keep" is about a verdict that fails: with no
+		// watchdog, nothing on the host stops a hung activation whose
+		// deployer is gone (a container's RuntimeMaxSec aside), so a hang
+		// is never kept.
+		h.Keep = pick(6) == 0 && p.Kind != nixtest.Hang
+		if pick(4) == 0 {
+			h.Delay = s.ConfirmTimeout + time.Duration(1+pick(3))*time.Second
+		}
+		// A short activation_timeout: a hung activation, or one slower
+		// than it, is stopped by the deployer and, while its watchdog
+		// switches back, by the watchdog.
+		if p.Kind == nixtest.Hang || pick(10) == 0 {
+			h.ActivationTimeout = time.Duration(4+pick(3)) * time.Second
+			if p.Kind != nixtest.Hang {
+				h.Delay = h.ActivationTimeout + s.ConfirmTimeout + time.Duration(2+pick(3))*time.Second
+			}
+		}
+		if i > 0 {
+			// Another deployer mostly races the first from its start,
+			// waiting for the lock; else it comes at an early step or
+			// host event of the first (which the first mostly reaches).
+			t := trigger{Of: 0, After: ms(0, 300)}
+			for pick(3) == 0 {
+				if e := trig(0, s.Parties[0]); e.position() <= (trigger{Host: "unit"}).position() {
+					t = e
+					break
+				}
+			}
+			p.Start = &t
+			p.LockTimeout = time.Duration(3+pick(2)) * 15 * time.Second
+		}
+		faults := pick(3)
+		if i == 0 {
+			faults = 1 + pick(3)
+		}
+		for range faults {
+			f := faultPlan{At: trig(i, p), For: durations[pick(len(durations))]}
+			switch r := pick(20); {
+			case r < 6: // silence: every byte held both ways
+				f.Fault.Hold = [2]bool{true, true}
+				if pick(2) == 0 {
+					f.Fault.New, f.Fault.OnlyOpen = sshtest.NewBlackHole, true
+				}
+			case r < 9: // the open connections stall, new ones flow
+				f.Fault.Hold, f.Fault.OnlyOpen = [2]bool{true, true}, true
+			case r < 10:
+				f.Fault.Hold = [2]bool{true, false}
+			case r < 12: // answers lost
+				f.Fault.Hold = [2]bool{false, true}
+				f.Fault.OnlyOpen = pick(2) == 0
+			case r < 13:
+				f.Reset = true
+			case r < 14:
+				f.Reset, f.Fault.New = true, sshtest.NewRefuse
+			case r < 15:
+				f.Reset, f.Fault.Hold, f.Fault.OnlyOpen = true, [2]bool{true, true}, true
+			case r < 16:
+				f.Fault.Delay = ms(100, 800)
+			case r < 17:
+				f.Host = hostKillKeeper
+			case r < 18:
+				f.Host = hostDropSessions
+			default:
+				f.Host = hostRestartSSHD
+				f.For = durations[pick(4)]
+			}
+			if f.For == 0 && f.Fault == (sshtest.LinkFault{}) && f.Host != hostKillKeeper && f.Host != hostDropSessions {
+				f.For = durations[pick(len(durations)-1)]
+			}
+			p.Faults = append(p.Faults, f)
+		}
+		// In the order the party reaches them; all but the last short,
+		// so that the earlier ones mostly leave the deploy going on to
+		// the later ones.
+		slices.SortStableFunc(p.Faults, func(a, b faultPlan) int { return a.At.position() - b.At.position() })
+		for k := range p.Faults[:max(len(p.Faults)-1, 0)] {
+			benign(&p.Faults[k])
+		}
+		// A kill or an interrupt comes after the party's faults.
+		var end *trigger
+		switch pick(10) {
+		case 0:
+			p.Kill = &trigger{}
+			end = p.Kill
+		case 1:
+			p.Interrupt = &trigger{}
+			end = p.Interrupt
+		}
+		if end != nil {
+			*end = trig(i, p)
+			if n := len(p.Faults); n > 0 && end.position() < p.Faults[n-1].At.position() {
+				*end = p.Faults[n-1].At
+				end.After += ms(100, 1500)
+			}
+		}
+		if h.LockedOnce && pick(3) != 0 {
+			// Something happens while the retry runs: it begins the lock
+			// interval (500 ms) after the note of the held lock; the
+			// attempt it retries mostly outlasts confirm_timeout.
+			if pick(4) != 0 {
+				h.Delay = s.ConfirmTimeout + time.Duration(1+pick(3))*time.Second
+			}
+			tr := trigger{Of: i, Step: stepRetry, After: 500*time.Millisecond + ms(0, 1500)}
+			switch pick(4) {
+			case 0, 1:
+				if pick(2) == 0 {
+					p.Interrupt, p.Kill = &tr, nil
+				} else {
+					p.Kill, p.Interrupt = &tr, nil
+				}
+				// Only the faults before the retry can come.
+				p.Faults = slices.DeleteFunc(p.Faults, func(f faultPlan) bool { return f.At.position() > tr.position() })
+			default:
+				f := faultPlan{At: tr, Fault: sshtest.LinkFault{Hold: [2]bool{true, true}}, For: durations[1+pick(len(durations)-2)]}
+				f.Fault.OnlyOpen = pick(2) == 0
+				p.Faults = append(p.Faults, f)
+			}
+		}
+		s.Parties = append(s.Parties, p)
+	}
+	return s
+}
+
+// hostEvents are the host events a party's run reaches, when nothing
+// stops it.
+func (p partyPlan) hostEvents() []string {
+	h := p.Host
+	var out []string
+	for _, ev := range hostEvents {
+		switch {
+		case h.Goal == deploy.GoalBoot && ev != "lease" && ev != "boot":
+		case h.Goal == deploy.GoalTest && ev == "boot":
+		case (ev == "switched back" || ev == "decided") && h.Keep: // no watchdog
+		case ev == "switched back" && p.Kind == nixtest.Succeed:
+		case (ev == "attempt" || ev == "activated" || ev == "boot") && h.Delay > h.ActivationTimeout:
+		case ev == "boot" && p.Kind != nixtest.Succeed && p.Kind != nixtest.BootloaderFails:
+		case ev == "activated" && p.Kind == nixtest.Hang:
+		case ev == "attempt" && p.Kind == nixtest.Hang:
+		default:
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// steps are the steps a party reaches, when nothing stops it.
+func (p partyPlan) steps() []deploy.StepName {
+	h := p.Host
+	var out []deploy.StepName
+	for _, st := range exploreSteps {
+		switch {
+		case h.Goal == deploy.GoalBoot && (st == deploy.StepActivate || st == deploy.StepVerdict || st == deploy.StepConfirm || st == deploy.StepRollback):
+		case h.Goal == deploy.GoalTest && st == deploy.StepFinalise:
+		case p.Kind != nixtest.Succeed && p.Kind != nixtest.BootloaderFails && (st == deploy.StepConfirm || st == deploy.StepFinalise):
+		case (p.Kind == nixtest.Succeed || p.Kind == nixtest.BootloaderFails || h.Keep) && st == deploy.StepRollback:
+		case (p.Kind == nixtest.Hang || h.Delay > h.ActivationTimeout) && (st == deploy.StepVerdict || st == deploy.StepConfirm || st == deploy.StepFinalise):
+		default:
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// hostWatch watches a schedule's host: the lease file and the files of
+// each party's runs. It says when each lease began and ended, and calls
+// event for each host event of a party's run (once its run is known).
+type hostWatch struct {
+	tg      *nixtest.Target
+	parties []*party
+	event   func(of int, ev string)
+
+	mu      sync.Mutex
+	leases  []leaseSpan
+	current string
+	seen    map[string]bool // run + " " + event
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// leaseSpan is a lease as the host's lease file showed it: To is zero
+// while it holds.
+type leaseSpan struct {
+	Run      string
+	From, To time.Time
+}
+
+func watchHost(tg *nixtest.Target, parties []*party, event func(of int, ev string)) *hostWatch {
+	w := &hostWatch{tg: tg, parties: parties, event: event, seen: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+func (w *hostWatch) loop() {
+	defer close(w.done)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		w.look()
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// look reads the host once.
+func (w *hostWatch) look() {
+	run := ""
+	if b, err := os.ReadFile(w.tg.Path(agreement.LeaseFile)); err == nil {
+		run, _, _ = strings.Cut(strings.TrimSpace(string(b)), " ")
+	}
+	now := time.Now()
+	w.mu.Lock()
+	if run != w.current {
+		if w.current != "" {
+			w.leases[len(w.leases)-1].To = now
+		}
+		if run != "" {
+			w.leases = append(w.leases, leaseSpan{Run: run, From: now})
+		}
+		w.current = run
+	}
+	w.mu.Unlock()
+	var fire [][2]string
+	for _, pt := range w.parties {
+		pt.mu.Lock()
+		runs := append([]string(nil), pt.runs...)
+		pt.mu.Unlock()
+		for _, r := range runs {
+			for _, ev := range hostEvents {
+				key := r + " " + ev
+				w.mu.Lock()
+				seen := w.seen[key]
+				w.mu.Unlock()
+				if seen {
+					continue
+				}
+				happened := false
+				if ev == "lease" {
+					happened = w.leased(r)
+				} else {
+					_, err := os.Lstat(w.tg.Path(agreement.StateDir + "/" + r + "/" + hostEventFiles[ev]))
+					happened = err == nil
+				}
+				if happened {
+					w.mu.Lock()
+					w.seen[key] = true
+					w.mu.Unlock()
+					fire = append(fire, [2]string{strconv.Itoa(pt.i), ev})
+				}
+			}
+		}
+	}
+	for _, f := range fire {
+		i, _ := strconv.Atoi(f[0])
+		w.event(i, f[1])
+	}
+}
+
+// leased says whether run's lease has begun.
+func (w *hostWatch) leased(run string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range w.leases {
+		if l.Run == run {
+			return true
+		}
+	}
+	return false
+}
+
+// Stop ends the watch, after a last look, and returns the leases seen.
+func (w *hostWatch) Stop() []leaseSpan {
+	close(w.stop)
+	<-w.done
+	w.look()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]leaseSpan(nil), w.leases...)
+}
+
+// hostFault does a host-side fault to the target: kill the keeper of the
+// current lease, drop every connection to sshd (the gate closes them), or
+// restart sshd (drop them, and refuse new connections until the caller
+// restores SSH).
+func hostFault(t *testing.T, tg *nixtest.Target, what string) {
+	switch what {
+	case hostKillKeeper:
+		b, err := os.ReadFile(tg.Path(agreement.LeaseFile))
+		if err != nil {
+			return
+		}
+		fields := strings.Fields(string(b))
+		if len(fields) < 2 {
+			return
+		}
+		if pid, err := strconv.Atoi(fields[1]); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	case hostDropSessions:
+		tg.Gate.SetMode(sshtest.GateOpen)
+	case hostRestartSSHD:
+		tg.CutSSH(t, nixtest.CutReset)
+		tg.Gate.SetMode(sshtest.GateOpen)
+	}
+}
+
+// Silences says whether the fault leaves the deployer no path to the host
+// that carries its words: every byte it sends is held, on the
+// connections open and on new ones.
+func (f faultPlan) Silences() bool {
+	return f.Host == "" && f.Fault.Hold[0] && (!f.Fault.OnlyOpen || f.Fault.New == sshtest.NewBlackHole)
+}
+
+// silences records when each party's link carried none of its words.
+type silences struct {
+	mu   sync.Mutex
+	open map[int]time.Time
+	done []silenceSpan
+}
+
+type silenceSpan struct {
+	Of       int
+	From, To time.Time
+}
+
+func (s *silences) begin(of int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == nil {
+		s.open = map[int]time.Time{}
+	}
+	if _, ok := s.open[of]; !ok {
+		s.open[of] = time.Now()
+	}
+}
+
+func (s *silences) end(of int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if from, ok := s.open[of]; ok {
+		s.done = append(s.done, silenceSpan{Of: of, From: from, To: time.Now()})
+		delete(s.open, of)
+	}
+}
+
+func (s *silences) spans() []silenceSpan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]silenceSpan(nil), s.done...)
+}
+
+// leaseEndsWithin is how long a lease may hold after its deployer's last
+// word could have reached the host: remote_exec_timeout and a quarter
+// (the keeper's looks), a look more, and room for a busy machine.
+func leaseEndsWithin(s schedule) time.Duration {
+	return s.RemoteExecTimeout*5/4 + s.RemoteExecTimeout/4 + 3*time.Second
+}
+
+// checkLeasesEnd checks a lease's liveness: a lease whose deployer's link
+// carried none of its words for longer than leaseEndsWithin has ended
+// within that bound of the silence's start, as the host's lease file
+// shows.
+func checkLeasesEnd(parties []*party, s schedule, leases []leaseSpan, spans []silenceSpan) []string {
+	var out []string
+	bound := leaseEndsWithin(s)
+	for _, sp := range spans {
+		if sp.To.Sub(sp.From) <= bound {
+			continue
+		}
+		pt := parties[sp.Of]
+		pt.mu.Lock()
+		runs := append([]string(nil), pt.runs...)
+		pt.mu.Unlock()
+		for _, l := range leases {
+			if !slices.Contains(runs, l.Run) || l.From.After(sp.From) || !l.To.IsZero() && !l.To.After(sp.From) {
+				continue
+			}
+			switch {
+			case l.To.IsZero():
+				out = append(out, fmt.Sprintf("a lease ends: party %s's lease (run %q) never ended, though nothing it sent reached the host for %s from %s (bound %s)",
+					partyName(sp.Of), l.Run, sp.To.Sub(sp.From).Round(time.Millisecond), sp.From.Format("15:04:05.000"), bound))
+			case l.To.Sub(sp.From) > bound:
+				out = append(out, fmt.Sprintf("a lease ends: party %s's lease (run %q) ended %s after nothing it sent reached the host any more (from %s, for %s), want within %s",
+					partyName(sp.Of), l.Run, l.To.Sub(sp.From).Round(time.Millisecond), sp.From.Format("15:04:05.000"), sp.To.Sub(sp.From).Round(time.Millisecond), bound))
+			}
+		}
+	}
+	return out
+}
+
+// column is the coverage table's column of a trigger: its step, or its
+// host event.
+func (t trigger) column() deploy.StepName {
+	if t.Host != "" {
+		return deploy.StepName("host: " + t.Host)
+	}
+	return t.Step
+}
+
+// hostBehaviours are what a fresh schedule's systems and settings may do,
+// each a row of the coverage table.
+var hostBehaviours = []string{
+	"host: a verdict that fails", "host: the switch lock held once", "host: an activation longer than confirm_timeout",
+	"host: an activation that hangs", "host: an activation longer than activation_timeout", "host: a system that cuts SSH",
+	"host: a boot entry that fails", "goal test", "goal boot", `on_failure "keep"`, "two deployers", "three deployers",
+}
+
+// behaviours are the rows of hostBehaviours a started party exercised.
+func (p partyPlan) behaviours(s schedule) []string {
+	var out []string
+	switch p.Kind {
+	case nixtest.FailUnits:
+		out = append(out, "host: a verdict that fails")
+	case nixtest.Hang:
+		out = append(out, "host: an activation that hangs")
+	case nixtest.CutSSH:
+		out = append(out, "host: a system that cuts SSH")
+	case nixtest.BootloaderFails:
+		out = append(out, "host: a boot entry that fails")
+	}
+	h := p.Host
+	if h == nil {
+		return out
+	}
+	if h.LockedOnce {
+		out = append(out, "host: the switch lock held once")
+	}
+	if h.Delay > s.ConfirmTimeout {
+		out = append(out, "host: an activation longer than confirm_timeout")
+	}
+	if h.Delay > p.activationTimeout() {
+		out = append(out, "host: an activation longer than activation_timeout")
+	}
+	switch p.goal() {
+	case deploy.GoalTest:
+		out = append(out, "goal test")
+	case deploy.GoalBoot:
+		out = append(out, "goal boot")
+	}
+	if h.Keep {
+		out = append(out, `on_failure "keep"`)
+	}
+	return out
+}
+
+// position is where a trigger's moment comes in a run, roughly: steps and
+// host events in the order a deploy reaches them.
+func (t trigger) position() int {
+	order := []string{"", "lock", "lease", "copy", "activate", "act", "unit", string(stepRetry), "attempt", "activated",
+		"verdict", "confirm", "decided", "rollback", "switched back", "finalise", "boot"}
+	key := t.Host
+	if key == "" {
+		key = string(t.Step)
+	}
+	if i := slices.Index(order, key); i >= 0 {
+		return i
+	}
+	return len(order)
+}
