@@ -114,8 +114,17 @@
 //     word for that long gets a spare: a new login that carries the words
 //     too, long before ssh's keepalive would end the silent one.
 //   - Timing.HostGivesUp (the deployer): a host that answered no word for
-//     that long has decided, unless a confirmation reached it; the deployer
-//     stops naming the run (so the watchdog's clock runs) and asks.
+//     that long after its activation ended has decided, unless a
+//     confirmation reached it; the deployer stops naming the run (so the
+//     watchdog's clock runs) and asks. During the activation the silence
+//     decides nothing (the watchdog waits for the activation's end): the
+//     deployer goes on naming the run and asks, over new logins, cancelling
+//     nothing, for up to AskFor. A host that answers with nothing decided
+//     is back: the deployer asks it for the attempt's exit status (the
+//     attempt's session is ended) and goes on. A host whose watchdog has
+//     decided is settled as above; one that does not answer is left to its
+//     watchdog: the deployer stops naming the run, and the outcome is not
+//     known.
 //
 // # What each side knows after a fault
 //
@@ -136,9 +145,11 @@
 //     whatever the stalled one sends later is fenced; a deployer whose
 //     activation was confirmed takes the lock again, as a new run, to make
 //     its boot entry while the host still runs its system. If every path is
-//     stalled, the watchdog decides after confirm_timeout, and the deployer
-//     asks until AskFor, then records what it learnt or that it does not
-//     know.
+//     stalled, the watchdog decides after confirm_timeout (once the
+//     activation has ended), and the deployer asks until AskFor, then
+//     records what it learnt or that it does not know; a path that comes
+//     back while the activation runs (within AskFor) finds the run going
+//     on.
 //   - A reset link: the lock session ends, and with it the lease; the
 //     deployer fails the node before it changes anything, or, after the
 //     activation, carries on over new logins (its watchdog keeps listening

@@ -340,6 +340,58 @@ func TestDeploySessionDroppedMidActivation(t *testing.T) {
 	}
 }
 
+// An activation that hangs, whose session dropped, is stopped at
+// activation_timeout, counted from its start, as one whose session held:
+// its unit stopped, the node rolled back, nothing of it left running (not
+// taken for one without systemd, "no exit status", and judged by the
+// verdict while it hangs on).
+func TestDeploySessionDroppedMidHungActivationTimesOut(t *testing.T) {
+	t.Parallel()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Hang})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var dropped sync.WaitGroup
+	dropped.Add(1)
+	go func() {
+		defer dropped.Done()
+		for ctx.Err() == nil && !strings.Contains(tg.Journal(), "reloading user units") {
+			time.Sleep(50 * time.Millisecond)
+		}
+		tg.Gate.SetMode(sshtest.GateOpen) // every established connection closes
+	}()
+	opts := deploy.Options{ActivationTimeout: 6 * time.Second, Verdict: deploy.VerdictSpec{ConfirmTimeout: 8 * time.Second, SettleTimeout: 2 * time.Second}}
+	r := deployer(t, opts).Deploy(ctx, []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+	cancel()
+	dropped.Wait()
+	wantPhase(t, r, deploy.PhaseRolledBack, "activation_timeout (6s)", "was stopped")
+	if got := r.Outcomes[deploy.CondActivated]; got.Reason != "ActivationTimedOut" {
+		t.Errorf("activation step %+v, want reason ActivationTimedOut", got)
+	}
+	// Its unit's client, whose session dropped, ends once the unit has
+	// recorded its end: a moment after it stopped.
+	var left []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		left = left[:0]
+		for _, p := range tg.Leftovers() {
+			if strings.Contains(p, "switch-to-configuration") {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, p := range left {
+		t.Errorf("the hung activation runs on 10s after the deploy: %s", p)
+	}
+	if tg.CurrentSystem() != old {
+		t.Errorf("host runs %s, want %s", tg.CurrentSystem(), old)
+	}
+}
+
 // The seed's edge case: a host whose login shell lacks the deployer's
 // tools on PATH still deploys, through the PATH fallback to the system's
 // sw/bin (where the tools are reached here only).

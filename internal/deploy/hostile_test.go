@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -314,12 +315,18 @@ func TestDeployTCPCheckGoesTheWaySSHDoes(t *testing.T) {
 }
 
 // A host that stops answering during its activation (it froze, or the
-// network to it died) is given up on once it has not answered for
-// confirm_timeout and a tick: no confirmation could reach it in time. The
-// deployer then asks it, over new logins, what its watchdog did: a host
-// that answers again within AskFor says it switched back (RolledBack, as
-// it happened); one that does not is recorded as not known, and a refresh
-// once it answers settles it. The deploy waits for neither
+// network to it died) cannot be sent a confirmation, but its watchdog does
+// not count confirm_timeout while the activation runs: once it has not
+// answered for confirm_timeout and a tick, the deployer keeps naming the
+// run and asks it, over new logins, what became of the run. A host that
+// answers again while its activation runs, nothing decided, is back: the
+// deployer waits for the activation and judges it as usual (an outage that
+// ends before the activation does is no reason to switch back). One whose
+// activation ended during the outage, its watchdog hearing no word for
+// confirm_timeout after that, says it switched back (RolledBack, as it
+// happened); one that does not answer within AskFor is recorded as not
+// known (the deployer stops naming the run, so the watchdog decides), and
+// a refresh once it answers settles it. The deploy waits for neither
 // activation_timeout nor keepalives. A host that answers again before
 // confirm_timeout is judged as usual.
 func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
@@ -328,29 +335,46 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 	}
 	t.Parallel()
 	for _, c := range []struct {
-		stall time.Duration
-		phase deploy.Phase
-		says  []string
+		stall, activation time.Duration
+		phase             deploy.Phase
+		says, notes       []string
 	}{
-		{time.Hour, deploy.PhaseUnknown, []string{"stopped answering during the activate step", "could not be asked", "switches the host back to "}},
-		{6 * time.Second, deploy.PhaseRolledBack, []string{"stopped answering during the activate step", "rolled back to "}},
-		{500 * time.Millisecond, deploy.PhaseSucceeded, nil},
+		{time.Hour, 4 * time.Second, deploy.PhaseUnknown, []string{"stopped answering during the activate step", "could not be asked", "switches the host back to "}, nil},
+		// The activation (4 s) ends 3 s into the outage: no word has
+		// reached the watchdog for longer than confirm_timeout (2 s) by
+		// then, and it switches back at once, whatever the deployer does.
+		{6 * time.Second, 4 * time.Second, deploy.PhaseRolledBack, []string{"stopped answering during the activate step", "rolled back to "}, nil},
+		// The outage (4 s) outlasts confirm_timeout and a tick, and ends
+		// 4 s before the activation (9 s) does: the watchdog, waiting for
+		// the activation, could not have decided, and the deploy passes.
+		{4 * time.Second, 9 * time.Second, deploy.PhaseSucceeded, nil, []string{"went silent for", "answered again"}},
+		{500 * time.Millisecond, 4 * time.Second, deploy.PhaseSucceeded, nil, nil},
 	} {
-		t.Run("stall="+c.stall.String(), func(t *testing.T) {
+		t.Run(fmt.Sprintf("stall=%s,activation=%s", c.stall, c.activation), func(t *testing.T) {
 			t.Parallel()
 			tg := nixtest.NewTarget(t)
 			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			tg.Boot(t, old)
-			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 4 * time.Second})
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: c.activation})
 			opts := deploy.Options{ActivationTimeout: 2 * time.Minute, Verdict: deploy.VerdictSpec{ConfirmTimeout: 2 * time.Second, SettleTimeout: 2 * time.Second}}
 			d := deployer(t, opts)
 			log := d.Options.Log
 			frozen := make(chan time.Time, 1)
 			gaveUp := make(chan time.Time, 1)
+			var mu sync.Mutex
+			var notes []string
 			d.Options.Log = func(e deploy.Event) {
 				log(e)
+				if e.Kind == deploy.EventNote {
+					mu.Lock()
+					notes = append(notes, e.Message)
+					mu.Unlock()
+				}
 				if e.Kind == deploy.EventNote && strings.Contains(e.Message, "the host answered no word") {
-					gaveUp <- time.Now()
+					select {
+					case gaveUp <- time.Now():
+					default:
+					}
 				}
 				if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepActivate {
 					time.AfterFunc(time.Second, func() {
@@ -372,13 +396,24 @@ func TestDeployHostThatStopsAnsweringMidActivation(t *testing.T) {
 				t.Fatalf("the host was never frozen: %+v", r)
 			}
 			wantPhase(t, r, c.phase, c.says...)
+			mu.Lock()
+			said := strings.Join(notes, " | ")
+			mu.Unlock()
+			for _, w := range c.notes {
+				if !strings.Contains(said, w) {
+					t.Errorf("the deploy's notes (%s) do not say %q", said, w)
+				}
+			}
 			if c.phase == deploy.PhaseSucceeded {
+				if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+					t.Errorf("host: current %s, boot %s; want %s", tg.CurrentSystem(), tg.BootEntry(), sys)
+				}
 				return
 			}
 			// Given up on confirm_timeout and a tick of the watchdog's
 			// clock after its last answer (a word before the freeze), with
-			// a few seconds for a busy machine: the watchdog has decided by
-			// then, no sooner.
+			// a few seconds for a busy machine: the watchdog may have
+			// decided by then (once the activation ended), no sooner.
 			givesUp := opts.Verdict.ConfirmTimeout + time.Second
 			select {
 			case at := <-gaveUp:

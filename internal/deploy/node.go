@@ -90,10 +90,11 @@ type nodeRun struct {
 	container, systemd bool
 	watch              bool // the host's watchdog switches an unconfirmed activation back
 	activation         activationState
-	attempt            int  // the activation's attempt (act.<attempt> on the host)
-	exit               int  // the activation's exit status; -1 while not known
-	sshWorks           bool // the host still takes logins (false once the verdict's new login failed)
-	silent             bool // the host stopped answering while the activation was judged: its outcome is settled
+	attempt            int       // the activation's attempt (act.<attempt> on the host)
+	attemptAt          time.Time // when the attempt's command was sent
+	exit               int       // the activation's exit status; -1 while not known
+	sshWorks           bool      // the host still takes logins (false once the verdict's new login failed)
+	silent             bool      // the host stopped answering while the activation was judged: its outcome is settled
 }
 
 // activationState is how far the activation got, for the record of an

@@ -244,17 +244,53 @@ func unknown(message string) *failure {
 // listening runs the work of a step between the activation and the
 // decision on it, while the host must keep acknowledging the deployer's
 // words (on its lock session, or a spare one). Once it has not for
-// Timing.HostGivesUp, no confirmation could reach it in time: the step
-// ends, and its outcome is asked of the host (hostWentSilent). Work that
-// ended well stands, whenever the silence began.
+// Timing.HostGivesUp, the work ends. After the activation, no
+// confirmation could reach the host in time: the step's outcome is asked
+// of the host (hostWentSilent). During it, the host's watchdog has not
+// begun to count (it waits for the activation's end), so the silence
+// alone decides nothing: the host is asked what became of the run, and
+// one that answers with nothing decided is back, and its activation goes
+// on (activationWentSilent). Work that ended well stands, whenever the
+// silence began.
 func (nr *nodeRun) listening(ctx context.Context, step StepName, work func(context.Context) error) error {
 	if !nr.watch {
 		return work(ctx)
 	}
+	// heard is when the host was last found back, answering over new
+	// logins: its words may take a while to come through again (a spare
+	// session logs in), and it has HostGivesUp from then to answer one.
+	var heard time.Time
+	for {
+		since, err := nr.untilSilent(ctx, heard, work)
+		switch {
+		case since.IsZero():
+			return err
+		case step != StepActivate:
+			return nr.hostWentSilent(ctx, step)
+		}
+		if work, err = nr.activationWentSilent(ctx, since); work == nil {
+			return err
+		}
+		heard = time.Now()
+	}
+}
+
+// untilSilent runs work until it ends, or until the host has answered no
+// word for HostGivesUp (nor, since heard, an ask): then work's context is
+// cancelled, and since says when the host went silent (zero when it did
+// not, when work ended well all the same, or when ctx ended).
+func (nr *nodeRun) untilSilent(ctx context.Context, heard time.Time, work func(context.Context) error) (since time.Time, err error) {
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	limit := nr.d.timing().HostGivesUp()
+	quiet := func() time.Duration {
+		if heard.IsZero() {
+			return nr.lock.Quiet()
+		}
+		return min(nr.lock.Quiet(), time.Since(heard))
+	}
 	stop, done := make(chan struct{}), make(chan struct{})
+	var silentSince time.Time // written before done closes, read after
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -264,37 +300,91 @@ func (nr *nodeRun) listening(ctx context.Context, step StepName, work func(conte
 			case <-stop:
 				return
 			case <-tick.C:
-				if nr.lock.Quiet() > limit {
+				if q := quiet(); q > limit {
+					silentSince = time.Now().Add(-q)
 					cancel(errHostSilent)
 					return
 				}
 			}
 		}
 	}()
-	err := work(lctx)
+	err = work(lctx)
 	close(stop)
 	<-done
 	if err == nil || ctx.Err() != nil || !errors.Is(context.Cause(lctx), errHostSilent) {
-		return err
+		return time.Time{}, err
 	}
-	return nr.hostWentSilent(ctx, step)
+	return silentSince, err
 }
 
 // hostWentSilent records a node whose host answered no word for
-// HostGivesUp during step: the deployer stops naming the run, so that the
-// host's watchdog decides (it switches back: no confirmation was sent),
-// and asks the host what it did.
+// HostGivesUp during step, after the activation: the deployer stops
+// naming the run, so that the host's watchdog decides (it switches back:
+// no confirmation was sent), and asks the host what it did.
 func (nr *nodeRun) hostWentSilent(ctx context.Context, step StepName) error {
+	nr.d.note(nr.n.Name, step, "the host answered no word for %s: asking it, over new logins, what its watchdog did", nr.d.timing().HostGivesUp())
+	return nr.leftToWatchdog(ctx, step)
+}
+
+// leftToWatchdog stops naming the run of a host that went silent during
+// step, asks the host what its watchdog did (see settle), and records
+// that.
+func (nr *nodeRun) leftToWatchdog(ctx context.Context, step StepName) error {
 	nr.lock.Watch(false)
 	nr.silent = true
-	t := nr.d.timing()
-	nr.d.note(nr.n.Name, step, "the host answered no word for %s: asking it, over new logins, what its watchdog did", t.HostGivesUp())
-	why := fmt.Sprintf("the host stopped answering during the %s step: nothing came back from it for longer than confirm_timeout (%s)", step, nr.d.confirmTimeout())
 	o, err := nr.settle(ctx, false)
 	if err != nil {
 		return err
 	}
-	return o.failure("HostStoppedAnswering", why+"; "+o.text, hostCutOff)
+	return o.failure("HostStoppedAnswering", nr.stoppedAnswering(step)+"; "+o.text, hostCutOff)
+}
+
+// stoppedAnswering says that the host went silent during step, for the
+// message of a node given up on.
+func (nr *nodeRun) stoppedAnswering(step StepName) string {
+	return fmt.Sprintf("the host stopped answering during the %s step: nothing came back from it for longer than confirm_timeout (%s)", step, nr.d.confirmTimeout())
+}
+
+// activationWentSilent is what becomes of the activation when its host
+// answered no word for HostGivesUp (since since) while the attempt's
+// command ran: that command's session is ended. The host's watchdog
+// counts confirm_timeout only once the activation has ended, so the run
+// may still pass: the deployer keeps naming it (the watchdog keeps
+// waiting for whatever words come through) and asks the host, over new
+// logins, what became of it, for up to AskFor. It cancels nothing: an
+// attempt that has not started may yet, and is waited for.
+//
+// A host that never answers is left to its watchdog: the deployer stops
+// naming the run, and the outcome is not known (asking again would only
+// wait as long once more). A host whose watchdog has decided is settled as
+// after a silence in any later step. A host that answers with nothing
+// decided is back: the attempt's exit status is waited for from the host,
+// as after a dropped session, and the work returned carries on with the
+// attempts after it, when it met a held switch lock; nil when the
+// activation has ended (recorded) or the node has failed (err).
+func (nr *nodeRun) activationWentSilent(ctx context.Context, since time.Time) (func(context.Context) error, error) {
+	t := nr.d.timing()
+	nr.d.note(nr.n.Name, StepActivate, "the host answered no word for %s during the activation, which its watchdog waits for before it counts confirm_timeout: asking it, over new logins, what became of the run", t.HostGivesUp())
+	act := fmt.Sprintf("act.%d", nr.attempt)
+	v, answered := nr.ask(ctx, t.AskFor(), func(agreement.View) bool { return true })
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case !answered:
+		nr.lock.Watch(false)
+		nr.silent = true
+		o := nr.notAsked(false)
+		return nil, o.failure("HostStoppedAnswering", nr.stoppedAnswering(StepActivate)+"; "+o.text, hostCutOff)
+	case v.Decision != "" || v.Watchdog == "refused" || v.Fate(act) == agreement.FateCancelled:
+		return nil, nr.leftToWatchdog(ctx, StepActivate)
+	}
+	nr.d.note(nr.n.Name, StepActivate, "the host went silent for %s during the activation and answered again, nothing decided: asking it how attempt %d of the activation ends",
+		time.Since(since).Round(100*time.Millisecond), nr.attempt)
+	if again, err := nr.endedOnHost(ctx, cutWhileSilent); !again || err != nil {
+		return nil, err
+	}
+	next := nr.attempt + 1
+	return func(ctx context.Context) error { return nr.attempts(ctx, next) }, nil
 }
 
 const hostCutOff = "the host froze, went down or was cut off from this machine during the deploy: check it"
@@ -335,16 +425,8 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 		nr.r.CurrentSystem = v.Current
 	}
 	switch {
-	case !answered && confirmSent:
-		return settled{phase: PhaseUnknown, text: fmt.Sprintf("the host could not be asked (for %s) whether the confirmation reached it: if it did, the host keeps %s, with its boot entry not made; if not, the host's watchdog switches it back to %s once confirm_timeout (%s) has passed since this deployer's last word",
-			t.AskFor(), sys, prev, nr.d.confirmTimeout())}, nil
 	case !answered:
-		when := "once the activation has ended and confirm_timeout (%s) has passed since this deployer's last word"
-		if nr.activation == activationEnded {
-			when = "once confirm_timeout (%s) has passed since this deployer's last word"
-		}
-		return settled{phase: PhaseUnknown, text: fmt.Sprintf("the host could not be asked what its watchdog did (for %s): unless that watchdog fails, it switches the host back to %s "+when,
-			t.AskFor(), prev, nr.d.confirmTimeout())}, nil
+		return nr.notAsked(confirmSent), nil
 	case v.Fate(act) == agreement.FateCancelled || v.Watchdog == "refused":
 		nr.activation = notActivated
 		return settled{phase: PhaseFailed, text: "the activation never started on the host (it is cancelled there): nothing was activated; the host runs " + orNone(v.Current)}, nil
@@ -372,18 +454,43 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 		state, orNone(v.Current), prev)}, nil
 }
 
+// notAsked is what becomes of an activation whose host could not be
+// asked, for AskFor, what its watchdog did. confirmSent says a
+// confirmation was sent, which may have reached the host.
+func (nr *nodeRun) notAsked(confirmSent bool) settled {
+	t := nr.d.timing()
+	prev, sys := orNone(nr.r.PreviousSystem), nr.n.System
+	if confirmSent {
+		return settled{phase: PhaseUnknown, text: fmt.Sprintf("the host could not be asked (for %s) whether the confirmation reached it: if it did, the host keeps %s, with its boot entry not made; if not, the host's watchdog switches it back to %s once confirm_timeout (%s) has passed since this deployer's last word",
+			t.AskFor(), sys, prev, nr.d.confirmTimeout())}
+	}
+	when := "once the activation has ended and confirm_timeout (%s) has passed since this deployer's last word"
+	if nr.activation == activationEnded {
+		when = "once confirm_timeout (%s) has passed since this deployer's last word"
+	}
+	return settled{phase: PhaseUnknown, text: fmt.Sprintf("the host could not be asked what its watchdog did (for %s): unless that watchdog fails, it switches the host back to %s "+when,
+		t.AskFor(), prev, nr.d.confirmTimeout())}
+}
+
 // activate runs switch-to-configuration test, after the system profile
 // (not for goal test, which leaves the boot default alone, as nixos-rebuild
 // test does) and the host-side watchdog that rolls an unconfirmed
 // activation back, all in one round trip, fenced by the host; a held
 // switch lock (exit 11) is retried like the boot lock.
 func (nr *nodeRun) activate(ctx context.Context) error {
+	nr.activation = activationSent
+	return nr.attempts(ctx, 1)
+}
+
+// attempts runs the activation's attempts from the one numbered from on
+// (a later one follows an attempt that met a held switch lock).
+func (nr *nodeRun) attempts(ctx context.Context, from int) error {
 	d := nr.d
 	a := agreement.Activation{Run: nr.run(), System: nr.n.System, Previous: nr.r.PreviousSystem, SetProfile: d.Options.Goal != GoalTest,
 		Watch: nr.watch, Systemd: nr.systemd, Container: nr.container, Timing: d.timing()}
-	nr.activation = activationSent
-	for nr.attempt = 1; ; nr.attempt++ {
+	for nr.attempt = from; ; nr.attempt++ {
 		a.Attempt = nr.attempt
+		nr.attemptAt = time.Now()
 		actx, cancel := context.WithTimeout(ctx, d.activationTimeout())
 		out, err := output(nr.c.Command(actx, a.Script()))
 		expired := actx.Err() != nil && ctx.Err() == nil
@@ -410,13 +517,7 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 			nr.activation = notActivated
 			return fail(exit, "ActivationFailed", "cannot prepare the activation: "+msg, "")
 		case expired:
-			msg := fmt.Sprintf("the activation did not finish within activation_timeout (%s)", d.activationTimeout())
-			if nr.systemd {
-				msg += "; " + d.stopActivation(nr.c, nr.run())
-			}
-			f := fail(1, "ActivationTimedOut", msg, "a unit of the new system does not start; on a container RuntimeMaxSec=180 ends the activation first")
-			f.rollback = true
-			return f
+			return nr.activationTimedOut()
 		}
 		if again, err := nr.lockedAgain(ctx, exit, ""); again || err != nil {
 			if err != nil {
@@ -424,38 +525,67 @@ func (nr *nodeRun) activate(ctx context.Context) error {
 			}
 			continue
 		}
-		reason := activationReason(exit)
 		switch exit {
 		case 255:
 			// Decided from the host, not from the exit status the drop
 			// lost: the activation runs on, and records its exit status
 			// there.
 			d.note(nr.n.Name, StepActivate, "the SSH session dropped during activation%s; asking the host how the activation ended", said(msg))
-			var err error
-			if exit, msg, err = nr.activationFromHost(ctx); err != nil {
-				return err
-			}
-			if again, err := nr.lockedAgain(ctx, exit, ", as the host recorded"); again || err != nil {
-				if err != nil {
-					return err
-				}
+			again, err := nr.endedOnHost(ctx, sessionDropped)
+			if again {
 				continue
 			}
-			reason = activationReason(exit)
-			if exit >= 0 {
-				reason += "AfterSessionDropped"
-			}
+			return err
 		case 0:
 			msg = "switch-to-configuration test succeeded"
 		default:
 			nr.activationSaid = msg
 			msg = fmt.Sprintf("switch-to-configuration test exited %d: %s", exit, msg)
 		}
-		nr.activation = activationEnded
-		nr.exit = exit
-		nr.r.Outcomes[CondActivated] = Outcome{Passed: exit == 0, Reason: reason, Message: msg}
+		nr.recordActivation(exit, activationReason(exit), msg)
 		return nil
 	}
+}
+
+// recordActivation records how the activation ended.
+func (nr *nodeRun) recordActivation(exit int, reason, msg string) {
+	nr.activation = activationEnded
+	nr.exit = exit
+	nr.r.Outcomes[CondActivated] = Outcome{Passed: exit == 0, Reason: reason, Message: msg}
+}
+
+// cutOff is how an attempt of the activation lost its session before it
+// said how the activation ended: the host says it instead.
+type cutOff struct {
+	says   string // what happened, to begin a sentence
+	reason string // what the outcome's reason adds
+}
+
+var (
+	sessionDropped = cutOff{says: "the SSH session dropped", reason: "AfterSessionDropped"}
+	// cutWhileSilent: the host answered no word for HostGivesUp, and the
+	// deployer ended the session (see activationWentSilent).
+	cutWhileSilent = cutOff{says: "the host went silent and the session was ended", reason: "AfterHostWentSilent"}
+)
+
+// endedOnHost asks the host how this attempt of the activation ended,
+// once its session was cut off (see activationFromHost), and records it;
+// again says the attempt met a held switch lock, and the next one
+// follows.
+func (nr *nodeRun) endedOnHost(ctx context.Context, cut cutOff) (again bool, err error) {
+	exit, msg, err := nr.activationFromHost(ctx, cut)
+	if err != nil {
+		return false, err
+	}
+	if again, err := nr.lockedAgain(ctx, exit, ", as the host recorded"); again || err != nil {
+		return again && err == nil, err
+	}
+	reason := activationReason(exit)
+	if exit >= 0 {
+		reason += cut.reason
+	}
+	nr.recordActivation(exit, reason, msg)
+	return false, nil
 }
 
 // lockedAgain says whether an attempt of the activation that exited exit
@@ -475,14 +605,17 @@ func (nr *nodeRun) lockedAgain(ctx context.Context, exit int, how string) (bool,
 }
 
 // activationFromHost asks the host, over new logins, how the activation
-// of this attempt ended, once its session dropped: it runs on in its unit
-// and records its exit status there. An activation that never started
-// (the command that starts it ended first) is cancelled on the host, so
-// that it never does. Without systemd nothing outlived the session: exit
-// -1, and what the host runs decides (the verdict).
-func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, error) {
+// of this attempt ended, once its session was cut off (cut says how): it
+// runs on in its unit and records its exit status there. An activation
+// that never started (the command that starts it ended first) is
+// cancelled on the host, so that it never does. Without systemd nothing
+// outlived the session: exit -1, and what the host runs decides (the
+// verdict).
+func (nr *nodeRun) activationFromHost(ctx context.Context, cut cutOff) (int, string, error) {
 	act, unit := fmt.Sprintf("act.%d", nr.attempt), fmt.Sprintf("unit.%d", nr.attempt)
-	total := nr.d.activationTimeout()
+	// What is left of activation_timeout, counted from the attempt's
+	// start, as for an attempt whose session did not drop.
+	total := max(nr.d.activationTimeout()-time.Since(nr.attemptAt), time.Second)
 	if !nr.systemd {
 		total = min(total, 5*time.Second)
 	}
@@ -511,16 +644,16 @@ func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, error) 
 	case ctx.Err() != nil:
 		return -1, "", ctx.Err()
 	case !answered:
-		f := unknown(fmt.Sprintf("the SSH session dropped during the activation, and the host could not be asked how it went (for %s): %s",
-			nr.d.timing().AskFor(), nr.unconfirmed()))
+		f := unknown(fmt.Sprintf("%s during the activation, and the host could not be asked how it went (for %s): %s",
+			cut.says, nr.d.timing().AskFor(), nr.unconfirmed()))
 		nr.silent = true
 		return -1, "", f
 	case v.Fate(act) == agreement.FateCancelled:
 		nr.activation = notActivated
-		return -1, "", fail(255, "ConnectionLost", "the SSH session dropped before the activation reached the host (it is cancelled there): nothing was activated", "the next apply retries this node")
+		return -1, "", fail(255, "ConnectionLost", cut.says+" before the activation reached the host (it is cancelled there): nothing was activated", "the next apply retries this node")
 	case neverStarts(v):
 		nr.activation = notActivated
-		f := fail(255, "ConnectionLost", "the SSH session dropped before the activation started (it is cancelled on the host): nothing was activated", "the next apply retries this node")
+		f := fail(255, "ConnectionLost", cut.says+" before the activation started (it is cancelled on the host): nothing was activated", "the next apply retries this node")
 		f.rollback = nr.watch // the watchdog points the system profile back
 		return -1, "", f
 	case ended(v):
@@ -529,9 +662,28 @@ func (nr *nodeRun) activationFromHost(ctx context.Context) (int, string, error) 
 			nr.activation = notActivated
 			return -1, "", leaseLost("the activation", why, "nothing was activated")
 		}
-		return rc, fmt.Sprintf("the SSH session dropped during activation; the host recorded exit %d: %s", rc, v.Output), nil
+		return rc, fmt.Sprintf("%s during activation; the host recorded exit %d: %s", cut.says, rc, v.Output), nil
 	}
-	return -1, "the SSH session dropped during activation; the host kept no exit status (no systemd kept the activation alive)", nil
+	if nr.systemd && v.Fate(unit) == agreement.FateStarted {
+		// Its unit runs on past activation_timeout: stopped, as one
+		// whose session did not drop.
+		return -1, "", nr.activationTimedOut()
+	}
+	return -1, cut.says + " during activation; the host kept no exit status (no systemd kept the activation alive)", nil
+}
+
+// activationTimedOut fails an activation that did not finish within
+// activation_timeout: its unit is stopped where systemd runs, and the
+// node is rolled back.
+func (nr *nodeRun) activationTimedOut() *failure {
+	d := nr.d
+	msg := fmt.Sprintf("the activation did not finish within activation_timeout (%s)", d.activationTimeout())
+	if nr.systemd {
+		msg += "; " + d.stopActivation(nr.c, nr.run())
+	}
+	f := fail(1, "ActivationTimedOut", msg, "a unit of the new system does not start; on a container RuntimeMaxSec=180 ends the activation first")
+	f.rollback = true
+	return f
 }
 
 func (nr *nodeRun) leavesActivation(during bool) string {

@@ -99,8 +99,9 @@ var (
 	verdictInput = nestedInput{name: "verdict", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"confirm_timeout": optionalString("How long the host's watchdog waits, once the activation has ended, without a word from the deployer before switching the host back, as a Go duration of at least 1s. Default `30s`. "+
 			"The deployer speaks to the host at least once a second while it judges (however long `settle_timeout` and the checks take), so a verdict that passes is never undone for being slow; "+
-			"a host that stops answering for this long (and a second) during the activation or verdict has switched itself back, unless a confirmation reached it: the deployer asks it over new logins what it did, "+
-			"and records that (`RolledBack`), or, when it cannot be asked, `Unknown`, which the next refresh settles.",
+			"a host that stops answering for this long (and a second) during the verdict has switched itself back, unless a confirmation reached it: the deployer asks it over new logins what it did, "+
+			"and records that (`RolledBack`), or, when it cannot be asked, `Unknown`, which the next refresh settles. "+
+			"During the activation the same silence decides nothing (the watchdog waits for the activation's end): the deployer asks the host over new logins, and one that answers with nothing decided carries on.",
 			durationValidator{least: time.Second}),
 		"settle_timeout": optionalString("How long `systemctl is-system-running --wait` may take, as a Go duration of at least 1s. Default `90s`.",
 			durationValidator{least: time.Second}),
