@@ -96,7 +96,25 @@ type config struct {
 	sshdOpts  []sshtest.SSHDOption
 	bareLogin bool
 	user      string
+	shell     Shell
 }
+
+// Shell is which shell a target's scripts run under.
+type Shell string
+
+const (
+	// ShellDefault is Debian's: the login shell bash, sh dash.
+	ShellDefault Shell = ""
+	// ShellBash is NixOS's: the login shell bash, and sh bash too (in its
+	// POSIX mode, as bash runs when called sh).
+	ShellBash Shell = "bash"
+	// ShellDash runs dash for both: the login shell (bash, in the
+	// target's mount namespace, is dash) and sh.
+	ShellDash Shell = "dash"
+)
+
+// WithShell makes the target's scripts run under sh: see Shell.
+func WithShell(sh Shell) Option { return func(c *config) { c.shell = sh } }
 
 // WithLoginUser makes user (see sshtest.LoginUser and SudoUser) the only
 // one the target lets in, and its User: a host whose deploy user is not
@@ -214,6 +232,15 @@ func NewTarget(tb TB, opts ...Option) *Target {
 	}
 	if cfg.systemd {
 		setup = append(setup, "mkdir -p /run/systemd/system")
+	}
+	switch cfg.shell {
+	case ShellBash:
+		setup = append(setup, "mount --bind \"$(command -v bash)\" \"$(readlink -f /bin/sh)\"")
+	case ShellDash:
+		setup = append(setup, "mount --bind \"$(readlink -f /bin/sh)\" \"$(command -v bash)\"")
+	case ShellDefault:
+	default:
+		tb.Fatalf("nixtest: WithShell(%q): want ShellDefault, ShellBash or ShellDash", cfg.shell)
 	}
 	t.NS.Run(tb, "/bin/sh", "-ec", strings.Join(setup, "\n"))
 	t.initStore(tb)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -815,4 +816,34 @@ func eventually(within time.Duration, ok func() bool) bool {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// WithShell: NixOS's shells (bash for the login shell and for sh), or
+// dash for both, besides Debian's default (bash to log in, dash for sh).
+func TestTargetShells(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		shell     Shell
+		login, sh string
+	}{
+		{ShellDefault, "bash", "dash"},
+		{ShellBash, "bash", "bash"},
+		{ShellDash, "dash", "dash"},
+	} {
+		name := string(c.shell)
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := newDeployer(t, NewTarget(t, WithShell(c.shell)))
+			which := `if [ -n "${BASH_VERSION:-}" ]; then echo bash; else echo dash; fi`
+			if got := strings.TrimSpace(d.must(which)); got != c.login {
+				t.Errorf("the login shell is %s, want %s", got, c.login)
+			}
+			if got := strings.TrimSpace(d.must("sh -c " + shell.Quote(which))); got != c.sh {
+				t.Errorf("sh is %s, want %s", got, c.sh)
+			}
+		})
+	}
 }

@@ -145,6 +145,11 @@ const unitRunnerScript = `#!/bin/sh
 dir=$1 max=$2
 shift 2
 unit=${dir##*/}
+# The runner is systemd's, not the client's: the signals of the session
+# that started the unit (a dropped SSH session, a broken pipe) do not end
+# it, as they do not end a unit. Caught, not ignored: an ignored signal
+# would stay ignored in the unit's command.
+trap : HUP INT PIPE
 while IFS= read -r kv; do
 	export "$kv"
 done < "$dir/env"
@@ -160,6 +165,11 @@ exec 3<&-
 echo "$main" > "$dir/pid"
 wait "$main"
 st=$?
+# A caught signal ends the wait, not the command: wait again.
+while [ "$st" -gt 128 ] && kill -0 "$main" 2>/dev/null; do
+	wait "$main"
+	st=$?
+done
 if [ "$max" -gt 0 ] && [ "$st" -eq 124 ]; then
 	result=timeout client=1
 	echo "$unit: Service reached runtime time limit. Stopping."
