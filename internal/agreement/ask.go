@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 // Fate is what became of one of a run's actions on the host.
@@ -61,33 +59,12 @@ func (v View) Attempt(attempt int) (int, bool) {
 // askScript prints what Ask reads. cancel names actions to cancel first,
 // if they have not started.
 func askScript(run string, cancel []string) string {
-	d := shell.Quote(StateDir + "/" + run)
-	var b strings.Builder
-	if len(cancel) > 0 {
-		b.WriteString("mkdir -p " + d)
-		for _, a := range cancel {
-			b.WriteString(" && { ln -s " + string(FateCancelled) + " " + d + "/" + shell.Quote(a+".fate") + " 2>/dev/null; :; }")
-		}
-		b.WriteString("\n")
-	}
-	// The run's records first, what the host runs after: a record is
-	// written once its switch is done, so the system read after it is
-	// never one from before that switch.
-	fmt.Fprintf(&b, `d=%[1]s
-fleet_t=; read -r fleet_t fleet_p < %[3]s 2>/dev/null; echo "lease=$fleet_t"
-for f in "$d"/*.fate; do [ -L "$f" ] && echo "fate=$(basename "$f" .fate) $(readlink "$f")"; done
-for f in "$d"/*.pid; do [ -f "$f" ] && read -r p < "$f" && kill -0 "$p" 2>/dev/null && echo "acting=$(basename "$f" .pid)"; done
-for k in activated watchdog rolledback; do v=; [ -f "$d/$k" ] && read -r v < "$d/$k" && echo "$k=$v"; done
-[ -L "$d/decision" ] && echo "decision=$(readlink "$d/decision")"
-for f in "$d"/activated.*; do [ -f "$f" ] && read -r v < "$f" && echo "attempt=${f##*.} $v"; done
-for f in "$d"/booted.*; do [ -f "$f" ] && read -r v < "$f" && echo "booted=${f##*.} $v"; done
-[ -f "$d/output" ] && tail -n 3 "$d/output" | sed 's/^/output=/'
-if flock -n -x %[4]s true 2>/dev/null; then echo released=yes; fi
-echo "current=$(readlink -f /run/current-system)"
-echo "profile=$(readlink -f %[5]s)"
-%[2]s
-echo end=.`, d, strings.Replace(readSucceeded, `printf '%s\n' "$fleet_ok"`, `echo "succeeded=$fleet_ok"`, 1), LeaseFile, GuardFile, ProfilePath)
-	return Remote(b.String())
+	return Remote(render(askTmpl, struct {
+		hostNames
+		Dir       string
+		Cancel    []string
+		Cancelled Fate
+	}{hostNames: theHost, Dir: StateDir + "/" + run, Cancel: cancel, Cancelled: FateCancelled}))
 }
 
 // Ask asks host, over a new login, what became of run, after cancelling

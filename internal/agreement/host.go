@@ -1,9 +1,11 @@
 package agreement
 
 import (
+	"embed"
 	"fmt"
 	"strconv"
 	"strings"
+	"text/template"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
@@ -104,41 +106,29 @@ func MarkScript(system string) string {
 // leaseCheck, has seen no word of the lease for leaseMisses looks; either
 // way the lease ends and its files go.
 func takeScript(run, holder string, waitSeconds int, t Timing) string {
-	r := shell.Quote(run)
-	return Remote(fmt.Sprintf(`exec 9>>%[1]s 8>>%[2]s || exit 2
-end=
-until flock -n 9; do
-[ -n "$end" ] || end=$(($(date +%%s) + %[3]d))
-[ "$(date +%%s)" -lt "$end" ] || { echo "busy $(cat %[4]s 2>/dev/null)"; exit 3; }
-echo "wait $(cat %[4]s 2>/dev/null)"; sleep 0.5
-done
-fleet_end() { trap - EXIT; trap '' HUP PIPE TERM INT; [ -z "$fleet_keeper" ] || kill $fleet_keeper 2>/dev/null; fleet_t=; read -r fleet_t fleet_p < %[5]s 2>/dev/null; [ "$fleet_t" != %[12]s ] || rm -f %[5]s %[6]s %[4]s; }
-fleet_keeper=
-trap 'fleet_end; exit 1' HUP PIPE TERM INT
-trap fleet_end EXIT
-rm -f %[5]s %[6]s
-until flock -n 8; do
-[ -n "$end" ] || end=$(($(date +%%s) + %[3]d))
-[ "$(date +%%s)" -lt "$end" ] || { echo %[7]s; exit 3; }
-echo %[8]s; sleep 0.5
-done
-set -- %[9]s/*/
-[ $# -le %[10]d ] || ls -1dt %[9]s/*/ 2>/dev/null | tail -n +%[11]d | while read -r old; do rm -rf "$old"; done
-mkdir -p %[9]s/%[12]s && printf '%%s %%s\n' %[12]s $$ > %[5]s.new && mv -f %[5]s.new %[5]s || exit 2
-exec 8>&-
-printf '%%s\n' %[13]s > %[4]s; echo locked
-%[14]s
-echo %[15]s
-echo start > %[6]s; fleet_me=$$
-( fleet_p=; fleet_m=0
-while sleep %[16]s; do
-fleet_c=; read -r fleet_c < %[6]s
-if [ "$fleet_c" != "$fleet_p" ]; then fleet_p=$fleet_c fleet_m=0; else fleet_m=$((fleet_m+1)); [ $fleet_m -lt %[17]d ] || { kill -TERM $fleet_me; exit 0; }; fi
-done ) 9>&- </dev/null >/dev/null 2>&1 &
-fleet_keeper=$!
-%[18]s`, LockFile, GuardFile, waitSeconds, HolderFile, LeaseFile, WordsFile,
-		shell.Quote("busy "+guardHolder), shell.Quote("wait "+guardHolder), StateDir, keptRuns, keptRuns+1,
-		r, shell.Quote(holder), readScript, readEnd, strconv.FormatFloat(t.leaseCheck().Seconds(), 'f', -1, 64), leaseMisses, wordLoop(true)))
+	return Remote(render(takeTmpl, struct {
+		hostNames
+		Run, Holder, GuardHolder string
+		WaitSeconds              int
+		KeptRuns, FirstPruned    int
+		Read, ReadEnd            string
+		LeaseCheck               string
+		LeaseMisses              int
+		Words                    string
+	}{
+		hostNames:   theHost,
+		Run:         run,
+		Holder:      holder,
+		GuardHolder: guardHolder,
+		WaitSeconds: waitSeconds,
+		KeptRuns:    keptRuns,
+		FirstPruned: keptRuns + 1,
+		Read:        readScript,
+		ReadEnd:     readEnd,
+		LeaseCheck:  strconv.FormatFloat(t.leaseCheck().Seconds(), 'f', -1, 64),
+		LeaseMisses: leaseMisses,
+		Words:       wordLoop(true),
+	}))
 }
 
 // wordLoop reads the deployer's words, a line each, until its standard
@@ -156,34 +146,11 @@ fleet_keeper=$!
 // file may name a pid another process has since). Only the shell's
 // builtins for words: they come every second or more often.
 func wordLoop(keeps bool) string {
-	lease := ""
-	if keeps {
-		lease = `fleet_t=; read -r fleet_t fleet_p < ` + LeaseFile + ` 2>/dev/null
-if [ "$fleet_t" = "$fleet_r" ]; then fleet_n=$((fleet_n+1)); echo "$fleet_n" > ` + WordsFile + `; fi
-`
-	}
-	return `fleet_n=0
-while read -r fleet_w fleet_r; do
-case $fleet_r in ''|*[!0-9a-f]*) continue ;; esac
-fleet_dir=` + StateDir + `/$fleet_r
-case $fleet_w in
-h|w)
-` + lease + `[ "$fleet_w" != w ] || [ ! -p "$fleet_dir/wake" ] || printf 'h\n' 1<>"$fleet_dir/wake"
-echo ack ;;
-c|r)
-fleet_x=` + DecisionRollback + `; [ "$fleet_w" != c ] || fleet_x=` + DecisionConfirm + `
-if [ ! -d "$fleet_dir" ]; then fleet_d=unknown
-elif ln -s $fleet_x "$fleet_dir/decision" 2>/dev/null; then fleet_d=$fleet_x
-else fleet_d=$(readlink "$fleet_dir/decision"); fi
-[ ! -p "$fleet_dir/wake" ] || printf 'd\n' 1<>"$fleet_dir/wake"
-[ "$fleet_d" != ` + DecisionConfirm + ` ] || flock -w ` + watchdogLetGoText + ` -x ` + GuardFile + ` true 2>/dev/null
-echo "decided $fleet_r $fleet_d" ;;
-b)
-fleet_t=; read -r fleet_t fleet_p < ` + LeaseFile + ` 2>/dev/null
-[ "$fleet_t" != "$fleet_r" ] || flock -n -s ` + LockFile + ` true 2>/dev/null || kill -TERM "$fleet_p" 2>/dev/null
-echo ack ;;
-esac
-done`
+	return render(wordsTmpl, struct {
+		hostNames
+		Keeps         bool
+		WatchdogLetGo string
+	}{hostNames: theHost, Keeps: keeps, WatchdogLetGo: watchdogLetGoText})
 }
 
 // watchdogLetGoText bounds, in seconds, how long a confirmation waits for
@@ -204,16 +171,10 @@ func spareScript() string { return Remote(wordLoop(false)) }
 // fate ("started", made once: an action the deployer cancelled, or one
 // that ran already, is refused). A refusal prints FencedMarker and why,
 // and exits FencedExit.
-const fenceScript = `fleet_fence() {
-mkdir -p ` + StateDir + `/"$1" && exec 8>>` + GuardFile + ` && flock -s 8 || { echo "` + FencedMarker + `the guard could not be taken" >&2; exit ` + fencedExitText + `; }
-if flock -n -s ` + LockFile + ` true 2>/dev/null; then echo "` + FencedMarker + `no deployment holds the host's deploy lock: this deployer's lease on it had ended" >&2; exit ` + fencedExitText + `; fi
-fleet_t=; read -r fleet_t fleet_p < ` + LeaseFile + ` 2>/dev/null
-[ "$fleet_t" = "$1" ] || { echo "` + FencedMarker + `another deployment's lease holds the host's deploy lock: this deployer's had ended" >&2; exit ` + fencedExitText + `; }
-ln -s started ` + StateDir + `/"$1/$2.fate" 2>/dev/null || { echo "` + FencedMarker + `the $2 of this run was cancelled by its deployer, or ran already" >&2; exit ` + fencedExitText + `; }
-}
-`
-
-const fencedExitText = "75"
+//
+// It ends with a newline: the fenced script follows, from its first line
+// "fleet_fence RUN ACTION".
+var fenceScript = render(fenceTmpl, theHost) + "\n"
 
 // Markers a remote script prints on standard error to say which of its
 // steps failed.
@@ -249,28 +210,38 @@ type Activation struct {
 // where systemd runs (RuntimeMaxSec=180 in a container) so that it
 // outlives the session.
 func (a Activation) Script() string {
-	var b strings.Builder
-	b.WriteString(fenceScript)
-	fmt.Fprintf(&b, "fleet_fence %s act.%d\necho $$ > %s/act.%d.pid\n", shell.Quote(a.Run), a.Attempt, shell.Quote(StateDir+"/"+a.Run), a.Attempt)
+	profile, watchdog := "", ""
 	if a.Attempt == 1 {
 		if a.SetProfile {
-			b.WriteString(profileScript(a.System) + "\n")
+			profile = profileScript(a.System)
 		}
 		if a.Watch {
-			b.WriteString("(\n" + a.startWatchdog() + "\n) || { echo " + shell.Quote(PrepareFailed) + " >&2; exit 1; }\n")
+			watchdog = a.startWatchdog()
 		}
 	}
-	cmd := "sh -c " + shell.Quote(a.unitScript())
-	if a.Systemd {
-		props := ""
-		if a.Container {
-			props = " -p RuntimeMaxSec=180"
-		}
-		cmd = "systemd-run --collect --pipe --quiet --no-ask-password --service-type=exec --unit=" + shell.Quote(ActivationUnit(a.Run)) + props + " " + cmd
-	}
-	b.WriteString(cmd)
-	return Remote(b.String())
+	return Remote(fenceScript + render(actTmpl, struct {
+		Run, Dir, Unit         string
+		Attempt                int
+		Profile, StartWatchdog string
+		PrepareFailed          string
+		Systemd, Container     bool
+		UnitScript             string
+	}{
+		Run:           a.Run,
+		Dir:           a.dir(),
+		Unit:          ActivationUnit(a.Run),
+		Attempt:       a.Attempt,
+		Profile:       profile,
+		StartWatchdog: watchdog,
+		PrepareFailed: PrepareFailed,
+		Systemd:       a.Systemd,
+		Container:     a.Container,
+		UnitScript:    a.unitScript(),
+	}))
 }
+
+// dir is the run's directory on the host.
+func (a Activation) dir() string { return StateDir + "/" + a.Run }
 
 // ActivationUnit and WatchdogUnit name a run's transient units on a host.
 func ActivationUnit(run string) string { return "fleet-activate-" + run }
@@ -297,17 +268,18 @@ func WatchdogUnit(run string) string { return "fleet-watchdog-" + run }
 // file's (a line that starts with "[" as a section header, and the unit
 // fails to load).
 func (a Activation) unitScript() string {
-	return strings.ReplaceAll(fmt.Sprintf(`d=%[1]s; exec 8>>%[2]s && flock -s 8 || exit 1
-fleet_t=; read -r fleet_t fleet_p < %[3]s 2>/dev/null
-echo $$ > "$d/unit.%[8]d.pid"
-if [ "$fleet_t" != %[4]s ]; then echo "%[5]sthis deployer's lease on the host's deploy lock ended before the activation started" > "$d/output"; rc=%[6]s
-elif flock -n -s %[10]s true 2>/dev/null; then echo "%[5]sno deployment holds the host's deploy lock: this deployer's lease on it ended before the activation started" > "$d/output"; rc=%[6]s
-elif ! ln -s started "$d/unit.%[8]d.fate" 2>/dev/null; then echo "%[5]sthe activation was cancelled before it started" > "$d/output"; rc=%[6]s
-elif [ -L "$d/decision" ]; then echo "%[5]sthe activation was decided on before it started" > "$d/output"; rc=%[6]s
-else %[7]s/bin/switch-to-configuration test >"$d/output" 2>&1 & echo $! > "$d/unit.%[8]d.stc"; wait $!; rc=$?; fi
-{ echo "$rc" > "$d/activated.%[8]d" && { [ "$rc" = %[9]d ] || echo "$rc" > "$d/activated"; }; } || { echo %[11]s >> "$d/output"; echo 1 > "$d/activated"; rc=1; }
-[ ! -p "$d/wake" ] || printf 'a\n' 1<>"$d/wake"; tail -n 5 "$d/output" >&2; exit "$rc"`,
-		shell.Quote(StateDir+"/"+a.Run), GuardFile, LeaseFile, shell.Quote(a.Run), FencedMarker, fencedExitText, shell.Quote(a.System), a.Attempt, SwitchLockedExit, LockFile, shell.Quote(RecordFailed)), "\n", "; ")
+	return strings.ReplaceAll(render(unitTmpl, struct {
+		hostNames
+		Run, Dir, System, RecordFailed string
+		Attempt                        int
+	}{
+		hostNames:    theHost,
+		Run:          a.Run,
+		Dir:          a.dir(),
+		System:       a.System,
+		RecordFailed: RecordFailed,
+		Attempt:      a.Attempt,
+	}), "\n", "; ")
 }
 
 // startWatchdog runs the watchdog in the background, as a transient unit
@@ -317,19 +289,16 @@ else %[7]s/bin/switch-to-configuration test >"$d/output" 2>&1 & echo $! > "$d/un
 // to systemd-run on its command line, its lines would be written into the
 // transient unit's file and read as the file's.
 func (a Activation) startWatchdog() string {
-	dir := shell.Quote(StateDir + "/" + a.Run)
-	file := shell.Quote(StateDir + "/" + a.Run + "/watchdog.sh")
-	write := "printf '%s\\n' " + shell.Quote(pathFallback+a.watchdogScript()) + " > " + file + " || exit 1\n"
-	start := ""
-	if a.Systemd {
-		start = "systemd-run --collect --quiet --no-ask-password --unit=" + shell.Quote(WatchdogUnit(a.Run)) + " sh " + file + " || exit 1"
-	} else {
-		// Only the background command itself, with every stream
-		// redirected: a backgrounded list would keep the session's
-		// output open.
-		start = "nohup sh " + file + " </dev/null >/dev/null 2>&1 &"
-	}
-	return write + start + "\nn=0; while [ ! -e " + dir + "/guarded ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done; [ -e " + dir + "/guarded ]"
+	return render(startWatchdogTmpl, struct {
+		Dir, File, Script, Unit string
+		Systemd                 bool
+	}{
+		Dir:     a.dir(),
+		File:    a.dir() + "/watchdog.sh",
+		Script:  pathFallback + a.watchdogScript(),
+		Unit:    WatchdogUnit(a.Run),
+		Systemd: a.Systemd,
+	})
 }
 
 // watchdogScript waits for the activation to end, then for the decision
@@ -356,72 +325,23 @@ func (a Activation) startWatchdog() string {
 // for a word ("h"), the activation's end ("a") and a decision ("d"); a
 // tick each second for its clock, read from /proc/uptime in hundredths.
 func (a Activation) watchdogScript() string {
-	return fmt.Sprintf(`d=%[1]s
-exec 8>>%[2]s && flock -s 8 || exit 1
-[ "$(readlink "$d/act.1.fate")" = started ] || { echo refused > "$d/watchdog"; exit 0; }
-rm -f "$d/wake"; mkfifo -m 600 "$d/wake" && exec 7<>"$d/wake" || exit 1
-echo waiting > "$d/watchdog"; : > "$d/guarded"
-( while sleep %[3]d; do echo t || exit 0; done ) 7>&- 8>&- </dev/null >"$d/wake" 2>/dev/null &
-fleet_tick=$!
-trap 'kill $fleet_tick 2>/dev/null' EXIT
-fleet_now() { IFS='. ' read -r fleet_s fleet_c fleet_x </proc/uptime; fleet_up=$((fleet_s * 100 + 1$fleet_c - 100)); }
-fleet_over() {
-[ -z "$fleet_done" ] || return 0
-[ -f "$d/activated" ] || [ $((fleet_up - fleet_start)) -ge %[4]d ] && { fleet_done=1; return 0; }
-fleet_t=; read -r fleet_t fleet_y < %[12]s 2>/dev/null
-if [ "$fleet_t" != %[13]s ] || flock -n -s %[15]s true 2>/dev/null; then
-for f in "$d"/act.*.fate; do [ -L "$f" ] && ln -s cancelled "$d/unit.$(basename "$f" .fate | cut -d. -f2).fate" 2>/dev/null; done
-fleet_r=
-for f in "$d"/unit.*.fate; do
-[ "$(readlink "$f")" = started ] || continue
-fleet_n=$(basename "$f" .fate | cut -d. -f2)
-[ ! -f "$d/activated.$fleet_n" ] || continue
-fleet_q=; read -r fleet_q < "$d/unit.$fleet_n.pid" 2>/dev/null
-[ -z "$fleet_q" ] || ! kill -0 "$fleet_q" 2>/dev/null || fleet_r=1
-done
-[ -n "$fleet_r" ] || { fleet_done=1; return 0; }
-fi
-[ -z "$fleet_running" ] || return 1
-if [ ! -L "$d/unit.1.fate" ]; then
-fleet_p=; read -r fleet_p < "$d/act.1.pid" 2>/dev/null
-[ -z "$fleet_p" ] || kill -0 "$fleet_p" 2>/dev/null || ln -s cancelled "$d/unit.1.fate" 2>/dev/null
-[ -L "$d/unit.1.fate" ] || return 1
-fi
-if [ "$(readlink "$d/unit.1.fate")" = cancelled ]; then fleet_done=1; else fleet_running=1; fi
-[ -n "$fleet_done" ]
-}
-fleet_done= fleet_running=
-fleet_now; fleet_start=$fleet_up fleet_word=$fleet_up
-until [ -L "$d/decision" ]; do
-fleet_now
-if fleet_over; then [ $((fleet_up - fleet_word)) -lt %[5]d ] || break; fi
-read -r fleet_w <&7 || break
-[ "$fleet_w" != h ] || { fleet_now; fleet_word=$fleet_up; }
-done
-ln -s %[6]s "$d/decision" 2>/dev/null
-fleet_began= fleet_locked=
-for f in "$d"/act.*.fate; do
-[ -L "$f" ] || continue
-fleet_n=$(basename "$f" .fate | cut -d. -f2); fleet_u="$d/unit.$fleet_n.fate"
-ln -s cancelled "$fleet_u" 2>/dev/null
-fleet_a=; read -r fleet_a < "$d/activated.$fleet_n" 2>/dev/null
-if [ "$(readlink "$fleet_u")" = started ]; then if [ "$fleet_a" = %[14]d ]; then fleet_locked=1; else fleet_began=1; fi; fi
-done
-[ "$(readlink "$d/decision")" = %[7]s ] && { echo confirmed > "$d/watchdog"; exit 0; }
-echo rolling-back > "$d/watchdog"
-%[11]s
-fleet_cur=$(readlink -f /run/current-system)
-if [ "$fleet_cur" = %[8]s ] || { [ "$fleet_cur" = %[10]s ] && [ -n "$fleet_began" ]; }; then
-nix-env -p %[9]s --set %[10]s && %[10]s/bin/switch-to-configuration test; echo "$?" > "$d/rolledback"
-elif [ "$fleet_cur" = %[10]s ] && [ -n "$fleet_locked" ]; then
-nix-env -p %[9]s --set %[10]s; echo "$?" > "$d/rolledback"
-else
-[ "$(readlink -f %[9]s)" != %[8]s ] || nix-env -p %[9]s --set %[10]s
-echo "kept $fleet_cur" > "$d/rolledback"
-fi
-echo done > "$d/watchdog"`,
-		shell.Quote(StateDir+"/"+a.Run), GuardFile, int(watchdogTick.Seconds()), centis(a.Timing.watchdogWaitsForActivation()), centis(a.Timing.Confirm),
-		DecisionRollback, DecisionConfirm, shell.Quote(a.System), ProfilePath, shell.Quote(a.Previous), a.stopAttempts(), LeaseFile, shell.Quote(a.Run), SwitchLockedExit, LockFile)
+	return render(watchdogTmpl, struct {
+		hostNames
+		Run, Dir, System, Previous  string
+		Tick                        int
+		WaitsForActivation, Confirm int
+		StopAttempts                string
+	}{
+		hostNames:          theHost,
+		Run:                a.Run,
+		Dir:                a.dir(),
+		System:             a.System,
+		Previous:           a.Previous,
+		Tick:               int(watchdogTick.Seconds()),
+		WaitsForActivation: centis(a.Timing.watchdogWaitsForActivation()),
+		Confirm:            centis(a.Timing.Confirm),
+		StopAttempts:       a.stopAttempts(),
+	})
 }
 
 // stopAttempts is the watchdog's last step before it switches back: every
@@ -432,22 +352,10 @@ echo done > "$d/watchdog"`,
 // held switch lock or one that outlived activation_timeout, switches the
 // host after it. (The decision made, no attempt starts any more.)
 func (a Activation) stopAttempts() string {
-	stop := ""
-	if a.Systemd {
-		stop = "[ $fleet_k -ne 0 ] || systemctl stop " + shell.Quote(ActivationUnit(a.Run)+".service") + " 2>/dev/null\n"
-	}
-	return `for f in "$d"/unit.*.fate; do
-[ "$(readlink "$f")" = started ] || continue
-fleet_n=$(basename "$f" .fate | cut -d. -f2); fleet_k=0 fleet_x=
-while [ ! -f "$d/activated.$fleet_n" ]; do
-fleet_p=; read -r fleet_p < "$d/unit.$fleet_n.pid" 2>/dev/null
-[ -n "$fleet_p" ] && kill -0 "$fleet_p" 2>/dev/null || break
-` + stop + `fleet_s=; read -r fleet_s < "$d/unit.$fleet_n.stc" 2>/dev/null
-[ -z "$fleet_s" ] || [ -n "$fleet_x" ] || { kill -TERM "$fleet_s" 2>/dev/null; fleet_x=1; }
-[ -z "$fleet_s" ] || [ $fleet_k -ne 50 ] || kill -KILL "$fleet_s" 2>/dev/null
-fleet_k=$((fleet_k+1)); sleep 0.2
-done
-done`
+	return render(stopAttemptsTmpl, struct {
+		Unit    string
+		Systemd bool
+	}{Unit: ActivationUnit(a.Run) + ".service", Systemd: a.Systemd})
 }
 
 // BootScript is run's boot action, attempt attempt: fenced (boot.<attempt>),
@@ -457,11 +365,18 @@ done`
 // (booted.<attempt>) and, on success, SucceededFile; a record that cannot
 // be written fails it (RecordFailed).
 func BootScript(run, system string, attempt int, seconds float64) string {
-	return Remote(fenceScript + fmt.Sprintf(`fleet_fence %[1]s boot.%[2]d
-timeout %[3]s %[4]s/bin/switch-to-configuration boot </dev/null >%[5]s/boot.%[2]d.output 2>&1; rc=$?
-tail -n 5 %[5]s/boot.%[2]d.output >&2
-{ echo "$rc" > %[5]s/booted.%[2]d && { [ $rc -ne 0 ] || %[6]s; }; } || { echo %[7]s >&2; exit 1; }
-exit $rc`, shell.Quote(run), attempt, strconv.FormatFloat(seconds, 'f', -1, 64), shell.Quote(system), shell.Quote(StateDir+"/"+run), MarkScript(system), shell.Quote(RecordFailed)))
+	return Remote(fenceScript + render(bootTmpl, struct {
+		Run, Dir, System, Seconds, Mark, RecordFailed string
+		Attempt                                       int
+	}{
+		Run:          run,
+		Dir:          StateDir + "/" + run,
+		System:       system,
+		Seconds:      strconv.FormatFloat(seconds, 'f', -1, 64),
+		Mark:         MarkScript(system),
+		RecordFailed: RecordFailed,
+		Attempt:      attempt,
+	}))
 }
 
 // RecordFailed is an action's word that the host could not record how it
@@ -469,3 +384,86 @@ exit $rc`, shell.Quote(run), attempt, strconv.FormatFloat(seconds, 'f', -1, 64),
 // passed its verdict): it may have changed the host, and no later read
 // would know.
 const RecordFailed = "fleet: the host could not record how its action went under " + StateDir + " (is /run full or read-only?)"
+
+// The scripts' text is in scripts/, a file each, with comments on what
+// each part does: a template (text/template) whose fields are named for
+// what they are. A value that may need quoting goes through q
+// (shell.Quote); the package's own constants (the host's files, the
+// markers, the exit statuses) need none and go in as they are, as does
+// the text of another script (a fragment: the word loop, the watchdog's
+// last step).
+//
+//go:embed scripts/*.sh
+var scriptFiles embed.FS
+
+// The templates, parsed once.
+var (
+	takeTmpl          = loadScript("take.sh")
+	wordsTmpl         = loadScript("words.sh")
+	fenceTmpl         = loadScript("fence.sh")
+	actTmpl           = loadScript("act.sh")
+	startWatchdogTmpl = loadScript("start_watchdog.sh")
+	unitTmpl          = loadScript("unit.sh")
+	watchdogTmpl      = loadScript("watchdog.sh")
+	stopAttemptsTmpl  = loadScript("stop_attempts.sh")
+	bootTmpl          = loadScript("boot.sh")
+	askTmpl           = loadScript("ask.sh")
+)
+
+// loadScript parses scripts/name. Every line whose first non-blank
+// character is "#" (the comments, the shebang) and every blank line is
+// dropped first, so that the comments cost the host nothing: it is sent
+// the script's other lines alone, joined by newlines, with no newline
+// after the last.
+func loadScript(name string) *template.Template {
+	src, err := scriptFiles.ReadFile("scripts/" + name)
+	if err != nil {
+		panic(err)
+	}
+	var lines []string
+	for _, line := range strings.Split(string(src), "\n") {
+		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		lines = append(lines, line)
+	}
+	return template.Must(template.New(name).Option("missingkey=error").Funcs(template.FuncMap{"q": shell.Quote}).Parse(strings.Join(lines, "\n")))
+}
+
+// render runs t on data. The scripts' data are the package's own: an
+// error is a bug (a field misnamed or missing), which the tests, rendering
+// every script, find.
+func render(t *template.Template, data any) string {
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		panic(fmt.Sprintf("agreement: the host script %s: %v", t.Name(), err))
+	}
+	return b.String()
+}
+
+// hostNames are the names the host's scripts share (theHost): its files,
+// the decisions, the exit statuses and the fence's marker. The scripts'
+// data embed them.
+type hostNames struct {
+	LockFile, HolderFile, GuardFile, LeaseFile, WordsFile string
+	StateDir, SucceededFile, ProfilePath                  string
+	DecisionConfirm, DecisionRollback                     string
+	FencedMarker                                          string
+	FencedExit, SwitchLockedExit                          int
+}
+
+var theHost = hostNames{
+	LockFile:         LockFile,
+	HolderFile:       HolderFile,
+	GuardFile:        GuardFile,
+	LeaseFile:        LeaseFile,
+	WordsFile:        WordsFile,
+	StateDir:         StateDir,
+	SucceededFile:    SucceededFile,
+	ProfilePath:      ProfilePath,
+	DecisionConfirm:  DecisionConfirm,
+	DecisionRollback: DecisionRollback,
+	FencedMarker:     FencedMarker,
+	FencedExit:       FencedExit,
+	SwitchLockedExit: SwitchLockedExit,
+}

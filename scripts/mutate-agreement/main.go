@@ -10,6 +10,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,30 +31,42 @@ type mutation struct {
 }
 
 // mutations are the agreement's safety mutations: the review's five, the
-// three bugs of issue 37, and one of the clocks.
+// three bugs of issue 37 (the retried activation's two halves, the
+// activation's fence), and one of each clock: the deployer's patience
+// (HostGivesUp), the watchdog's (confirm_timeout), the keeper's (a
+// lease's end), a spare's wait (SpareAfter) and the words' pace
+// (WordEvery).
 var mutations = []mutation{
-	{"the fence's lease check removed", "internal/agreement/host.go",
-		`[ "$fleet_t" = "$1" ] || { echo "` + "` + FencedMarker + `" + `another deployment's lease holds the host's deploy lock: this deployer's had ended" >&2; exit ` + "` + fencedExitText + `" + `; }`,
+	{"the fence's lease check removed", "internal/agreement/scripts/fence.sh",
+		`[ "$fleet_t" = "$1" ] || { echo "{{.FencedMarker}}another deployment's lease holds the host's deploy lock: this deployer's had ended" >&2; exit {{.FencedExit}}; }`,
 		`:`},
-	{"a new lease does not wait for the earlier run's actors (the guard)", "internal/agreement/host.go",
+	{"a new lease does not wait for the earlier run's actors (the guard)", "internal/agreement/scripts/take.sh",
 		"until flock -n 8; do", "until true; do"},
-	{"the host never ends a silent lease", "internal/agreement/host.go",
-		"[ $fleet_m -lt %[17]d ] || { kill -TERM $fleet_me; exit 0; }", "[ $fleet_m -lt %[17]d ] || :"},
+	{"the host never ends a silent lease", "internal/agreement/scripts/take.sh",
+		"[ $fleet_m -lt {{.LeaseMisses}} ] || { kill -TERM $fleet_me; exit 0; }", "[ $fleet_m -lt {{.LeaseMisses}} ] || :"},
 	{"a confirmation the watchdog had refused recorded Succeeded", "internal/deploy/steps.go",
 		"case err == nil && decision == agreement.DecisionConfirm:",
 		"case err == nil && (decision == agreement.DecisionConfirm || decision == agreement.DecisionRollback):"},
 	{"a lost confirmation's answer recorded RolledBack without asking", "internal/deploy/steps.go",
 		"\to, err := nr.settle(ctx, true)\n\tswitch {",
 		"\to, err := settled{phase: PhaseRolledBack, text: \"rolled back\"}, error(nil)\n\tswitch {"},
-	{"a retried activation taken for finished (the attempt's status as the activation's)", "internal/agreement/host.go",
-		`[ "$rc" = %[9]d ] || echo "$rc" > "$d/activated"`, `[ "$rc" = %[9]d ] || :; echo "$rc" > "$d/activated"`},
-	{"the watchdog switches back while an attempt runs", "internal/agreement/host.go",
-		"func (a Activation) stopAttempts() string {\n", "func (a Activation) stopAttempts() string {\n\tif true {\n\t\treturn \":\"\n\t}\n"},
-	{"the activation starts without its lease", "internal/agreement/host.go",
-		`if [ "$fleet_t" != %[4]s ]; then echo`, `if false && [ "$fleet_t" != %[4]s ]; then echo`},
+	{"a retried activation taken for finished (the attempt's status as the activation's)", "internal/agreement/scripts/unit.sh",
+		`[ "$rc" = {{.SwitchLockedExit}} ] || echo "$rc" > "$d/activated"`, `[ "$rc" = {{.SwitchLockedExit}} ] || :; echo "$rc" > "$d/activated"`},
+	{"the watchdog switches back while an attempt runs", "internal/agreement/scripts/watchdog.sh",
+		"\n{{.StopAttempts}}\n", "\n:\n"},
+	{"the activation starts without its lease", "internal/agreement/scripts/unit.sh",
+		`if [ "$fleet_t" != {{q .Run}} ]; then echo`, `if false && [ "$fleet_t" != {{q .Run}} ]; then echo`},
 	{"the deployer takes a host for decided at half confirm_timeout", "internal/agreement/timing.go",
 		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm + watchdogTick }",
 		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm / 2 }"},
+	{"the watchdog waits twice confirm_timeout", "internal/agreement/host.go",
+		"Confirm:            centis(a.Timing.Confirm),", "Confirm:            centis(2 * a.Timing.Confirm),"},
+	{"a lease ends after twice its silence", "internal/agreement/host.go",
+		"LeaseMisses: leaseMisses,", "LeaseMisses: 2 * leaseMisses,"},
+	{"a spare only once the host may have decided", "internal/agreement/timing.go",
+		"return max(2*t.WordEvery(), t.Confirm/3)", "return t.HostGivesUp()"},
+	{"a word every confirm_timeout", "internal/agreement/timing.go",
+		"return min(max(t.Confirm/4, 100*time.Millisecond), time.Second)", "return t.Confirm"},
 }
 
 func main() {
@@ -67,13 +80,20 @@ func main() {
 	if err := os.MkdirAll(filepath.Join(root, "bench", "out"), 0o755); err != nil {
 		fail(err)
 	}
-	var rows strings.Builder
-	rows.WriteString("mutation\tcaught by\tfirst seed\ttook\n")
-	missed := 0
+	var chosen []mutation
 	for _, m := range mutations {
 		if *only != "" && !matches(m.name, *only) {
 			continue
 		}
+		if err := check(root, m); err != nil {
+			fail(fmt.Errorf("%s: %w", m.name, err))
+		}
+		chosen = append(chosen, m)
+	}
+	var rows strings.Builder
+	rows.WriteString("mutation\tcaught by\tfirst seed\ttook\n")
+	missed := 0
+	for _, m := range chosen {
 		start := time.Now()
 		broke, err := try(root, m, *schedules)
 		if err != nil {
@@ -133,10 +153,11 @@ func try(root string, m mutation, schedules int) ([]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := strings.Count(string(b), m.old); n != 1 {
-		return nil, fmt.Errorf("the text to mutate occurs %d times in %s (want once): the code changed; update the mutation", n, m.file)
+	mutated, err := m.apply(string(b))
+	if err != nil {
+		return nil, err
 	}
-	if err := os.WriteFile(path, []byte(strings.Replace(string(b), m.old, m.new, 1)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command("go", "test", "-race", "-count=1", "-timeout", "0", "-parallel", "8", "-v", "-run", "^TestHostAgreementExplored$", "./internal/deploy/")
@@ -160,6 +181,31 @@ func try(root string, m mutation, schedules int) ([]uint64, error) {
 	}
 	sort.Slice(seeds, func(i, j int) bool { return seeds[i] < seeds[j] })
 	return seeds, nil
+}
+
+// apply is text, m's file, with m's old text replaced by its new; an
+// error when the old text does not occur in it exactly once.
+func (m mutation) apply(text string) (string, error) {
+	if n := strings.Count(text, m.old); n != 1 {
+		return "", fmt.Errorf("the text to mutate occurs %d times in %s (want once): the code changed; update the mutation", n, m.file)
+	}
+	return strings.Replace(text, m.old, m.new, 1), nil
+}
+
+// check says whether m applies to HEAD (see apply), before any is
+// explored: a mutation the code outgrew fails at once, not after the
+// ones before it have run.
+func check(root string, m mutation) error {
+	out, err := exec.Command("git", "-C", root, "show", "HEAD:"+m.file).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return fmt.Errorf("git show HEAD:%s: %w", m.file, err)
+	}
+	_, err = m.apply(string(out))
+	return err
 }
 
 func slug(s string) string {

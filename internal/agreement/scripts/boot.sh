@@ -1,0 +1,11 @@
+#!/bin/sh
+# The boot action (BootScript), after fleet_fence's definition (fence.sh).
+fleet_fence {{q .Run}} boot.{{.Attempt}}
+# The boot entry, bounded by timeout(1); its output to a file on the host
+# (a dropped session cannot end it through a broken pipe).
+timeout {{.Seconds}} {{q .System}}/bin/switch-to-configuration boot </dev/null >{{q .Dir}}/boot.{{.Attempt}}.output 2>&1; rc=$?
+tail -n 5 {{q .Dir}}/boot.{{.Attempt}}.output >&2
+# Its exit status (booted.<attempt>) and, on success, the system that
+# passed (Mark); a record that cannot be written fails it.
+{ echo "$rc" > {{q .Dir}}/booted.{{.Attempt}} && { [ $rc -ne 0 ] || {{.Mark}}; }; } || { echo {{q .RecordFailed}} >&2; exit 1; }
+exit $rc
