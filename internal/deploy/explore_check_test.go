@@ -112,7 +112,7 @@ type call struct {
 	first, last                  int // its first and last events' places in the log
 	ended                        bool
 	rc                           int
-	endTime                      time.Time
+	startTime, endTime           time.Time
 	owner                        int    // the party it belongs to; -1 for none known
 	rollback                     bool   // a watchdog's switch back
 	run                          string // the run it acts for: its unit's, or (a boot entry) the run whose directory its output went to
@@ -142,7 +142,7 @@ func calls(events []nixtest.Event, parties []*party) []*call {
 	for i, e := range events {
 		switch e.Kind {
 		case "start":
-			c := &call{action: e.Action, system: e.System, before: e.Before, unit: e.Unit, lease: e.Lease, output: e.Output, first: i, last: i, owner: -1}
+			c := &call{action: e.Action, system: e.System, before: e.Before, unit: e.Unit, lease: e.Lease, output: e.Output, first: i, last: i, owner: -1, startTime: e.Time}
 			open[e.PID] = c
 			out = append(out, c)
 		default:
@@ -329,6 +329,21 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 				bad("a record is true", "%s recorded Pending (not started), but %s", who, describe(own[0]))
 			}
 		case deploy.PhaseFailed:
+			// A record that says nothing was activated: no activation of
+			// its own changed what the host runs.
+			if said := r.Message; strings.Contains(said, "nothing was changed on the host") || strings.Contains(said, "nothing was activated") || strings.Contains(said, "nothing was done on the host") {
+				for _, c := range own {
+					if c.rollback || c.action == "boot" {
+						continue
+					}
+					for _, e := range events[c.first : c.last+1] {
+						if e.Kind == "set-current" {
+							bad("a record is true", "%s recorded %q, but %s changed what the host runs", who, said, describe(c))
+							break
+						}
+					}
+				}
+			}
 			switch {
 			case r.Step == deploy.StepConnect || r.Step == deploy.StepLock || r.Step == deploy.StepRead || r.Step == deploy.StepCopy || r.Step == deploy.StepBuild:
 				if len(own) > 0 {
@@ -382,7 +397,7 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 			bad("a host settles on its own", "%s was confirmed, and yet switched back", describe(c))
 		case decision == "rollback" && back == nil && final.current == c.system:
 			bad("a host settles on its own", "%s was decided to be switched back, and the host still runs it", describe(c))
-		case back != nil && (!back.ended || back.rc != 0 && !(back.rc == 4 && kindOf(parties, back.system) == nixtest.FailUnits)):
+		case back != nil && (!back.ended || back.rc != 0 && (back.rc != 4 || kindOf(parties, back.system) != nixtest.FailUnits)):
 			// (A switch back to a system whose units fail exits 4, as
 			// switching to it did.)
 			bad("a host settles on its own", "%s did not end well (exit %d)", describe(back), back.rc)
@@ -391,6 +406,49 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 			// activation still running (a retry after a held switch
 			// lock) must not switch the host after it.
 			bad("a host settles on its own", "%s went on after its watchdog's switch back began (%s): the host was left on an unconfirmed system", describe(c), describe(back))
+		}
+	}
+
+	// 4, timed: a watchdog left alone switches back within
+	// confirm_timeout (and a tick of its clock) of the later of the
+	// activation's end and the last word its deployer could have sent:
+	// the deployer's end, or the end of a fault of its link, which
+	// delivers what it held (and a busy machine's room). An activation
+	// that does not end counts as ended activation_timeout and a few
+	// seconds after it began (the watchdog stops it then).
+	for _, c := range cs {
+		if !c.rollback || c.owner < 0 {
+			continue
+		}
+		pt := parties[c.owner]
+		quiet := pt.ended
+		if h := pt.lastHeal(); h.After(quiet) {
+			quiet = h
+		}
+		if quiet.IsZero() {
+			continue
+		}
+		var actEnd time.Time
+		for _, a := range cs {
+			if a.rollback || a.run != c.run || a.unit == "" {
+				continue
+			}
+			end := a.startTime.Add(pt.plan.activationTimeout() + 5*time.Second)
+			if a.ended && a.endTime.Before(end) {
+				end = a.endTime
+			}
+			if end.After(actEnd) {
+				actEnd = end
+			}
+		}
+		from := quiet
+		if actEnd.After(from) {
+			from = actEnd
+		}
+		bound := s.ConfirmTimeout + time.Second + settlesRoom
+		if late := c.startTime.Sub(from); late > bound {
+			bad("a host settles on its own", "%s began %s after its deployer's last word could reach the host and its activation had ended (%s), want within confirm_timeout and a tick (%s, and %s for a busy machine)",
+				describe(c), late.Round(time.Millisecond), from.Format("15:04:05.000"), s.ConfirmTimeout+time.Second, settlesRoom)
 		}
 	}
 
@@ -475,3 +533,6 @@ func kindOf(parties []*party, system string) nixtest.Kind {
 	}
 	return nixtest.Succeed
 }
+
+// settlesRoom is the room a busy machine gets in the timed checks.
+const settlesRoom = 5 * time.Second

@@ -68,6 +68,7 @@ func drawFresh(seed uint64) schedule {
 	pick := rng.IntN
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+pick(hi-lo+1)) * time.Millisecond }
 	s := schedule{Seed: seed, ConfirmTimeout: []time.Duration{2 * time.Second, 3 * time.Second, 8 * time.Second}[pick(3)], RemoteExecTimeout: 5 * time.Second}
+	s.Shell = []nixtest.Shell{nixtest.ShellDefault, nixtest.ShellBash, nixtest.ShellDash}[rand.New(rand.NewPCG(seed, 0x5e11)).IntN(3)]
 	t := agreement.Timing{Confirm: s.ConfirmTimeout, Lease: s.RemoteExecTimeout}
 	// How long a fault lasts, each around a clock of the agreement.
 	leaseEnds := s.RemoteExecTimeout * 5 / 4
@@ -266,7 +267,209 @@ func drawFresh(seed uint64) schedule {
 		}
 		s.Parties = append(s.Parties, p)
 	}
+	// Even seeds sweep the coverage table's cells (seed/2 modulo their
+	// number); odd ones race a clock.
+	if seed%2 == 0 {
+		sweep(&s, plannedCells()[(seed/2)%uint64(len(plannedCells()))], rng, benign)
+	} else {
+		raceClock(&s, rng, benign)
+	}
 	return s
+}
+
+// sweep makes cell one the schedule exercises: the first party's last
+// fault (or its kill, its interrupt, the second party's start) is cell's
+// kind at cell's step or host event, and the first party's system and
+// settings reach it; what the first party had planned after it goes.
+func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan)) {
+	a := &s.Parties[0]
+	h := a.Host
+	col := string(cell.Step)
+	ev, isEvent := strings.CutPrefix(col, "host: ")
+	at := trigger{Of: 0, Step: cell.Step, After: time.Duration(rng.IntN(101)) * time.Millisecond}
+	if isEvent {
+		at.Step, at.Host = "", ev
+	}
+	// What the first party deploys, so that it reaches the moment.
+	activates := func() {
+		if h.Goal == deploy.GoalBoot {
+			h.Goal = deploy.GoalSwitch
+		}
+	}
+	ends := func() {
+		activates()
+		if a.Kind == nixtest.Hang {
+			a.Kind = nixtest.Succeed
+		}
+		if h.Delay > h.ActivationTimeout {
+			h.ActivationTimeout = time.Minute
+		}
+	}
+	switch col {
+	case string(deploy.StepRollback), "host: switched back":
+		ends()
+		a.Kind, h.LockedOnce, h.Keep = nixtest.FailUnits, false, false
+	case string(stepRetry):
+		ends()
+		a.Kind, h.LockedOnce = nixtest.Succeed, true
+	case string(deploy.StepConfirm), "host: decided":
+		ends()
+		a.Kind, h.Keep = nixtest.Succeed, false
+	case string(deploy.StepFinalise), "host: boot":
+		ends()
+		if a.Kind != nixtest.BootloaderFails {
+			a.Kind = nixtest.Succeed
+		}
+		if h.Goal == deploy.GoalTest {
+			h.Goal = deploy.GoalSwitch
+		}
+	case string(deploy.StepVerdict), "host: attempt", "host: activated":
+		ends()
+	case string(deploy.StepActivate), "host: act", "host: unit":
+		activates()
+	}
+	if !h.LockedOnce {
+		// The retry's own plans (an interrupt, a kill) go with it.
+		dropRetry := func(t **trigger) {
+			if *t != nil && (*t).Step == stepRetry {
+				*t = nil
+			}
+		}
+		dropRetry(&a.Kill)
+		dropRetry(&a.Interrupt)
+		a.Faults = slices.DeleteFunc(a.Faults, func(f faultPlan) bool { return f.At.Step == stepRetry })
+	}
+	// What the first party no longer reaches goes; a party that was to
+	// start then starts at the first's start.
+	reached := func(t *trigger) bool {
+		if t == nil {
+			return false
+		}
+		if t.Host != "" {
+			return slices.Contains(a.hostEvents(), t.Host)
+		}
+		return t.Step == "" || t.Step == stepRetry && h.LockedOnce || slices.Contains(a.steps(), t.Step)
+	}
+	for i := range s.Parties[1:] {
+		if st := s.Parties[1+i].Start; st != nil && st.Of == 0 && !reached(st) {
+			st.Step, st.Host = "", ""
+		}
+	}
+	// Nothing of the first party after the moment but what the cell
+	// plans.
+	before := func(t *trigger) bool { return reached(t) && t.position() <= at.position() }
+	a.Faults = slices.DeleteFunc(a.Faults, func(f faultPlan) bool { return !before(&f.At) })
+	if !before(a.Kill) {
+		a.Kill = nil
+	}
+	if !before(a.Interrupt) {
+		a.Interrupt = nil
+	}
+	for k := range a.Faults {
+		benign(&a.Faults[k])
+	}
+	switch cell.What {
+	case "killed":
+		a.Kill, a.Interrupt = &at, nil
+	case "interrupt":
+		a.Interrupt, a.Kill = &at, nil
+	case "another deployer's start":
+		if len(s.Parties) < 2 {
+			s.Parties = append(s.Parties, partyPlan{Kind: nixtest.Succeed, LockTimeout: 45 * time.Second,
+				Host: &hostPlan{Goal: deploy.GoalSwitch, ActivationTimeout: time.Minute, Delay: time.Duration(rng.IntN(13)) * 100 * time.Millisecond}})
+		}
+		s.Parties[1].Start = &at
+	default:
+		f := faultOfKind(cell.What, rng)
+		f.At = at
+		a.Faults = append(a.Faults, f)
+		if a.Kill != nil || a.Interrupt != nil {
+			// The kill, the interrupt, after it.
+			end := &a.Kill
+			if a.Interrupt != nil {
+				end = &a.Interrupt
+			}
+			t := at
+			t.After += time.Duration(100+rng.IntN(1401)) * time.Millisecond
+			*end = &t
+		}
+	}
+}
+
+// raceClock makes the first party's last fault a race with one of the
+// agreement's clocks: every byte of its link held from a moment of its
+// deploy (the verdict's, twice as often: where a decision is at stake)
+// for a clock's length and a little more (up to a second: a watchdog's
+// tick), a spare's wait, the watchdog's patience, the deployer's, a
+// lease's. What it had planned after the moment goes.
+func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
+	a := &s.Parties[0]
+	t := agreement.Timing{Confirm: s.ConfirmTimeout, Lease: s.RemoteExecTimeout}
+	clocks := []time.Duration{t.SpareAfter(), s.ConfirmTimeout, s.ConfirmTimeout, t.HostGivesUp(), s.RemoteExecTimeout * 5 / 4}
+	var moments []trigger
+	for _, st := range a.steps() {
+		moments = append(moments, trigger{Of: 0, Step: st})
+		if st == deploy.StepVerdict {
+			moments = append(moments, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st})
+		}
+	}
+	for _, ev := range a.hostEvents() {
+		moments = append(moments, trigger{Of: 0, Host: ev})
+	}
+	at := moments[rng.IntN(len(moments))]
+	at.After = time.Duration(rng.IntN(1501)) * time.Millisecond
+	f := faultPlan{At: at, For: clocks[rng.IntN(len(clocks))] + time.Duration(100+rng.IntN(801))*time.Millisecond}
+	f.Fault.Hold = [2]bool{true, true}
+	if rng.IntN(2) == 0 {
+		f.Fault.New, f.Fault.OnlyOpen = sshtest.NewBlackHole, true
+	}
+	a.Faults = slices.DeleteFunc(a.Faults, func(g faultPlan) bool { return g.At.position() > at.position() })
+	for k := range a.Faults {
+		benign(&a.Faults[k])
+	}
+	a.Faults = append(a.Faults, f)
+	for _, end := range []**trigger{&a.Kill, &a.Interrupt} {
+		if *end != nil && (*end).position() < at.position() {
+			*end = nil
+		}
+	}
+}
+
+// faultOfKind is a fault of the coverage table's kind, drawn by rng for
+// how long it lasts, as drawFresh draws a party's last.
+func faultOfKind(kind string, rng *rand.Rand) faultPlan {
+	var f faultPlan
+	durations := []time.Duration{500 * time.Millisecond, 2 * time.Second, 4 * time.Second, 8 * time.Second, 14 * time.Second, 0}
+	f.For = durations[rng.IntN(len(durations))]
+	switch kind {
+	case "hold both ways":
+		f.Fault.Hold = [2]bool{true, true}
+	case "hold up":
+		f.Fault.Hold = [2]bool{true, false}
+	case "hold down":
+		f.Fault.Hold = [2]bool{false, true}
+	case "hold the open":
+		f.Fault.Hold, f.Fault.OnlyOpen = [2]bool{true, true}, true
+	case "reset":
+		f.Reset = true
+	case "reset, refuse new":
+		f.Reset, f.Fault.New = true, sshtest.NewRefuse
+	case "reset, hold the open":
+		f.Reset, f.Fault.Hold, f.Fault.OnlyOpen = true, [2]bool{true, true}, true
+	case "black-hole new":
+		f.Fault.New, f.Fault.Hold, f.Fault.OnlyOpen = sshtest.NewBlackHole, [2]bool{true, true}, rng.IntN(2) == 0
+	case "delay":
+		f.Fault.Delay = time.Duration(100+rng.IntN(701)) * time.Millisecond
+	case hostKillKeeper, hostDropSessions:
+		f.Host, f.For = kind, 0
+	case hostRestartSSHD:
+		f.Host = kind
+		f.For = durations[rng.IntN(4)]
+	}
+	if f.For == 0 && f.Fault == (sshtest.LinkFault{}) && f.Host == "" {
+		f.For = 2 * time.Second
+	}
+	return f
 }
 
 // hostEvents are the host events a party's run reaches, when nothing
@@ -553,6 +756,7 @@ var hostBehaviours = []string{
 	"host: a verdict that fails", "host: the switch lock held once", "host: an activation longer than confirm_timeout",
 	"host: an activation that hangs", "host: an activation longer than activation_timeout", "host: a system that cuts SSH",
 	"host: a boot entry that fails", "goal test", "goal boot", `on_failure "keep"`, "two deployers", "three deployers",
+	"shells: bash, as NixOS's", "shells: dash",
 }
 
 // behaviours are the rows of hostBehaviours a started party exercised.
@@ -567,6 +771,7 @@ func (p partyPlan) behaviours(s schedule) []string {
 		out = append(out, "host: a system that cuts SSH")
 	case nixtest.BootloaderFails:
 		out = append(out, "host: a boot entry that fails")
+	case nixtest.Succeed, nixtest.LockHeld, nixtest.RebootRequired, nixtest.BootHangs:
 	}
 	h := p.Host
 	if h == nil {
@@ -586,6 +791,7 @@ func (p partyPlan) behaviours(s schedule) []string {
 		out = append(out, "goal test")
 	case deploy.GoalBoot:
 		out = append(out, "goal boot")
+	case deploy.GoalSwitch, deploy.GoalDryActivate:
 	}
 	if h.Keep {
 		out = append(out, `on_failure "keep"`)
