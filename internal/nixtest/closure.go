@@ -319,7 +319,11 @@ case "$action" in test|boot|switch)
 	output=$(readlink /proc/$$/fd/1 2>/dev/null)
 	case $output in ` + agreement.StateDir + `/*/*) output=${output#` + agreement.StateDir + `/} ;; *) output= ;; esac
 	event start "$action" "$self" "$(readlink -f /run/current-system)" "${NIXTEST_UNIT:--}" "${lease:--}" "${output:--}"
-	trap 'rc=$?; [ -z "$napping" ] || kill "$napping" 2>/dev/null; event end "$rc"' EXIT
+	# The end is said whatever ends it: signals are ignored while it is
+	# (ignored, not caught: date, in the event's timestamp, inherits it,
+	# and a stopped unit's second TERM to its process group cannot cut the
+	# line short).
+	trap 'rc=$?; trap "" HUP INT TERM PIPE; [ -z "$napping" ] || kill "$napping" 2>/dev/null; event end "$rc"' EXIT
 	# Ended by a signal (its session dropped, say): said too.
 	trap 'exit 129' HUP
 	trap 'exit 130' INT
