@@ -398,27 +398,55 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 
 // raceClock makes the first party's last fault a race with one of the
 // agreement's clocks: every byte of its link held from a moment of its
-// deploy (the verdict's, twice as often: where a decision is at stake)
-// for a clock's length and a little more (up to a second: a watchdog's
-// tick), a spare's wait, the watchdog's patience, the deployer's, a
-// lease's. What it had planned after the moment goes.
+// deploy for a clock's length and a little more (up to a second: a
+// watchdog's tick), so that what it held lands just after the clock ran
+// out. The clocks: a spare's wait, the watchdog's patience (where the
+// verdict and the confirmation are at stake, their moments weighted), the
+// deployer's, and a lease's (with a rival waiting for the lock, which
+// takes it as the lease ends: what the first sent lands in the rival's
+// lease). What the first party had planned after the moment goes.
 func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 	a := &s.Parties[0]
 	t := agreement.Timing{Confirm: s.ConfirmTimeout, Lease: s.RemoteExecTimeout}
-	clocks := []time.Duration{t.SpareAfter(), s.ConfirmTimeout, s.ConfirmTimeout, t.HostGivesUp(), s.RemoteExecTimeout * 5 / 4}
+	clock := []string{"spare", "watchdog", "watchdog", "deployer", "lease", "lease"}[rng.IntN(6)]
 	var moments []trigger
 	for _, st := range a.steps() {
 		moments = append(moments, trigger{Of: 0, Step: st})
-		if st == deploy.StepVerdict {
+		if clock == "watchdog" && st == deploy.StepVerdict || clock == "lease" && st == deploy.StepFinalise {
 			moments = append(moments, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st})
 		}
 	}
 	for _, ev := range a.hostEvents() {
 		moments = append(moments, trigger{Of: 0, Host: ev})
+		if ev == "decided" || clock == "lease" && ev == "act" {
+			moments = append(moments, trigger{Of: 0, Host: ev})
+		}
 	}
 	at := moments[rng.IntN(len(moments))]
-	at.After = time.Duration(rng.IntN(1501)) * time.Millisecond
-	f := faultPlan{At: at, For: clocks[rng.IntN(len(clocks))] + time.Duration(100+rng.IntN(801))*time.Millisecond}
+	at.After = time.Duration(rng.IntN(101)) * time.Millisecond
+	if at.Host == "" && rng.IntN(2) == 0 {
+		at.After = time.Duration(rng.IntN(1501)) * time.Millisecond
+	}
+	jitter := time.Duration(100+rng.IntN(801)) * time.Millisecond
+	f := faultPlan{At: at}
+	switch clock {
+	case "spare":
+		f.For = t.SpareAfter() + jitter
+	case "watchdog":
+		f.For = s.ConfirmTimeout + jitter
+	case "deployer":
+		f.For = t.HostGivesUp() + jitter
+	case "lease":
+		// A lease ends 1 to 1.25 remote_exec_timeout after its last word.
+		f.For = s.RemoteExecTimeout*5/4 + time.Duration(300+rng.IntN(2201))*time.Millisecond
+		if len(s.Parties) < 2 {
+			s.Parties = append(s.Parties, partyPlan{Kind: nixtest.Succeed, Host: &hostPlan{Goal: deploy.GoalSwitch, ActivationTimeout: time.Minute,
+				Delay: time.Duration(rng.IntN(13)) * 100 * time.Millisecond}})
+		}
+		b := &s.Parties[1]
+		b.Start, b.LockTimeout = &trigger{Of: 0, After: time.Duration(rng.IntN(301)) * time.Millisecond}, time.Minute
+		b.Kill, b.Interrupt = nil, nil
+	}
 	f.Fault.Hold = [2]bool{true, true}
 	if rng.IntN(2) == 0 {
 		f.Fault.New, f.Fault.OnlyOpen = sshtest.NewBlackHole, true
