@@ -78,9 +78,12 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn, wait time.Duration, on
 			// last word once the activation has.
 			hint = "it ends once that activation has ended and its deployer has confirmed it or said nothing for its verdict.confirm_timeout: retry then, or give this deployment a lock_timeout at least that long"
 		}
-		return nil, nil, &failure{exit: 3, reason: "DeployLockBusy",
-			message: fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(busy.Holder), wait),
-			hint:    hint}
+		message := fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(busy.Holder), wait)
+		if agreement.GuardHolder(busy.Holder) {
+			message = fmt.Sprintf("no deployment holds the host's deploy lock, but %s did not end within lock_timeout (%s): the newest run's directory under %s says what it is doing",
+				busy.Holder, wait, agreement.StateDir)
+		}
+		return nil, nil, &failure{exit: 3, reason: "DeployLockBusy", message: message, hint: hint}
 	case errors.As(err, &refused):
 		return nil, nil, fail(1, "LockFailed", "cannot take the host's deploy lock: "+refused.Said, "")
 	}

@@ -324,6 +324,12 @@ func TestDeployRightAfterAnInterruptedActivationWaitsForItsWatchdog(t *testing.T
 
 	interruptActivation(t, tg, slow, opts)
 
+	// One that does not wait long enough is told what holds the host,
+	// and where to look.
+	impatient := deployer(t, deploy.Options{LockTimeout: time.Second, Verdict: opts.Verdict})
+	wantPhase(t, impatient.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", next)}, nil)[0], deploy.PhaseFailed,
+		"no deployment holds the host's deploy lock, but an earlier deployment's activation or its rollback watchdog", "did not end within lock_timeout (1s)", "/run/fleet-deploy")
+
 	second := deployer(t, opts)
 	var waited []string
 	log := second.Options.Log

@@ -97,7 +97,7 @@ var (
 		"use_sudo":         schema.BoolAttribute{Optional: true, MarkdownDescription: useSudoDescription},
 	}}, hints: sshOptHints}
 	verdictInput = nestedInput{name: "verdict", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
-		"confirm_timeout": optionalString("How long the host's watchdog waits, once the activation has ended, without a word from the deployer before switching the host back, as a Go duration of at least 1s. Default `30s`. "+
+		"confirm_timeout": optionalString("How long the host's watchdog waits without a word from the deployer before switching the host back, counted from the deployer's last word, and never before the activation has ended (so after an interrupt it switches back `confirm_timeout` after the last word, or at the activation's end if that is later), as a Go duration of at least 1s. Default `30s`. "+
 			"The deployer speaks to the host at least once a second while it judges (however long `settle_timeout` and the checks take), so a verdict that passes is never undone for being slow; "+
 			"a host that stops answering for this long (and a second) during the verdict has switched itself back, unless a confirmation reached it: the deployer asks it over new logins what it did, "+
 			"and records that (`RolledBack`), or, when it cannot be asked, `Unknown`, which the next refresh settles. "+
