@@ -324,11 +324,14 @@ case "$action" in test|boot|switch)
 	# and a stopped unit's second TERM to its process group cannot cut the
 	# line short).
 	trap 'rc=$?; trap "" HUP INT TERM PIPE; [ -z "$napping" ] || kill "$napping" 2>/dev/null; event end "$rc"' EXIT
-	# Ended by a signal (its session dropped, say): said too.
-	trap 'exit 129' HUP
-	trap 'exit 130' INT
-	trap 'exit 141' PIPE
-	trap 'exit 143' TERM
+	# Ended by a signal (its session dropped, say): said too. The first
+	# signal's trap ignores the rest (a stopped unit's TERM to its process
+	# group, the watchdog's own TERM: a second one in the EXIT trap would
+	# end it before it said its end).
+	trap 'trap "" HUP INT TERM PIPE; exit 129' HUP
+	trap 'trap "" HUP INT TERM PIPE; exit 130' INT
+	trap 'trap "" HUP INT TERM PIPE; exit 141' PIPE
+	trap 'trap "" HUP INT TERM PIPE; exit 143' TERM
 	;;
 esac
 case "$action" in
