@@ -456,6 +456,37 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		}
 	}
 
+	// The deployer never takes a host for decided before its watchdog
+	// could have decided: it gives up on a silent host (its note "the
+	// host answered no word") no sooner than HostGivesUp after the host's
+	// last answer. That answer came once the link last healed, at the
+	// latest when the first fault after that began (less a word's
+	// interval: the answer to the word before). A give-up with no fault
+	// before it since a heal (a busy machine's slow host) says nothing.
+	t := agreement.Timing{Confirm: s.ConfirmTimeout}
+	for _, pt := range parties {
+		for _, at := range pt.gaveUp {
+			var healed, last time.Time
+			for _, h := range pt.heals {
+				if h.Before(at) && h.After(healed) {
+					healed = h
+				}
+			}
+			for _, f := range pt.faults {
+				if f.Before(at) && f.After(healed) && (last.IsZero() || f.Before(last)) {
+					last = f
+				}
+			}
+			if last.IsZero() {
+				continue
+			}
+			if soon := t.HostGivesUp() - t.WordEvery() - 200*time.Millisecond; at.Sub(last) < soon {
+				bad("a host decides before its deployer does", "%s took the host for silent %s after the fault that began at %s, before its watchdog could have decided (confirm_timeout and a tick, %s, from the last answer)",
+					partyName(pt.i), at.Sub(last).Round(time.Millisecond), last.Format("15:04:05.000"), t.HostGivesUp())
+			}
+		}
+	}
+
 	// A verdict that passed is kept while a path to the host works: a
 	// party whose link never kept a new connection from carrying its
 	// traffic is not switched back after its verdict passed. A liveness

@@ -591,6 +591,17 @@ type party struct {
 	ended     time.Time
 	notes     []string
 	healed    time.Time // when its link's last fault ended
+	// faults are when a fault of its link (or of the host) began; gaveUp
+	// when it took the host for silent ("the host answered no word").
+	faults, gaveUp []time.Time
+	heals          []time.Time // when its link's faults ended
+}
+
+// faulted notes that a fault of the party's link (or of the host) began.
+func (pt *party) faulted() {
+	pt.mu.Lock()
+	pt.faults = append(pt.faults, time.Now())
+	pt.mu.Unlock()
 }
 
 // lastHeal is when the party's link last ended a fault (and delivered
@@ -606,6 +617,7 @@ func (pt *party) heal() {
 	pt.link.Heal()
 	pt.mu.Lock()
 	pt.healed = time.Now()
+	pt.heals = append(pt.heals, pt.healed)
 	pt.mu.Unlock()
 }
 
@@ -743,6 +755,9 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 						pt.login = l.Event.Took
 					}
 					pt.notes = append(pt.notes, fmt.Sprintf("%s %s %s: %s", l.At.Format("15:04:05.000"), l.Event.Kind, l.Event.Step, l.Event.Message))
+					if l.Event.Kind == deploy.EventNote && strings.HasPrefix(l.Event.Message, "the host answered no word for ") {
+						pt.gaveUp = append(pt.gaveUp, l.At)
+					}
 					pt.mu.Unlock()
 				case l.Result != nil:
 					pt.mu.Lock()
@@ -783,6 +798,9 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		for _, f := range pt.plan.Faults {
 			if f.Host != "" {
 				plan("the host's fault", f.kind(), f.At, func() {
+					for _, other := range parties {
+						other.faulted()
+					}
 					hostFault(t, tg, f.Host)
 					if f.Host == hostRestartSSHD {
 						later(f.For, func() { tg.RestoreSSH(t) })
@@ -791,6 +809,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 				continue
 			}
 			plan("the link fault", f.kind(), f.At, func() {
+				pt.faulted()
 				switch {
 				case f.Silences():
 					silence.begin(pt.i)
