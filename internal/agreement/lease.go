@@ -84,10 +84,14 @@ type Lease struct {
 	// spareEvery is how long a spare has to answer before another
 	// replaces it (speak's goroutine only).
 	spareEvery time.Duration
-	started    time.Time
-	quit       chan struct{}
-	done       chan struct{}
-	stopped    sync.Once
+	// retired is the last answer of the spares a newer one replaced (Unix
+	// nanoseconds): Quiet counts from it too, so that replacing a spare
+	// does not forget when the host last answered.
+	retired atomic.Int64
+	started time.Time
+	quit    chan struct{}
+	done    chan struct{}
+	stopped sync.Once
 }
 
 // Take takes host's deploy lock for run, waiting up to wait for another
@@ -174,7 +178,7 @@ func (l *Lease) Quiet() time.Duration {
 	l.mu.Lock()
 	sessions := []*session{l.lock, l.spare}
 	l.mu.Unlock()
-	last := l.started.UnixNano()
+	last := max(l.started.UnixNano(), l.retired.Load())
 	for _, s := range sessions {
 		if s != nil {
 			last = max(last, s.acked.Load())
@@ -255,6 +259,9 @@ func (l *Lease) spareIfQuiet() {
 	l.spares.Add(1)
 	l.mu.Lock()
 	old := l.spare
+	if old != nil {
+		l.retired.Store(max(l.retired.Load(), old.acked.Load()))
+	}
 	l.spare = s
 	l.mu.Unlock()
 	if old != nil {

@@ -60,6 +60,15 @@ const exploreShort = 50
 // was taken for one made under no lease.
 var exploreRegressions = []uint64{19, 21, 45, 63, 86, 111, 177, 233, 252, 311, 332, 338, 352, 357, 390, 409, 428, 471}
 
+// exploreFreshRegressions are fresh seeds (drawFresh's) that found a
+// violation: they run in every exploration too. 2063 (make soak, issue
+// 37): a deployer took its host for silent 1.5 s after its answers
+// stopped, HostGivesUp being 3 s: replacing a spare session forgot when
+// the replaced one last answered, so the lease's quiet time jumped back
+// to the lock session's last answer (that session stalled long before),
+// and the deploy was given up on during its verdict and rolled back.
+var exploreFreshRegressions = []uint64{2063}
+
 // trigger is a moment of a schedule: After past the start of a party's
 // step (its start, for StepName ""), or past a host event of its run
 // (Host: see hostEvents).
@@ -406,7 +415,7 @@ func exploreSeeds(t *testing.T) explorePlan {
 	}
 	var mu sync.Mutex
 	next := num("FLEET_EXPLORE_FIRST", 1)
-	regressions := exploreRegressions
+	regressions := slices.Concat(exploreRegressions, exploreFreshRegressions)
 	if os.Getenv("FLEET_EXPLORE_FRESH_ONLY") == "1" {
 		regressions = nil // make mutate-agreement: what fresh schedules find
 	}
@@ -1116,7 +1125,7 @@ func describeSeeds(seeds []uint64) string {
 	var drawn []uint64
 	regressions := 0
 	for _, s := range seeds {
-		if slices.Contains(exploreRegressions, s) {
+		if slices.Contains(exploreRegressions, s) || slices.Contains(exploreFreshRegressions, s) {
 			regressions++
 			continue
 		}
