@@ -463,7 +463,7 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 	// latest when the first fault after that began (less a word's
 	// interval: the answer to the word before). A give-up with no fault
 	// before it since a heal (a busy machine's slow host) says nothing.
-	t := agreement.Timing{Confirm: s.ConfirmTimeout}
+	t := specClocksOf(s)
 	for _, pt := range parties {
 		for _, at := range pt.gaveUp {
 			var healed, last time.Time
@@ -495,7 +495,7 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 	// before confirm_timeout has passed since the host's last word; so it is
 	// checked only when this party's logins took a third of that room (a
 	// busy machine makes them slower).
-	room := s.ConfirmTimeout - (agreement.Timing{Confirm: s.ConfirmTimeout}).SpareAfter()
+	room := s.ConfirmTimeout - specClocksOf(s).SpareAfter()
 	for _, pt := range parties {
 		r := pt.result
 		if r == nil || pt.killed || pt.interrupted || !pt.verdictPassed || pt.login == 0 || pt.login > room/3 {
