@@ -25,7 +25,8 @@
 //     pids ("unit.N.pid", "unit.N.stc"), the activation's exit status
 //     ("activated": written by the attempt that did not meet a held switch
 //     lock, exit 11, after which the deployer tries again), the watchdog's
-//     wake FIFO, the decision ("decision": a link to "confirm" or
+//     wake FIFO, "heard" (its mtime: when the watchdog last heard a "w"
+//     word), the decision ("decision": a link to "confirm" or
 //     "rollback", made once), the watchdog's state and the exit status of
 //     its switch back ("rolledback"), the boot entry's ("booted.N").
 //   - SucceededFile: the last system a run finished with a passing

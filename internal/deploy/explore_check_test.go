@@ -413,26 +413,27 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		}
 	}
 
-	// 4, timed: a watchdog left alone switches back within
-	// confirm_timeout (and a tick of its clock) of the later of the
-	// activation's end and the last word its deployer could have sent:
-	// the deployer's end, or the end of a fault of its link, which
-	// delivers what it held (and a busy machine's room). An activation
-	// that does not end counts as ended activation_timeout and a few
-	// seconds after it began (the watchdog stops it then).
+	// 4, timed, from the host's own files: a watchdog decides within
+	// confirm_timeout and a tick of its clock (and a little room for a
+	// busy machine) after the later of the last word it heard (its run's
+	// "heard" file) and its activation's end (an activation that does not
+	// end counts as ended activation_timeout and a few seconds after it
+	// began: the watchdog stops it then). Only a decision it made itself
+	// is bound; one its deployer asked for comes sooner.
 	for _, c := range cs {
 		if !c.rollback || c.owner < 0 {
 			continue
 		}
 		pt := parties[c.owner]
-		quiet := pt.ended
-		if h := pt.lastHeal(); h.After(quiet) {
-			quiet = h
-		}
-		if quiet.IsZero() {
+		dir := tg.Path(agreement.StateDir + "/" + c.run)
+		decided, err := os.Lstat(dir + "/decision")
+		if err != nil {
 			continue
 		}
-		var actEnd time.Time
+		from := time.Time{}
+		if heard, err := os.Stat(dir + "/heard"); err == nil {
+			from = heard.ModTime()
+		}
 		for _, a := range cs {
 			if a.rollback || a.run != c.run || a.unit == "" {
 				continue
@@ -441,18 +442,17 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 			if a.ended && a.endTime.Before(end) {
 				end = a.endTime
 			}
-			if end.After(actEnd) {
-				actEnd = end
+			if end.After(from) {
+				from = end
 			}
 		}
-		from := quiet
-		if actEnd.After(from) {
-			from = actEnd
+		if from.IsZero() {
+			continue
 		}
-		bound := s.ConfirmTimeout + time.Second + settlesRoom
-		if late := c.startTime.Sub(from); late > bound {
-			bad("a host settles on its own", "%s began %s after its deployer's last word could reach the host and its activation had ended (%s), want within confirm_timeout and a tick (%s, and %s for a busy machine)",
-				describe(c), late.Round(time.Millisecond), from.Format("15:04:05.000"), s.ConfirmTimeout+time.Second, settlesRoom)
+		bound := s.ConfirmTimeout + time.Second + decidesRoom
+		if late := decided.ModTime().Sub(from); late > bound {
+			bad("a host settles on its own", "the watchdog of run %q decided %s after it last heard a word and its activation had ended (%s), want within confirm_timeout and a tick (%s, and %s for a busy machine)",
+				c.run, late.Round(time.Millisecond), from.Format("15:04:05.000"), s.ConfirmTimeout+time.Second, decidesRoom)
 		}
 	}
 
@@ -569,8 +569,9 @@ func kindOf(parties []*party, system string) nixtest.Kind {
 	return nixtest.Succeed
 }
 
-// settlesRoom is the room a busy machine gets in the timed checks.
-const settlesRoom = 5 * time.Second
+// decidesRoom is the room a busy machine gets in the timed check of a
+// watchdog's decision: its clock ticks once a second.
+const decidesRoom = 1500 * time.Millisecond
 
 // changed says whether call c changed what the host runs or boots.
 func changed(events []nixtest.Event, c *call) bool {

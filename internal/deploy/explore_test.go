@@ -613,14 +613,6 @@ func (pt *party) faulted() {
 	pt.mu.Unlock()
 }
 
-// lastHeal is when the party's link last ended a fault (and delivered
-// what it held).
-func (pt *party) lastHeal() time.Time {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	return pt.healed
-}
-
 // heal ends the fault of the party's link.
 func (pt *party) heal() {
 	pt.link.Heal()

@@ -14,8 +14,10 @@ h|w)
 {{if .Keeps}}fleet_t=; read -r fleet_t fleet_p < {{.LeaseFile}} 2>/dev/null
 if [ "$fleet_t" = "$fleet_r" ]; then fleet_n=$((fleet_n+1)); echo "$fleet_n" > {{.WordsFile}}; fi
 {{end -}}
-# "w" is passed on to the run's watchdog, through its wake FIFO.
-[ "$fleet_w" != w ] || [ ! -p "$fleet_dir/wake" ] || printf 'h\n' 1<>"$fleet_dir/wake"
+# "w" is passed on to the run's watchdog, through its wake FIFO, and the
+# run's "heard" file says when its watchdog last heard one (its mtime:
+# for an operator, and for the host agreement's explorer).
+[ "$fleet_w" != w ] || [ ! -p "$fleet_dir/wake" ] || { printf '' 2>/dev/null >"$fleet_dir/heard"; printf 'h\n' 1<>"$fleet_dir/wake"; }
 echo ack ;;
 c|r)
 # Decide the run (confirm, roll back) unless it is decided: the decision
