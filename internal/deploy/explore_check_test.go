@@ -459,16 +459,28 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 	// The deployer never takes a host for decided before its watchdog
 	// could have decided: it gives up on a silent host (its note "the
 	// host answered no word") no sooner than HostGivesUp after the host's
-	// last answer. That answer came once the link last healed, at the
-	// latest when the first fault after that began (less a word's
-	// interval: the answer to the word before). A give-up with no fault
-	// before it since a heal (a busy machine's slow host) says nothing.
+	// last answer. Answers came again after the link last healed, once
+	// the deployer had had the time to hear one (a spare's wait and a
+	// login: a heal with a fault right after it may have brought none),
+	// and stopped at the latest when the first fault after that began
+	// (less a word's interval: the answer to the word before). A give-up
+	// with no fault before it since such a heal (a busy machine's slow
+	// host) says nothing.
 	t := specClocksOf(s)
 	for _, pt := range parties {
 		for _, at := range pt.gaveUp {
 			var healed, last time.Time
 			for _, h := range pt.heals {
-				if h.Before(at) && h.After(healed) {
+				if !h.Before(at) || !h.After(healed) {
+					continue
+				}
+				answered := true
+				for _, f := range pt.faults {
+					if !f.Before(h) && f.Sub(h) < t.SpareAfter()+time.Second {
+						answered = false
+					}
+				}
+				if answered {
 					healed = h
 				}
 			}
