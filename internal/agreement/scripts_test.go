@@ -3,10 +3,8 @@ package agreement
 import (
 	"fmt"
 	"io/fs"
-	"os"
 	"os/exec"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -151,21 +149,4 @@ func renderAll() map[string]string {
 		out[fmt.Sprintf("ask-%d-many", j)] = askScript(run, []string{"act.2", "boot.1", "profile", "x'y"})
 	}
 	return out
-}
-
-// TestDumpScripts writes every rendered script into FLEET_DUMP_SCRIPTS (a
-// directory), a file each: a refactoring of the scripts compares two dumps.
-func TestDumpScripts(t *testing.T) {
-	dir := os.Getenv("FLEET_DUMP_SCRIPTS")
-	if dir == "" {
-		t.Skip("FLEET_DUMP_SCRIPTS is not set")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, s := range renderAll() {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

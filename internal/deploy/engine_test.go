@@ -305,16 +305,7 @@ func TestDeploySessionDroppedMidActivation(t *testing.T) {
 			sys := nixtest.Closure(t, c.b)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var dropped sync.WaitGroup
-			dropped.Add(1)
-			go func() {
-				defer dropped.Done()
-				for ctx.Err() == nil && !strings.Contains(tg.Journal(), "activating the configuration") {
-					time.Sleep(50 * time.Millisecond)
-				}
-				// Closes every established connection; new ones still pass.
-				tg.Gate.SetMode(sshtest.GateOpen)
-			}()
+			dropped := dropWhenJournalSays(ctx, tg, "activating the configuration")
 			// The lock session drops too: the watchdog hears no word while
 			// the deployer asks over new logins, which on a busy machine
 			// take seconds. confirm_timeout leaves them that room.
@@ -340,6 +331,22 @@ func TestDeploySessionDroppedMidActivation(t *testing.T) {
 	}
 }
 
+// dropWhenJournalSays closes every established connection to the target
+// (new ones still pass) once its activation's journal says what, or ctx
+// ends; Wait on what it returns waits for it.
+func dropWhenJournalSays(ctx context.Context, tg *nixtest.Target, what string) *sync.WaitGroup {
+	var dropped sync.WaitGroup
+	dropped.Add(1)
+	go func() {
+		defer dropped.Done()
+		for ctx.Err() == nil && !strings.Contains(tg.Journal(), what) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		tg.Gate.SetMode(sshtest.GateOpen)
+	}()
+	return &dropped
+}
+
 // An activation that hangs, whose session dropped, is stopped at
 // activation_timeout, counted from its start, as one whose session held:
 // its unit stopped, the node rolled back, nothing of it left running (not
@@ -353,15 +360,7 @@ func TestDeploySessionDroppedMidHungActivationTimesOut(t *testing.T) {
 	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Hang})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var dropped sync.WaitGroup
-	dropped.Add(1)
-	go func() {
-		defer dropped.Done()
-		for ctx.Err() == nil && !strings.Contains(tg.Journal(), "reloading user units") {
-			time.Sleep(50 * time.Millisecond)
-		}
-		tg.Gate.SetMode(sshtest.GateOpen) // every established connection closes
-	}()
+	dropped := dropWhenJournalSays(ctx, tg, "reloading user units")
 	opts := deploy.Options{ActivationTimeout: 6 * time.Second, Verdict: deploy.VerdictSpec{ConfirmTimeout: 8 * time.Second, SettleTimeout: 2 * time.Second}}
 	r := deployer(t, opts).Deploy(ctx, []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
 	cancel()

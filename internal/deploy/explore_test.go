@@ -599,7 +599,6 @@ type party struct {
 	startedAt time.Time
 	ended     time.Time
 	notes     []string
-	healed    time.Time // when its link's last fault ended
 	// faults are when a fault of its link (or of the host) began; gaveUp
 	// when it took the host for silent ("the host answered no word").
 	faults, gaveUp []time.Time
@@ -617,8 +616,7 @@ func (pt *party) faulted() {
 func (pt *party) heal() {
 	pt.link.Heal()
 	pt.mu.Lock()
-	pt.healed = time.Now()
-	pt.heals = append(pt.heals, pt.healed)
+	pt.heals = append(pt.heals, time.Now())
 	pt.mu.Unlock()
 }
 
