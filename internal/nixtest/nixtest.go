@@ -758,6 +758,18 @@ func (t *Target) SetSystemState(tb TB, state string) {
 	t.writeFile(tb, "system-state", state+"\n")
 }
 
+// SetUnitStartDelay makes every transient unit systemd-run starts from
+// now on begin its command d late, as a busy systemd's start job waits; a
+// systemctl stop meanwhile cancels the start. 0 starts them at once.
+func (t *Target) SetUnitStartDelay(tb TB, d time.Duration) {
+	tb.Helper()
+	text := ""
+	if d > 0 {
+		text = fmt.Sprintf("%.3f\n", d.Seconds())
+	}
+	t.writeFile(tb, "unit-start-delay", text)
+}
+
 // SetFailedUnits replaces the units systemctl reports failed (until the
 // next activation sets them).
 func (t *Target) SetFailedUnits(tb TB, units ...string) {

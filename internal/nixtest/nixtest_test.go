@@ -717,6 +717,30 @@ func TestSystemdRun(t *testing.T) {
 	if out != "active\ninactive\n" {
 		t.Errorf("stop: %q, want active then inactive", out)
 	}
+
+	// A unit holds none of its caller's descriptors: not a lock the
+	// caller took.
+	out = d.must(`exec 8>>/tmp/nixtest-lock && flock -s 8 && systemd-run --pipe --quiet sh -c 'if [ -e /proc/$$/fd/8 ]; then echo held; else echo none; fi'`)
+	if out != "none\n" {
+		t.Errorf("the caller's descriptor 8 (a lock) in the unit: %q, want none", out)
+	}
+
+	// A busy systemd: the command starts late, and a stop meanwhile
+	// cancels it.
+	tg.SetUnitStartDelay(t, 2*time.Second)
+	start := time.Now()
+	if out = d.must("systemd-run --pipe --quiet sh -c 'echo late'"); out != "late\n" || time.Since(start) < 2*time.Second {
+		t.Errorf("a late start: %q after %v, want %q after 2s", out, time.Since(start), "late\n")
+	}
+	out = d.must("systemd-run --unit=fleet-never sh -c 'echo ran > " + stateLink + "/never'; systemctl stop fleet-never; systemctl is-active fleet-never || true")
+	if !strings.HasSuffix(out, "\ninactive\n") || !strings.Contains(tg.UnitJournal("fleet-never"), "start job canceled") {
+		t.Errorf("a stop before the start: %q, journal %q", out, tg.UnitJournal("fleet-never"))
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if fileExists(filepath.Join(tg.StateDir, "never")) {
+		t.Errorf("a unit stopped before it started ran its command")
+	}
+	tg.SetUnitStartDelay(t, 0)
 }
 
 func TestWithoutSystemd(t *testing.T) {

@@ -112,9 +112,11 @@ mkdir -p "$dir"
 printf '%s' "$env" > "$dir/env"
 echo "Started $unit." >> "$dir/journal"
 
+# A unit inherits none of its caller's descriptors but what --pipe
+# passes (standard input, output and error): not a lock its caller holds.
 run() {
 	setsid -f env -i PATH=` + SessionPath + ` NIX_CONF_DIR=` + stateLink + `/etc/nix \
-		"$state/libexec/unit-runner" "$dir" "$max" "$@"
+		"$state/libexec/unit-runner" "$dir" "$max" "$@" 3>&- 4>&- 6>&- 7>&- 8>&- 9>&-
 }
 if [ "$pipe" = 1 ] || [ "$wait" = 1 ]; then
 	# Like the real client, it waits for the unit without polling: the
@@ -127,6 +129,10 @@ if [ "$pipe" = 1 ]; then
 	run "$@" 5>&-
 else
 	run "$@" </dev/null >>"$dir/journal" 2>&1 5>&-
+	# Back once the unit is known to systemd (its start job queued, or
+	# it runs): a stop that follows finds it.
+	n=0
+	while [ ! -e "$dir/pid" ] && [ $n -lt 500 ]; do sleep 0.01; n=$((n + 1)); done
 fi
 if [ "$pipe" = 1 ] || [ "$wait" = 1 ]; then
 	read -r _ <&5
@@ -155,6 +161,28 @@ while IFS= read -r kv; do
 done < "$dir/env"
 # Which unit a switch-to-configuration ran in, for Target.Events.
 export NIXTEST_UNIT="$unit"
+# A busy systemd starts a unit late (Target.SetUnitStartDelay): its start
+# job waits, and a stop meanwhile cancels it (the group's TERM ends the
+# wait, and the runner notes it).
+delay=
+[ ! -f ` + stateLink + `/unit-start-delay ] || read -r delay < ` + stateLink + `/unit-start-delay
+if [ -n "$delay" ]; then
+	echo $$ > "$dir/pid"
+	cancelled=
+	trap 'cancelled=1' TERM
+	sleep "$delay"
+	trap - TERM
+	if [ -n "$cancelled" ]; then
+		echo "$unit: start job canceled" >> "$dir/journal"
+		echo canceled > "$dir/result"
+		echo 1 > "$dir/exit.tmp"
+		mv "$dir/exit.tmp" "$dir/exit"
+		if [ -p "$dir/done" ]; then
+			exec 4<>"$dir/done" && echo >&4
+		fi
+		exit 0
+	fi
+fi
 # An asynchronous command gets /dev/null as stdin unless told otherwise.
 exec 3<&0
 # timeout puts the command in a process group of its own, which
@@ -233,7 +261,7 @@ system_state() {
 unit_state() {
 	d="$state/units/$1"
 	if [ -d "$d" ] && [ ! -e "$d/exit" ]; then echo active
-	elif [ -d "$d" ] && [ "$(cat "$d/result")" != success ]; then echo failed
+	elif [ -d "$d" ] && [ "$(cat "$d/result")" != success ] && [ "$(cat "$d/result")" != canceled ]; then echo failed
 	elif failed_units | grep -qxF "$1"; then echo failed
 	else echo inactive
 	fi
