@@ -286,3 +286,31 @@ func TestTimingKeepsItsOrder(t *testing.T) {
 		}
 	}
 }
+
+// What a host's answer settles, read in one place: the record's outcome
+// follows from it.
+func TestViewSettled(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		v    agreement.View
+		want agreement.Settlement
+	}{
+		{"nothing decided", agreement.View{Watchdog: "waiting"}, agreement.Unsettled},
+		{"decided rollback, not switched back yet", agreement.View{Decision: agreement.DecisionRollback, Watchdog: "rolling-back"}, agreement.Unsettled},
+		{"act cancelled", agreement.View{Fates: map[string]agreement.Fate{"act.2": agreement.FateCancelled}}, agreement.NeverStarted},
+		{"watchdog refused", agreement.View{Watchdog: "refused"}, agreement.NeverStarted},
+		{"another attempt's act cancelled", agreement.View{Fates: map[string]agreement.Fate{"act.1": agreement.FateCancelled}, Decision: agreement.DecisionConfirm}, agreement.Confirmed},
+		{"confirmed", agreement.View{Decision: agreement.DecisionConfirm, Watchdog: "confirmed"}, agreement.Confirmed},
+		{"switched back", agreement.View{Decision: agreement.DecisionRollback, RolledBack: "0"}, agreement.SwitchedBack},
+		{"left alone", agreement.View{Decision: agreement.DecisionRollback, RolledBack: "kept /nix/store/x"}, agreement.LeftAlone},
+		{"switch back failed", agreement.View{Decision: agreement.DecisionRollback, RolledBack: "4"}, agreement.SwitchBackFailed},
+	} {
+		if got := c.v.Settled("act.2"); got != c.want {
+			t.Errorf("%s: Settled = %d, want %d", c.name, got, c.want)
+		}
+	}
+	if got := (agreement.View{RolledBack: "kept /nix/store/x"}).Kept(); got != "/nix/store/x" {
+		t.Errorf("Kept() = %q", got)
+	}
+}

@@ -56,6 +56,56 @@ func (v View) Attempt(attempt int) (int, bool) {
 	return rc, ok
 }
 
+// Settlement is what became of a run's activation on the host, as a view
+// shows it once the host has settled it (see View.Settled).
+type Settlement int
+
+// The settlements of an activation.
+const (
+	// Unsettled: the watchdog has not finished (nor started: its
+	// activation may still run, or wait for its decision).
+	Unsettled Settlement = iota
+	// NeverStarted: its act was cancelled before it started, or its
+	// watchdog refused to run (the act never passed the fence): nothing
+	// was activated.
+	NeverStarted
+	// Confirmed: a confirmation reached the host; the system stays.
+	Confirmed
+	// SwitchedBack: the watchdog switched the host back (exit 0).
+	SwitchedBack
+	// LeftAlone: the watchdog found the host running a system neither the
+	// run's nor the one before (someone switched it since) and switched
+	// nothing (View.Kept says what ran).
+	LeftAlone
+	// SwitchBackFailed: the watchdog's switch back failed (View.RolledBack
+	// holds its exit status).
+	SwitchBackFailed
+)
+
+// Settled is what became of the activation whose act is act (act.<attempt>
+// of its latest attempt): the one place that reads a host's answer into
+// the outcome a record states.
+func (v View) Settled(act string) Settlement {
+	switch {
+	case v.Fate(act) == FateCancelled || v.Watchdog == "refused":
+		return NeverStarted
+	case v.Decision == DecisionConfirm:
+		return Confirmed
+	case v.RolledBack == "0":
+		return SwitchedBack
+	case strings.HasPrefix(v.RolledBack, "kept"):
+		return LeftAlone
+	case v.RolledBack != "":
+		return SwitchBackFailed
+	}
+	return Unsettled
+}
+
+// Kept is the system a watchdog that left the host alone found it running.
+func (v View) Kept() string {
+	return strings.TrimSpace(strings.TrimPrefix(v.RolledBack, "kept"))
+}
+
 // askScript prints what Ask reads. cancel names actions to cancel first,
 // if they have not started.
 func askScript(run string, cancel []string) string {

@@ -27,7 +27,8 @@
 //     lock, exit 11, after which the deployer tries again), the watchdog's
 //     wake FIFO, "heard" (its mtime: when the watchdog last heard a "w"
 //     word), the decision ("decision": a link to "confirm" or
-//     "rollback", made once), the watchdog's state and the exit status of
+//     "rollback", made once; "lapsed" when the watchdog made it, its
+//     clock run out, rather than a deployer's word), the watchdog's state and the exit status of
 //     its switch back ("rolledback"), the boot entry's ("booted.N").
 //   - SucceededFile: the last system a run finished with a passing
 //     verdict (and, for goal switch and boot, its boot entry).
@@ -61,6 +62,10 @@
 //     cancel, each named action that has not started is cancelled (its
 //     fate made "cancelled"), so a request whose answer was lost can
 //     never start later: after an ask the deployer knows for good.
+//     View.Settled reads the answer into what became of the activation
+//     (never started, confirmed, switched back, left alone, a failed
+//     switch back, or not settled yet): the one place a record's outcome
+//     comes from.
 //
 // # Fencing
 //

@@ -416,7 +416,7 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 	prev, sys := orNone(nr.r.PreviousSystem), nr.n.System
 	act := fmt.Sprintf("act.%d", max(nr.attempt, 1))
 	v, answered := nr.ask(ctx, t.AskFor()+nr.d.activationTimeout(), func(v agreement.View) bool {
-		return v.Decision == agreement.DecisionConfirm || v.RolledBack != "" || v.Watchdog == "refused" || v.Fate(act) == agreement.FateCancelled
+		return v.Settled(act) != agreement.Unsettled
 	}, act)
 	if ctx.Err() != nil {
 		return settled{}, ctx.Err()
@@ -424,15 +424,16 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 	if v.Current != "" {
 		nr.r.CurrentSystem = v.Current
 	}
-	switch {
-	case !answered:
+	if !answered {
 		return nr.notAsked(confirmSent), nil
-	case v.Fate(act) == agreement.FateCancelled || v.Watchdog == "refused":
+	}
+	switch v.Settled(act) {
+	case agreement.NeverStarted:
 		nr.activation = notActivated
 		return settled{phase: PhaseFailed, text: "the activation never started on the host (it is cancelled there): nothing was activated; the host runs " + orNone(v.Current)}, nil
-	case v.Decision == agreement.DecisionConfirm:
+	case agreement.Confirmed:
 		return settled{phase: PhaseFailed, confirmed: true, text: fmt.Sprintf("the host took this deployer's confirmation: %s stays active", sys)}, nil
-	case v.RolledBack == "0":
+	case agreement.SwitchedBack:
 		nr.r.RolledBack = true
 		text := "rolled back to " + prev + " by its watchdog"
 		if v.Current != nr.r.PreviousSystem {
@@ -441,10 +442,11 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 			text += "; the host runs " + orNone(v.Current) + " now"
 		}
 		return settled{phase: PhaseRolledBack, text: text}, nil
-	case strings.HasPrefix(v.RolledBack, "kept"):
-		return settled{phase: PhaseFailed, text: fmt.Sprintf("its watchdog found the host running %s, not %s, and switched nothing", orNone(strings.TrimSpace(strings.TrimPrefix(v.RolledBack, "kept"))), sys)}, nil
-	case v.RolledBack != "":
+	case agreement.LeftAlone:
+		return settled{phase: PhaseFailed, text: fmt.Sprintf("its watchdog found the host running %s, not %s, and switched nothing", orNone(v.Kept()), sys)}, nil
+	case agreement.SwitchBackFailed:
 		return settled{phase: PhaseFailed, text: fmt.Sprintf("its watchdog's switch back to %s failed (exit %s; the host runs %s)", prev, v.RolledBack, orNone(v.Current))}, nil
+	case agreement.Unsettled:
 	}
 	state := v.Watchdog
 	if state == "" {

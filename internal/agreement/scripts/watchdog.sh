@@ -62,7 +62,8 @@ read -r fleet_w <&7 || break
 [ "$fleet_w" != h ] || { fleet_now; fleet_word=$fleet_up; }
 done
 # The decision is one link made once: the deployer's, if it was first.
-ln -s {{.DecisionRollback}} "$d/decision" 2>/dev/null
+# The watchdog's own (its clock ran out) says so: "lapsed".
+ln -s {{.DecisionRollback}} "$d/decision" 2>/dev/null && : > "$d/lapsed"
 # Decided, no attempt starts any more (their fates cancelled). Did one
 # begin (fleet_began), or did every one that started meet a held switch
 # lock (fleet_locked: nothing changed)?
