@@ -456,6 +456,44 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		}
 	}
 
+	// 4, from below: a watchdog decides on its own ("lapsed": not a
+	// deployer's word) only once its activation is over: no attempt of it
+	// runs, as the host's log shows, unless activation_timeout and a few
+	// seconds have passed since the watchdog began (its "guarded" file),
+	// when it stops them. An attempt ran at the decision if it had begun
+	// and then ended by a signal (stopped), or a second or more later, or
+	// never. (One that ended by itself right after the decision had ended
+	// as the host saw it: its log's end comes a few milliseconds after the
+	// attempt's exit.) The last word it heard bounds nothing here: the
+	// "heard" file says only the last one, which may have come as it
+	// decided or since.
+	for _, c := range cs {
+		if !c.rollback || c.owner < 0 {
+			continue
+		}
+		dir := tg.Path(agreement.StateDir + "/" + c.run)
+		decided, err := os.Lstat(dir + "/decision")
+		if err != nil || !tg.Exists(agreement.StateDir+"/"+c.run+"/lapsed") {
+			continue
+		}
+		at := decided.ModTime()
+		began, err := os.Stat(dir + "/guarded")
+		if err != nil || !at.Before(began.ModTime().Add(parties[c.owner].plan.activationTimeout()+5*time.Second-decidesEarly)) {
+			continue
+		}
+		for _, a := range cs {
+			if a.rollback || a.run != c.run || a.unit == "" || !a.startTime.Before(at) || a.ended && (a.endTime.Before(at) || a.rc <= 128 && a.endTime.Sub(at) < time.Second) {
+				continue
+			}
+			how := "it never ended"
+			if a.ended {
+				how = fmt.Sprintf("it ended at %s, exit %d", a.endTime.Format("15:04:05.000"), a.rc)
+			}
+			bad("a host settles on its own", "the watchdog of run %q decided at %s while %s ran (from %s; %s), before activation_timeout had passed: the activation was not over",
+				c.run, at.Format("15:04:05.000"), describe(a), a.startTime.Format("15:04:05.000"), how)
+		}
+	}
+
 	// The deployer never takes a host for decided before its watchdog
 	// could have decided: it gives up on a silent host (its note "the
 	// host answered no word") no sooner than HostGivesUp after the host's
@@ -584,6 +622,11 @@ func kindOf(parties []*party, system string) nixtest.Kind {
 // decidesRoom is the room a busy machine gets in the timed check of a
 // watchdog's decision: its clock ticks once a second.
 const decidesRoom = 1500 * time.Millisecond
+
+// decidesEarly is how much sooner than its clocks a watchdog's decision
+// may seem, read from the host's files: their times and the watchdog's
+// clock (the host's uptime) are read apart.
+const decidesEarly = 100 * time.Millisecond
 
 // changed says whether call c changed what the host runs or boots.
 func changed(events []nixtest.Event, c *call) bool {

@@ -69,6 +69,10 @@ func drawFresh(seed uint64) schedule {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+pick(hi-lo+1)) * time.Millisecond }
 	s := schedule{Seed: seed, ConfirmTimeout: []time.Duration{2 * time.Second, 3 * time.Second, 8 * time.Second}[pick(3)], RemoteExecTimeout: 5 * time.Second}
 	s.Shell = []nixtest.Shell{nixtest.ShellDefault, nixtest.ShellBash, nixtest.ShellDash}[rand.New(rand.NewPCG(seed, 0x5e11)).IntN(3)]
+	// A busy systemd, one schedule in five: units start up to 2.5 s late.
+	if late := rand.New(rand.NewPCG(seed, 0x1a7e)); late.IntN(5) == 0 {
+		s.StartLate = time.Duration(5+late.IntN(21)) * 100 * time.Millisecond
+	}
 	t := specClocksOf(s)
 	// How long a fault lasts, each around a clock of the agreement.
 	leaseEnds := s.RemoteExecTimeout * 5 / 4
@@ -243,34 +247,19 @@ func drawFresh(seed uint64) schedule {
 			}
 		}
 		if h.LockedOnce && pick(3) != 0 {
-			// Something happens while the retry runs: it begins the lock
-			// interval (500 ms) after the note of the held lock; the
-			// attempt it retries mostly outlasts confirm_timeout.
-			if pick(4) != 0 {
-				h.Delay = s.ConfirmTimeout + time.Duration(1+pick(3))*time.Second
-			}
-			tr := trigger{Of: i, Step: stepRetry, After: 500*time.Millisecond + ms(0, 1500)}
-			switch pick(4) {
-			case 0, 1:
-				if pick(2) == 0 {
-					p.Interrupt, p.Kill = &tr, nil
-				} else {
-					p.Kill, p.Interrupt = &tr, nil
-				}
-				// Only the faults before the retry can come.
-				p.Faults = slices.DeleteFunc(p.Faults, func(f faultPlan) bool { return f.At.position() > tr.position() })
-			default:
-				f := faultPlan{At: tr, Fault: sshtest.LinkFault{Hold: [2]bool{true, true}}, For: durations[1+pick(len(durations)-2)]}
-				f.Fault.OnlyOpen = pick(2) == 0
-				p.Faults = append(p.Faults, f)
-			}
+			s.Parties = append(s.Parties, p)
+			retries(&s, &s.Parties[i], rng)
+			continue
 		}
 		s.Parties = append(s.Parties, p)
 	}
-	// Even seeds sweep the coverage table's cells (seed/2 modulo their
-	// number); odd ones race a clock.
+	// Even seeds sweep the coverage table's cells, odd ones race a clock.
+	// The cells are taken 19 apart (coprime with their 254): consecutive
+	// even seeds plan another kind of fault at another column each time,
+	// and 254 of them plan every cell once.
 	if seed%2 == 0 {
-		sweep(&s, plannedCells()[(seed/2)%uint64(len(plannedCells()))], rng, benign)
+		cells := plannedCells()
+		sweep(&s, cells[(seed/2*19)%uint64(len(cells))], rng, benign)
 	} else {
 		raceClock(&s, rng, benign)
 	}
@@ -312,6 +301,7 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 	case string(stepRetry):
 		ends()
 		a.Kind, h.LockedOnce = nixtest.Succeed, true
+		retries(s, a, rng)
 	case string(deploy.StepConfirm), "host: decided":
 		ends()
 		a.Kind, h.Keep = nixtest.Succeed, false
@@ -323,10 +313,36 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 		if h.Goal == deploy.GoalTest {
 			h.Goal = deploy.GoalSwitch
 		}
-	case string(deploy.StepVerdict), "host: attempt", "host: activated":
+	case string(deploy.StepVerdict), "host: activated":
 		ends()
+	case "host: attempt":
+		// The end of an attempt: mostly one that met the switch lock, a
+		// retry after it.
+		ends()
+		if rng.IntN(3) != 0 {
+			a.Kind, h.LockedOnce = nixtest.Succeed, true
+			retries(s, a, rng)
+		}
 	case string(deploy.StepActivate), "host: act", "host: unit":
+		// An activation in flight: mostly a slow one, longer than
+		// confirm_timeout or (a short one) than activation_timeout, so
+		// that what comes while it runs meets it running; or one that
+		// systemd starts late, so that what comes as it was asked for
+		// meets it not started yet.
 		activates()
+		if s.StartLate == 0 && rng.IntN(3) == 0 {
+			s.StartLate = time.Duration(10+rng.IntN(16)) * 100 * time.Millisecond
+		}
+		switch rng.IntN(3) {
+		case 0:
+			h.Delay = s.ConfirmTimeout + time.Duration(1+rng.IntN(3))*time.Second
+		case 1:
+			h.ActivationTimeout = time.Duration(4+rng.IntN(3)) * time.Second
+			h.Delay = h.ActivationTimeout + s.ConfirmTimeout + time.Duration(6+rng.IntN(3))*time.Second
+			if a.Kind == nixtest.Hang {
+				a.Kind = nixtest.Succeed
+			}
+		}
 	}
 	if !h.LockedOnce {
 		// The retry's own plans (an interrupt, a kill) go with it.
@@ -409,10 +425,31 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 	a := &s.Parties[0]
 	t := specClocksOf(*s)
 	clock := []string{"spare", "watchdog", "watchdog", "deployer", "lease", "lease"}[rng.IntN(6)]
+	if clock == "watchdog" {
+		// A watchdog to race: a goal that activates, no "keep", and an
+		// activation that ends.
+		h := a.Host
+		if h.Goal == deploy.GoalBoot {
+			h.Goal = deploy.GoalSwitch
+		}
+		h.Keep = false
+		// Mostly a verdict that passes: a confirmation to race.
+		if a.Kind == nixtest.Hang || a.Kind == nixtest.FailUnits && rng.IntN(2) == 0 {
+			a.Kind = nixtest.Succeed
+		}
+		if h.Delay > h.ActivationTimeout {
+			h.ActivationTimeout = time.Minute
+		}
+	}
 	var moments []trigger
 	for _, st := range a.steps() {
 		moments = append(moments, trigger{Of: 0, Step: st})
-		if clock == "watchdog" && st == deploy.StepVerdict || clock == "lease" && st == deploy.StepFinalise {
+		switch {
+		case clock == "watchdog" && st == deploy.StepVerdict:
+			// The verdict weighs most: a confirmation sent as the
+			// watchdog's patience runs out lands just after it did.
+			moments = append(moments, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st})
+		case clock == "lease" && st == deploy.StepFinalise:
 			moments = append(moments, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st})
 		}
 	}
@@ -424,7 +461,9 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 	}
 	at := moments[rng.IntN(len(moments))]
 	at.After = time.Duration(rng.IntN(101)) * time.Millisecond
-	if at.Host == "" && rng.IntN(2) == 0 {
+	// A step's moment, sometimes later in it; the verdict's, racing the
+	// watchdog, right as it begins (before the confirmation is sent).
+	if at.Host == "" && rng.IntN(2) == 0 && (clock != "watchdog" || at.Step != deploy.StepVerdict) {
 		at.After = time.Duration(rng.IntN(1501)) * time.Millisecond
 	}
 	jitter := time.Duration(100+rng.IntN(801)) * time.Millisecond
@@ -460,6 +499,40 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		if *end != nil && (*end).position() < at.position() {
 			*end = nil
 		}
+	}
+}
+
+// retries plans what happens while p's retried activation runs (its
+// switch lock held at the first attempt): an interrupt, a kill, or every
+// byte of its link held a while, from the lock interval (500 ms) after
+// the note of the held lock; the attempt it retries mostly outlasts
+// confirm_timeout.
+func retries(s *schedule, p *partyPlan, rng *rand.Rand) {
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	of := slices.IndexFunc(s.Parties, func(q partyPlan) bool { return q.Host == p.Host })
+	if rng.IntN(4) != 0 {
+		p.Host.Delay = s.ConfirmTimeout + time.Duration(1+rng.IntN(3))*time.Second
+	}
+	tr := trigger{Of: of, Step: stepRetry, After: 500*time.Millisecond + ms(0, 1500)}
+	switch rng.IntN(4) {
+	case 0, 1:
+		if rng.IntN(2) == 0 {
+			p.Interrupt, p.Kill = &tr, nil
+		} else {
+			p.Kill, p.Interrupt = &tr, nil
+		}
+		// Only the faults before the retry can come.
+		p.Faults = slices.DeleteFunc(p.Faults, func(f faultPlan) bool { return f.At.position() > tr.position() })
+	default:
+		// Past the watchdog's patience, the deployer's, or a lease's end.
+		leaseEnds := s.RemoteExecTimeout * 5 / 4
+		long := []time.Duration{s.ConfirmTimeout + ms(100, 900), specClocksOf(*s).HostGivesUp() + ms(500, 2000), leaseEnds + ms(1000, 3000)}
+		f := faultPlan{At: tr, Fault: sshtest.LinkFault{Hold: [2]bool{true, true}}, For: long[rng.IntN(len(long))]}
+		f.Fault.OnlyOpen = rng.IntN(2) == 0
+		if f.Fault.OnlyOpen && rng.IntN(2) == 0 {
+			f.Fault.New = sshtest.NewBlackHole
+		}
+		p.Faults = append(p.Faults, f)
 	}
 }
 
@@ -784,7 +857,7 @@ var hostBehaviours = []string{
 	"host: a verdict that fails", "host: the switch lock held once", "host: an activation longer than confirm_timeout",
 	"host: an activation that hangs", "host: an activation longer than activation_timeout", "host: a system that cuts SSH",
 	"host: a boot entry that fails", "goal test", "goal boot", `on_failure "keep"`, "two deployers", "three deployers",
-	"shells: bash, as NixOS's", "shells: dash",
+	"shells: bash, as NixOS's", "shells: dash", "host: units started late",
 }
 
 // behaviours are the rows of hostBehaviours a started party exercised.

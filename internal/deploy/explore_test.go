@@ -60,14 +60,46 @@ const exploreShort = 50
 // was taken for one made under no lease.
 var exploreRegressions = []uint64{19, 21, 45, 63, 86, 111, 177, 233, 252, 311, 332, 338, 352, 357, 390, 409, 428, 471}
 
-// exploreFreshRegressions are fresh seeds (drawFresh's) that found a
-// violation: they run in every exploration too. 2063 (make soak, issue
+// exploreFreshRegressions are fresh seeds that found a violation: they
+// run in every exploration too, as the schedules they drew then
+// (foundSchedules: drawFresh has changed since). 2063 (make soak, issue
 // 37): a deployer took its host for silent 1.5 s after its answers
 // stopped, HostGivesUp being 3 s: replacing a spare session forgot when
 // the replaced one last answered, so the lease's quiet time jumped back
 // to the lock session's last answer (that session stalled long before),
 // and the deploy was given up on during its verdict and rolled back.
 var exploreFreshRegressions = []uint64{2063}
+
+// foundSchedules are the schedules exploreFreshRegressions drew when they
+// found what they found.
+var foundSchedules = map[uint64]func() schedule{
+	2063: func() schedule {
+		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+		at := func(of int, step deploy.StepName, host string, after int) trigger {
+			return trigger{Of: of, Step: step, Host: host, After: ms(after)}
+		}
+		holdOpen := sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true}
+		return schedule{Seed: 2063, ConfirmTimeout: 2 * time.Second, RemoteExecTimeout: 5 * time.Second, Shell: nixtest.ShellDash, Parties: []partyPlan{
+			{Kind: nixtest.Succeed, LockTimeout: 30 * time.Second,
+				Host: &hostPlan{LockedOnce: true, Delay: 5 * time.Second, Goal: deploy.GoalSwitch, Keep: true, ActivationTimeout: time.Minute},
+				Faults: []faultPlan{
+					{At: at(0, deploy.StepActivate, "", 80), Fault: holdOpen, For: ms(2880)},
+					{At: at(0, "", "activated", 40), Fault: sshtest.LinkFault{Hold: [2]bool{false, true}}, For: ms(354)},
+					{At: at(0, stepRetry, "", 1563), Fault: sshtest.LinkFault{Delay: ms(497)}, For: ms(2880)},
+					{At: at(0, deploy.StepFinalise, "", 14), Fault: sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true, New: sshtest.NewBlackHole}, For: ms(6927)},
+				}},
+			{Kind: nixtest.FailUnits, LockTimeout: time.Minute, Start: &trigger{After: ms(1)},
+				Host: &hostPlan{Delay: ms(400), Goal: deploy.GoalSwitch, Keep: true, ActivationTimeout: time.Minute}},
+			{Kind: nixtest.Succeed, LockTimeout: 45 * time.Second, Start: &trigger{After: ms(181)},
+				Host: &hostPlan{LockedOnce: true, Delay: ms(1200), Goal: deploy.GoalTest, ActivationTimeout: time.Minute},
+				Faults: []faultPlan{
+					{At: at(2, deploy.StepLock, "", 761), Fault: holdOpen, For: ms(354)},
+					{At: at(2, deploy.StepVerdict, "", 80), Fault: sshtest.LinkFault{Hold: [2]bool{false, true}, OnlyOpen: true}},
+					{At: at(2, stepRetry, "", 522), Fault: holdOpen, For: ms(8836)},
+				}},
+		}}
+	},
+}
 
 // trigger is a moment of a schedule: After past the start of a party's
 // step (its start, for StepName ""), or past a host event of its run
@@ -236,6 +268,10 @@ type schedule struct {
 	RemoteExecTimeout time.Duration
 	Parties           []partyPlan
 	Shell             nixtest.Shell // the host's shells (fresh seeds'; regression seeds': Debian's)
+	// StartLate: the host's systemd starts each transient unit (an
+	// activation, a watchdog) this late, as a busy one does (fresh
+	// seeds').
+	StartLate time.Duration
 }
 
 func partyName(i int) string { return string(rune('A' + i)) }
@@ -249,6 +285,9 @@ func (s schedule) String() string {
 	case nixtest.ShellDash:
 		b.WriteString(", the host's shells dash (login) and dash (sh)")
 	case nixtest.ShellDefault:
+	}
+	if s.StartLate > 0 {
+		fmt.Fprintf(&b, ", units started %s late", s.StartLate)
 	}
 	for i, p := range s.Parties {
 		start := "at once"
@@ -289,6 +328,9 @@ var exploreSteps = []deploy.StepName{"", deploy.StepLock, deploy.StepCopy,
 func drawSchedule(seed uint64) schedule {
 	if slices.Contains(exploreRegressions, seed) {
 		return drawRegression(seed)
+	}
+	if found, ok := foundSchedules[seed]; ok {
+		return found()
 	}
 	return drawFresh(seed)
 }
@@ -626,6 +668,9 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 	tg := nixtest.NewTarget(t, nixtest.WithShell(s.Shell))
 	initial := systems[nixtest.Succeed][0]
 	tg.Boot(t, initial)
+	if s.StartLate > 0 {
+		tg.SetUnitStartDelay(t, s.StartLate)
+	}
 	used := map[nixtest.Kind]int{nixtest.Succeed: 1}
 	dir := t.TempDir()
 	parties := make([]*party, len(s.Parties))
@@ -955,6 +1000,9 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		exercised = append(exercised, exploreCell{What: "shells: dash"})
 	case nixtest.ShellDefault:
 	}
+	if s.StartLate > 0 {
+		exercised = append(exercised, exploreCell{What: "host: units started late"})
+	}
 	switch started {
 	case 2:
 		exercised = append(exercised, exploreCell{What: "two deployers"})
@@ -1156,7 +1204,7 @@ func TestExploreSchedulesArePinned(t *testing.T) {
 			fresh = append(fresh, seed)
 		}
 	}
-	if got, want := digest(fresh), "c372347b425278f1"; got != want {
+	if got, want := digest(fresh), "54f9e35b0c40361c"; got != want {
 		t.Errorf("the schedules of the first 100 fresh seeds changed (digest %s, want %s): a seed in a note no longer replays what it did", got, want)
 	}
 }
