@@ -36,8 +36,13 @@ import (
 //   - with the host's behaviours drawn too: a verdict that fails (exit 4),
 //     the switch lock held at the first attempt, an activation that hangs
 //     past activation_timeout or outlasts confirm_timeout, a system that
-//     cuts SSH, a boot entry that fails; goals switch, test and boot;
-//     on_failure rollback or keep; one to three deployers.
+//     cuts SSH, a boot entry that fails, a busy systemd that starts units
+//     late; goals switch, test and boot; on_failure rollback or keep; one
+//     to three deployers;
+//   - fitted to the moment where one is planned: a sweep's cell or a
+//     clock's race comes with a system that reaches it and makes it
+//     matter (an activation in flight is mostly a slow one, a retry's
+//     attempt outlasts confirm_timeout, a watchdog raced exists).
 
 // Host events a trigger may wait for: the file of a party's run on the
 // host (under agreement.StateDir/<run>/) whose appearance is the event, or
@@ -473,6 +478,13 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		f.For = t.SpareAfter() + jitter
 	case "watchdog":
 		f.For = s.ConfirmTimeout + jitter
+		// Or held until the watchdog has decided, and a little more: what
+		// the deployer sent meanwhile lands right after the decision,
+		// before the deployer's own patience (HostGivesUp) runs out.
+		if rng.IntN(2) == 0 {
+			f.Until = &trigger{Of: 0, Host: "decided", After: time.Duration(rng.IntN(301)) * time.Millisecond}
+			f.For = t.HostGivesUp() + 2*time.Second
+		}
 	case "deployer":
 		f.For = t.HostGivesUp() + jitter
 	case "lease":
