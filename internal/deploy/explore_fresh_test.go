@@ -164,6 +164,10 @@ func drawFresh(seed uint64) schedule {
 		if pick(4) == 0 {
 			h.Delay = s.ConfirmTimeout + time.Duration(1+pick(3))*time.Second
 		}
+		// A verdict with a check on the node that takes a while.
+		if pick(6) == 0 {
+			h.CheckTakes = ms(500, 3000).Round(100 * time.Millisecond)
+		}
 		// A short activation_timeout: a hung activation, or one slower
 		// than it, is stopped by the deployer and, while its watchdog
 		// switches back, by the watchdog.
@@ -378,7 +382,7 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 	}
 	// Nothing of the first party after the moment but what the cell
 	// plans.
-	before := func(t *trigger) bool { return reached(t) && t.position() <= at.position() }
+	before := func(t *trigger) bool { return reached(t) && !t.later(at) }
 	a.Faults = slices.DeleteFunc(a.Faults, func(f faultPlan) bool { return !before(&f.At) })
 	if !before(a.Kill) {
 		a.Kill = nil
@@ -445,6 +449,12 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		if h.Delay > h.ActivationTimeout {
 			h.ActivationTimeout = time.Minute
 		}
+		// Mostly a verdict that takes a while (a check on the node): a
+		// stall in it lets the watchdog decide after the verdict read
+		// the new system, before the confirmation.
+		if rng.IntN(3) != 0 {
+			h.CheckTakes = time.Duration(15+rng.IntN(16)) * 100 * time.Millisecond
+		}
 	}
 	var moments []trigger
 	for _, st := range a.steps() {
@@ -467,8 +477,12 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 	at := moments[rng.IntN(len(moments))]
 	at.After = time.Duration(rng.IntN(101)) * time.Millisecond
 	// A step's moment, sometimes later in it; the verdict's, racing the
-	// watchdog, right as it begins (before the confirmation is sent).
-	if at.Host == "" && rng.IntN(2) == 0 && (clock != "watchdog" || at.Step != deploy.StepVerdict) {
+	// watchdog, mostly once its new login has read the host (its check
+	// runs then).
+	switch {
+	case clock == "watchdog" && at.Step == deploy.StepVerdict && a.Host.CheckTakes > 0:
+		at.After = time.Duration(300+rng.IntN(1201)) * time.Millisecond
+	case at.Host == "" && rng.IntN(2) == 0:
 		at.After = time.Duration(rng.IntN(1501)) * time.Millisecond
 	}
 	jitter := time.Duration(100+rng.IntN(801)) * time.Millisecond
@@ -502,7 +516,7 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 	if rng.IntN(2) == 0 {
 		f.Fault.New, f.Fault.OnlyOpen = sshtest.NewBlackHole, true
 	}
-	a.Faults = slices.DeleteFunc(a.Faults, func(g faultPlan) bool { return g.At.position() > at.position() })
+	a.Faults = slices.DeleteFunc(a.Faults, func(g faultPlan) bool { return g.At.later(at) })
 	for k := range a.Faults {
 		benign(&a.Faults[k])
 	}
@@ -869,7 +883,7 @@ var hostBehaviours = []string{
 	"host: a verdict that fails", "host: the switch lock held once", "host: an activation longer than confirm_timeout",
 	"host: an activation that hangs", "host: an activation longer than activation_timeout", "host: a system that cuts SSH",
 	"host: a boot entry that fails", "goal test", "goal boot", `on_failure "keep"`, "two deployers", "three deployers",
-	"shells: bash, as NixOS's", "shells: dash", "host: units started late",
+	"shells: bash, as NixOS's", "shells: dash", "host: units started late", "host: a verdict check that takes a while",
 }
 
 // behaviours are the rows of hostBehaviours a started party exercised.
@@ -909,6 +923,9 @@ func (p partyPlan) behaviours(s schedule) []string {
 	if h.Keep {
 		out = append(out, `on_failure "keep"`)
 	}
+	if h.CheckTakes > 0 {
+		out = append(out, "host: a verdict check that takes a while")
+	}
 	return out
 }
 
@@ -925,6 +942,15 @@ func (t trigger) position() int {
 		return i
 	}
 	return len(order)
+}
+
+// later says whether t comes after u: at a later step or host event, or
+// later past the same one (a fault planned there would replace u's).
+func (t trigger) later(u trigger) bool {
+	if t.position() != u.position() || t.Host != u.Host || t.Step != u.Step {
+		return t.position() > u.position()
+	}
+	return t.After > u.After
 }
 
 // specClocks are the agreement's clocks as ssh-deployment.md states them,

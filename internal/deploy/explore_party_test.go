@@ -35,6 +35,7 @@ type partySettings struct {
 	ActivationTimeout time.Duration
 	ConfirmTimeout    time.Duration
 	SettleTimeout     time.Duration
+	Checks            []string // the verdict's commands on the node
 	BootLockInterval  time.Duration // 0: the default
 	RemoteExecTimeout time.Duration
 	MasterPersist     time.Duration
@@ -85,7 +86,7 @@ func partyMain(path string) int {
 		Options: deploy.Options{
 			Goal: s.Goal, Keep: s.Keep, Holder: s.Holder, LockTimeout: s.LockTimeout, ActivationTimeout: s.ActivationTimeout,
 			BootLockInterval: s.BootLockInterval,
-			Verdict:          deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout},
+			Verdict:          deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout, Command: s.Checks},
 			Env:              s.Env,
 			Log:              func(e deploy.Event) { emit(partyLine{Event: &e}) },
 		},

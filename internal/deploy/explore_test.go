@@ -214,6 +214,9 @@ type hostPlan struct {
 	Goal              deploy.Goal
 	Keep              bool // on_failure = "keep"
 	ActivationTimeout time.Duration
+	// CheckTakes: the verdict has a command check on the node (a smoke
+	// test) that takes this long; 0, none.
+	CheckTakes time.Duration
 }
 
 func (h hostPlan) String() string {
@@ -230,7 +233,18 @@ func (h hostPlan) String() string {
 	if h.Keep {
 		s += `, on_failure "keep"`
 	}
+	if h.CheckTakes > 0 {
+		s += ", a verdict check of " + h.CheckTakes.String()
+	}
 	return s
+}
+
+// checks are the verdict's command checks of the party.
+func (p partyPlan) checks() []string {
+	if p.Host == nil || p.Host.CheckTakes == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("sleep %.1f", p.Host.CheckTakes.Seconds())}
 }
 
 // goal is the party's goal.
@@ -756,7 +770,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		n := targetOf(tg, "web1", pt.system)
 		n.SSHOpts = []string{"Port=" + strconv.Itoa(pt.link.Port), "IdentitiesOnly=yes"}
 		ps := partySettings{Target: n, Holder: "party " + partyName(pt.i), LockTimeout: pt.plan.LockTimeout,
-			Goal: pt.plan.goal(), Keep: pt.plan.keep(), ActivationTimeout: pt.plan.activationTimeout(), ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: 2 * time.Second, BootLockInterval: 500 * time.Millisecond,
+			Goal: pt.plan.goal(), Keep: pt.plan.keep(), ActivationTimeout: pt.plan.activationTimeout(), ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: 2 * time.Second, Checks: pt.plan.checks(), BootLockInterval: 500 * time.Millisecond,
 			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: 2 * time.Second,
 			KnownHostsFile: filepath.Join(dir, deploy.KnownHostsFileName+"-"+partyName(pt.i)), ControlDir: pt.controlDir,
 			Env: []string{"NIX_CONFIG=" + nixtest.NixConfig}}
@@ -1216,7 +1230,7 @@ func TestExploreSchedulesArePinned(t *testing.T) {
 			fresh = append(fresh, seed)
 		}
 	}
-	if got, want := digest(fresh), "3013c449b54872b0"; got != want {
+	if got, want := digest(fresh), "8f4039f73a679339"; got != want {
 		t.Errorf("the schedules of the first 100 fresh seeds changed (digest %s, want %s): a seed in a note no longer replays what it did", got, want)
 	}
 }
