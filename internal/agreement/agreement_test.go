@@ -91,7 +91,7 @@ func TestFencing(t *testing.T) {
 	}
 
 	boot := func(run string, attempt int) (string, int) {
-		out, err := h.Output(ctx, agreement.BootScript(run, sys, attempt, 30), false)
+		out, err := h.Output(ctx, agreement.BootScript(run, sys, attempt, 30, true), false)
 		return out, exitOf(err)
 	}
 	// Another run, which holds no lease: refused, nothing changed.

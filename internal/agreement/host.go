@@ -22,6 +22,10 @@ const (
 	WordsFile     = "/run/fleet-deploy.words"
 	StateDir      = "/run/fleet-deploy"
 	SucceededFile = StateDir + "/succeeded"
+	// BootDefaultFile holds the last system a run made the host's boot
+	// default (switch-to-configuration boot succeeded: goal switch or
+	// boot); SucceededFile only a system that passed its verdict.
+	BootDefaultFile = StateDir + "/boot-default"
 	// ProfilePath is the system profile switched to each new system.
 	ProfilePath = "/nix/var/nix/profiles/system"
 )
@@ -80,9 +84,23 @@ if [ -d /run/systemd/system ]; then echo systemd; else echo nosystemd; fi
 const readSucceeded = `fleet_ok=; read -r fleet_ok 2>/dev/null <` + SucceededFile + `; printf '%s\n' "$fleet_ok"`
 
 // ReadCurrentScript prints the current system (a refresh, drift), then
-// the last system a run finished there with a passing verdict.
+// the last system a run finished there with a passing verdict, the last
+// it made the boot default, and whether the host is settling a run on its
+// own ("settling": a watchdog waits for its decision or switches back, as
+// after an interrupted deploy, so that what it runs may change any
+// moment; else "idle"). Builtins only, but for one flock where a
+// watchdog's state says it has not finished (a live one holds the guard;
+// a killed one's state stays behind).
 const ReadCurrentScript = `readlink -f /run/current-system || echo
-` + readSucceeded
+` + readSucceeded + `
+fleet_ok=; read -r fleet_ok 2>/dev/null <` + BootDefaultFile + `; printf '%s\n' "$fleet_ok"
+fleet_s=idle
+for fleet_f in ` + StateDir + `/*/watchdog; do
+fleet_w=; read -r fleet_w 2>/dev/null <"$fleet_f"
+case $fleet_w in waiting|rolling-back) fleet_s=maybe ;; esac
+done
+[ "$fleet_s" = idle ] || { flock -n -x ` + GuardFile + ` true 2>/dev/null && fleet_s=idle || fleet_s=settling; }
+echo "$fleet_s"`
 
 // MarkScript records on the host that system was deployed with a passing
 // verdict (SucceededFile).
@@ -362,9 +380,14 @@ func (a Activation) stopAttempts() string {
 // switch-to-configuration boot under timeout(1) (seconds), its output to a
 // file on the host (as the activation's: a dropped session cannot end it
 // through a broken pipe), its last lines printed, its exit status recorded
-// (booted.<attempt>) and, on success, SucceededFile; a record that cannot
-// be written fails it (RecordFailed).
-func BootScript(run, system string, attempt int, seconds float64) string {
+// (booted.<attempt>) and, on success, BootDefaultFile and, when verified
+// (a verdict passed: goal switch; goal boot judges nothing),
+// SucceededFile; a record that cannot be written fails it (RecordFailed).
+func BootScript(run, system string, attempt int, seconds float64, verified bool) string {
+	mark := "printf '%s\\n' " + shell.Quote(system) + " > " + BootDefaultFile
+	if verified {
+		mark += " && " + MarkScript(system)
+	}
 	return Remote(fenceScript + render(bootTmpl, struct {
 		Run, Dir, System, Seconds, Mark, RecordFailed string
 		Attempt                                       int
@@ -373,7 +396,7 @@ func BootScript(run, system string, attempt int, seconds float64) string {
 		Dir:          StateDir + "/" + run,
 		System:       system,
 		Seconds:      strconv.FormatFloat(seconds, 'f', -1, 64),
-		Mark:         MarkScript(system),
+		Mark:         mark,
 		RecordFailed: RecordFailed,
 		Attempt:      attempt,
 	}))

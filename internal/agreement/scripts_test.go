@@ -123,7 +123,7 @@ func renderAll() map[string]string {
 			out[fmt.Sprintf("mark-%d", k)] = MarkScript(sys)
 			for _, attempt := range []int{1, 2} {
 				for _, secs := range []float64{120, 2.5} {
-					out[fmt.Sprintf("boot-%d-%d-%d-%g", j, k, attempt, secs)] = BootScript(run, sys, attempt, secs)
+					out[fmt.Sprintf("boot-%d-%d-%d-%g", j, k, attempt, secs)] = BootScript(run, sys, attempt, secs, k%2 == 0)
 				}
 			}
 			for i, t := range timings {

@@ -10,9 +10,17 @@ import (
 type Current struct {
 	System string
 	// Succeeded is the last system a deploy finished on the host with a
-	// passing verdict; empty when none did.
+	// passing verdict; empty when none did, or while the host settles.
 	Succeeded string
-	HostKey   string // the key the host showed ("type base64"); empty when not known
+	// BootDefault is the last system a deploy made the host's boot
+	// default (goal switch or boot); empty when none did.
+	BootDefault string
+	// Settling: the host settles a run on its own (its watchdog waits for
+	// a decision or switches back, as after an interrupted deploy), so
+	// what it runs may change any moment: nothing it runs counts as
+	// verified (Succeeded is empty) until it has.
+	Settling bool
+	HostKey  string // the key the host showed ("type base64"); empty when not known
 }
 
 // Runs reports whether the host runs system and a deploy of it passed its
@@ -31,10 +39,15 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 	return sess.Current, nil
 }
 
-// parseCurrent reads what readCurrentScript printed.
+// parseCurrent reads what agreement.ReadCurrentScript printed.
 func parseCurrent(out string) Current {
-	lines := strings.Split(strings.TrimSpace(out)+"\n", "\n")
-	return Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1])}
+	lines := strings.Split(strings.TrimSpace(out)+"\n\n\n", "\n")
+	c := Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1]), BootDefault: strings.TrimSpace(lines[2]),
+		Settling: strings.TrimSpace(lines[3]) == "settling"}
+	if c.Settling {
+		c.Succeeded = ""
+	}
+	return c
 }
 
 // Settle is what a refresh makes of a node whose last deploy's outcome was
@@ -49,7 +62,7 @@ func Settle(goal Goal, system, previous string, cur Current) (Phase, string) {
 	if goal == GoalBoot {
 		// The running system stays: what counts is the boot entry, which a
 		// deploy records once made.
-		if cur.Succeeded == system {
+		if cur.BootDefault == system {
 			return PhaseSucceeded, fmt.Sprintf("settled by a refresh: %s is the host's boot default", system)
 		}
 		return PhaseFailed, fmt.Sprintf("settled by a refresh: the host has no record of %s made its boot default: the next apply makes it", system)

@@ -887,7 +887,9 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 				return err
 			}
 		}
-		out, err := output(nr.c.Command(ctx, agreement.BootScript(nr.run(), nr.n.System, attempt, d.bootBound().Seconds())))
+		// Goal boot judged nothing: the host does not record the system
+		// as one that passed a verdict there.
+		out, err := output(nr.c.Command(ctx, agreement.BootScript(nr.run(), nr.n.System, attempt, d.bootBound().Seconds(), d.Options.Goal != GoalBoot)))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -928,9 +930,11 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 		}
 		if exit == 0 {
 			nr.pass(CondBootloader, "BootDefault", "the boot entry points at the new system")
-			nr.r.Phase, nr.r.Message, nr.r.VerifiedSystem = PhaseSucceeded, fmt.Sprintf("switched to %s", nr.n.System), nr.n.System
+			nr.r.Phase, nr.r.Message = PhaseSucceeded, fmt.Sprintf("switched to %s", nr.n.System)
 			if d.Options.Goal == GoalBoot {
 				nr.r.Message = fmt.Sprintf("%s is the boot default from the next boot", nr.n.System)
+			} else {
+				nr.r.VerifiedSystem = nr.n.System
 			}
 			return nil
 		}

@@ -103,7 +103,9 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		if current.HostKey != "" && rec.Host.ValueString() == orStr(n.Host.ValueString(), name) {
 			records[i].HostKeySeen = types.StringValue(current.HostKey)
 		}
-		if deploy.Phase(rec.Phase.ValueString()) == deploy.PhaseUnknown {
+		if deploy.Phase(rec.Phase.ValueString()) == deploy.PhaseUnknown && !current.Settling {
+			// (A host that settles a run on its own is read again by a
+			// later refresh, once it has.)
 			// The last apply could not learn how this node's deploy ended:
 			// what the host runs now says.
 			if msg, ok := settleUnknown(&records[i], priors[name], current, deploy.Goal(m.Goal.ValueString()), r.data.clock.Now().UTC(), &resp.Diagnostics); ok {

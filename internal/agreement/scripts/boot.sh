@@ -5,7 +5,9 @@ fleet_fence {{q .Run}} boot.{{.Attempt}}
 # (a dropped session cannot end it through a broken pipe).
 timeout {{.Seconds}} {{q .System}}/bin/switch-to-configuration boot </dev/null >{{q .Dir}}/boot.{{.Attempt}}.output 2>&1; rc=$?
 tail -n 5 {{q .Dir}}/boot.{{.Attempt}}.output >&2
-# Its exit status (booted.<attempt>) and, on success, the system that
-# passed (Mark); a record that cannot be written fails it.
+# Its exit status (booted.<attempt>) and, on success, the system made the
+# boot default and, but for goal boot (which judges nothing), the system
+# that passed its verdict (Mark); a record that cannot be written fails
+# it.
 { echo "$rc" > {{q .Dir}}/booted.{{.Attempt}} && { [ $rc -ne 0 ] || {{.Mark}}; }; } || { echo {{q .RecordFailed}} >&2; exit 1; }
 exit $rc
