@@ -433,8 +433,9 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 	a := &s.Parties[0]
 	t := specClocksOf(*s)
-	clock := []string{"spare", "watchdog", "watchdog", "deployer", "lease", "lease"}[rng.IntN(6)]
-	if clock == "watchdog" {
+	clocks := []string{"spare", "watchdog", "watchdog", "deployer", "deployer", "lease", "lease", "activation"}
+	clock := clocks[rng.IntN(len(clocks))]
+	if clock == "watchdog" || clock == "deployer" {
 		// A watchdog to race: a goal that activates, no "keep", and an
 		// activation that ends.
 		h := a.Host
@@ -452,9 +453,25 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		// Mostly a verdict that takes a while (a check on the node): a
 		// stall in it lets the watchdog decide after the verdict read
 		// the new system, before the confirmation.
-		if rng.IntN(3) != 0 {
+		if clock == "watchdog" && rng.IntN(3) != 0 {
 			h.CheckTakes = time.Duration(15+rng.IntN(16)) * 100 * time.Millisecond
 		}
+	}
+	if clock == "activation" {
+		// A slow activation, longer than a short activation_timeout and
+		// the few seconds more the watchdog waits for it, whose deployer
+		// goes silent for good as it runs: the watchdog stops it and
+		// switches back; nothing of it may come after.
+		h := a.Host
+		if h.Goal == deploy.GoalBoot {
+			h.Goal = deploy.GoalSwitch
+		}
+		h.Keep, h.LockedOnce = false, false
+		if a.Kind == nixtest.Hang || a.Kind == nixtest.BootloaderFails {
+			a.Kind = nixtest.Succeed
+		}
+		h.ActivationTimeout = time.Duration(4+rng.IntN(3)) * time.Second
+		h.Delay = h.ActivationTimeout + 5*time.Second + time.Duration(2+rng.IntN(3))*time.Second
 	}
 	var moments []trigger
 	for _, st := range a.steps() {
@@ -464,6 +481,10 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 			// The verdict weighs most: a confirmation sent as the
 			// watchdog's patience runs out lands just after it did.
 			moments = append(moments, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st})
+		case clock == "deployer" && st == deploy.StepConfirm:
+			// The confirmation weighs most: its answer lost for the
+			// deployer's patience, once the host took it.
+			moments = append(moments, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st})
 		case clock == "lease" && st == deploy.StepFinalise:
 			moments = append(moments, trigger{Of: 0, Step: st}, trigger{Of: 0, Step: st})
 		}
@@ -473,6 +494,14 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		if ev == "decided" || clock == "lease" && ev == "act" {
 			moments = append(moments, trigger{Of: 0, Host: ev})
 		}
+		if clock == "deployer" && ev == "decided" {
+			moments = append(moments, trigger{Of: 0, Host: ev}, trigger{Of: 0, Host: ev})
+		}
+	}
+	if clock == "activation" {
+		// As it runs: from its start or its unit's, or a moment of its
+		// activate step.
+		moments = []trigger{{Of: 0, Host: "act"}, {Of: 0, Host: "unit"}, {Of: 0, Host: "unit"}, {Of: 0, Step: deploy.StepActivate}}
 	}
 	at := moments[rng.IntN(len(moments))]
 	at.After = time.Duration(rng.IntN(101)) * time.Millisecond
@@ -501,6 +530,8 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		}
 	case "deployer":
 		f.For = t.HostGivesUp() + jitter
+	case "activation":
+		f.For = 0 // for good
 	case "lease":
 		// A lease ends 1 to 1.25 remote_exec_timeout after its last word.
 		f.For = s.RemoteExecTimeout*5/4 + time.Duration(300+rng.IntN(2201))*time.Millisecond
@@ -512,9 +543,17 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		b.Start, b.LockTimeout = &trigger{Of: 0, After: time.Duration(rng.IntN(301)) * time.Millisecond}, time.Minute
 		b.Kill, b.Interrupt = nil, nil
 	}
+	// Every byte held, on the open connections and new ones; or new ones
+	// black-holed; or (not for a spare's race, nor a silence for good)
+	// new ones flowing, as when a NAT forgot the open ones.
 	f.Fault.Hold = [2]bool{true, true}
-	if rng.IntN(2) == 0 {
+	switch rng.IntN(3) {
+	case 0:
 		f.Fault.New, f.Fault.OnlyOpen = sshtest.NewBlackHole, true
+	case 1:
+		if clock != "spare" && clock != "activation" {
+			f.Fault.OnlyOpen = true
+		}
 	}
 	a.Faults = slices.DeleteFunc(a.Faults, func(g faultPlan) bool { return g.At.later(at) })
 	for k := range a.Faults {
