@@ -35,7 +35,7 @@ type partySettings struct {
 	ActivationTimeout time.Duration
 	ConfirmTimeout    time.Duration
 	SettleTimeout     time.Duration
-	Checks            []string // the verdict's commands on the node
+	Checks            []string      // the verdict's commands on the node
 	BootLockInterval  time.Duration // 0: the default
 	RemoteExecTimeout time.Duration
 	MasterPersist     time.Duration
