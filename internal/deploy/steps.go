@@ -150,12 +150,18 @@ var dryActivateStep = &step{
 		if err := nr.holdsLock(); err != nil {
 			return err
 		}
-		out, err := output(nr.c.Command(ctx, remote(shell.Quote(nr.n.System)+"/bin/switch-to-configuration dry-activate")))
+		// What it says (the units it would stop, restart, start) goes to
+		// its standard error, as NixOS's does: both streams are its say.
+		out, _, err := capture(nr.c.Command(ctx, remote(shell.Quote(nr.n.System)+"/bin/switch-to-configuration dry-activate")), true)
 		if err != nil {
 			exit, msg := exitOf(err, out)
 			return fail(exit, "DryActivationFailed", "dry-activate failed: "+msg, "")
 		}
-		nr.r.Phase, nr.r.Message = PhaseSucceeded, "dry-activate: "+lastLines(out, 20)
+		said := "the dry activation said nothing"
+		if s := strings.TrimSpace(lastLines(out, 20)); s != "" {
+			said = "the dry activation said: " + s
+		}
+		nr.r.Phase, nr.r.Message = PhaseSucceeded, "dry-activate: "+said
 		return nil
 	},
 	leaves: func(*nodeRun, bool) string {

@@ -33,7 +33,10 @@ func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequ
 	m.ID = types.StringValue(id.String())
 	timeout, diags := m.Timeouts.Create(ctx, 60*time.Minute)
 	resp.Diagnostics.Append(diags...)
+	m.withOnlyNodes(ctx, req.Config, &resp.Diagnostics)
 	r.apply(ctx, "create", timeout, &m, nil, &resp.Diagnostics)
+	// Write-only: state holds null.
+	m.OnlyNodes = types.ListNull(types.StringType)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
@@ -47,7 +50,10 @@ func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequ
 	m.ID = prior.ID
 	timeout, diags := m.Timeouts.Update(ctx, 60*time.Minute)
 	resp.Diagnostics.Append(diags...)
+	m.withOnlyNodes(ctx, req.Config, &resp.Diagnostics)
 	r.apply(ctx, "update", timeout, &m, &prior, &resp.Diagnostics)
+	// Write-only: state holds null.
+	m.OnlyNodes = types.ListNull(types.StringType)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
@@ -289,10 +295,15 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 	p, known := a.priors[name]
 	action := a.planned[name]
 	switch {
-	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone || a.leftOut(n) && needsSwitch(p, known, n.System.ValueString(), a.goal))):
-		// Nothing to do, and nothing new to record (still held, its last
-		// outcome stands, or only_nodes leaves it for a later apply): the
-		// record is written back untouched, as the plan showed it.
+	case !ran && known && !a.hold[name] && a.leftOut(n) && needsSwitch(p, known, n.System.ValueString(), a.goal):
+		// only_nodes leaves it for a later apply: its record is written
+		// back untouched, as the plan showed it, and its action says it
+		// waits.
+		return keptRecord(n, p), actionWaiting, nil
+	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone)):
+		// Nothing to do, and nothing new to record (still held, or its
+		// last outcome stands): the record is written back untouched, as
+		// the plan showed it.
 		return keptRecord(n, p), p.action, nil
 	case !a.hold[name] && a.leftOut(n) && !known:
 		res = deploy.Result{Name: name, Phase: deploy.PhasePending,

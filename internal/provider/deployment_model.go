@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -64,7 +66,9 @@ type deploymentModel struct {
 	// system to learn the units its switch changes.
 	PlanDryActivate types.Bool `tfsdk:"plan_dry_activate"`
 	// OnlyNodes, when set, are the only nodes this apply deploys (from
-	// schema version 3).
+	// schema version 3). Write-only from version 4: null in every plan
+	// and state; the plan and the apply read it from the configuration
+	// (withOnlyNodes).
 	OnlyNodes types.List `tfsdk:"only_nodes"`
 
 	// The nested inputs, checked and typed by decode.
@@ -140,6 +144,10 @@ const (
 	actionDrift  = "drift"
 	// In state only: the node was not reached (an interrupted apply).
 	actionPending = "pending"
+	// In a plan and in state: only_nodes left the node, which would
+	// switch, for a later apply (its record as it was); the next plan
+	// without only_nodes switches it.
+	actionWaiting = "waiting"
 )
 
 var deployStatusAttrTypes = map[string]attr.Type{
@@ -530,4 +538,10 @@ func deploySummaries(records []deployStatusModel) (succeeded, failed, skipped ty
 		}
 	}
 	return stringList(orEmpty(s)), stringList(orEmpty(f)), stringList(orEmpty(k))
+}
+
+// withOnlyNodes sets m.OnlyNodes from the configuration, where a
+// write-only attribute's value is (a plan and state hold null).
+func (m *deploymentModel) withOnlyNodes(ctx context.Context, config tfsdk.Config, diags *diag.Diagnostics) {
+	diags.Append(config.GetAttribute(ctx, path.Root("only_nodes"), &m.OnlyNodes)...)
 }

@@ -144,7 +144,10 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	nodes := r.nodes(ctx, &plan, &resp.Diagnostics)
 	seen := checkNodes(nodes, &resp.Diagnostics)
 	r.checkLocalFiles(ctx, &plan, nodes, &resp.Diagnostics)
+	plan.withOnlyNodes(ctx, req.Config, &resp.Diagnostics)
 	sc := planScope(ctx, &plan, seen, &resp.Diagnostics)
+	// Write-only: the plan holds null.
+	plan.OnlyNodes = types.ListNull(types.StringType)
 	hold, holdKnown := sc.hold, sc.known
 	if holdKnown {
 		// One health policy's error_nodes holds the nodes of several
@@ -547,7 +550,9 @@ func nodeAction(n deployNodeModel, p priorNode, known bool, sc scope, goal deplo
 		return types.StringValue(actionSkip), known && p.action == actionSkip
 	case needsSwitch(p, known, n.System.ValueString(), goal) && sc.leaves(n.Name.ValueString()):
 		if known {
-			return types.StringValue(p.action), true
+			// Its record stands; its action says it waits, so that the
+			// next plan, which switches it, shows a change.
+			return types.StringValue(actionWaiting), true
 		}
 		return types.StringValue(actionPending), false
 	case needsSwitch(p, known, n.System.ValueString(), goal):

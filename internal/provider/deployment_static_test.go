@@ -136,14 +136,15 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 
 // A state written by schema version 0, whose nested inputs were typed
 // (every key present, null when unset; the verdict's default written), by
-// version 1, or by version 2, is upgraded: the generation each node
-// condition of versions 0 and 1 held is its record's observed_generation,
-// the records listed in node order (versions 0 to 2) are keyed by node
-// name, the same configuration plans no change, and applies.
-func TestDeploymentStateUpgradesFromVersions0To2(t *testing.T) {
+// version 1, by version 2, or by version 3 (which kept only_nodes) is
+// upgraded: the generation each node condition of versions 0 and 1 held is
+// its record's observed_generation, the records listed in node order
+// (versions 0 to 2) are keyed by node name, version 3's only_nodes goes
+// (write-only since), the same configuration plans no change, and applies.
+func TestDeploymentStateUpgradesFromVersions0To3(t *testing.T) {
 	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
-		for _, version := range []int{0, 1, 2} {
+		for _, version := range []int{0, 1, 2, 3} {
 			t.Run(fmt.Sprintf("%s/version=%d", cli.Name, version), func(t *testing.T) {
 				t.Parallel()
 				tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
@@ -170,6 +171,10 @@ func TestDeploymentStateUpgradesFromVersions0To2(t *testing.T) {
 					}
 					return out
 				}
+				if version == 3 {
+					// Kept by an apply that used it, as version 3 did.
+					attrs["only_nodes"] = []any{"n1"}
+				}
 				var nodes, records []any
 				for _, n := range attrs["nodes"].(map[string]any)["value"].([]any) {
 					nodes = append(nodes, typed(n, "name", "system", "host", "host_key", "user", "private_key_file", "ssh_opts"))
@@ -177,16 +182,20 @@ func TestDeploymentStateUpgradesFromVersions0To2(t *testing.T) {
 					// each holding its node's name.
 					name := n.(map[string]any)["name"].(string)
 					rec := attrs["status"].(map[string]any)[name].(map[string]any)
-					rec["name"] = name
+					if version < 3 {
+						rec["name"] = name
+					}
 					records = append(records, rec)
 				}
-				attrs["status"] = records
+				if version < 3 {
+					attrs["status"] = records
+				}
 				for _, rec := range records {
 					rec := rec.(map[string]any)
 					if rec["observed_generation"] == nil {
 						t.Fatalf("a node record without observed_generation: %v", rec)
 					}
-					if version == 2 {
+					if version >= 2 {
 						rec["observed_generation"] = 7
 						continue
 					}

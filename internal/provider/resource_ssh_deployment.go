@@ -122,7 +122,7 @@ var (
 )
 
 func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	resp.Schema = r.schema(ctx, 3)
+	resp.Schema = r.schema(ctx, 4)
 }
 
 // schema is the resource's schema at a version: 0 took the nested inputs
@@ -189,17 +189,19 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 					"The answer is kept for ten minutes (in `terraform-provider-fleet/dry-activations` under `$XDG_STATE_HOME`, else `~/.local/state`) for the same host on the same running system, so the apply's own plan does not dry-activate again. " +
 					"Default `false`: the plan compares the two systems' unit files instead, a lower bound. Either way the plan says, per switching node, what is copied, how the packages change and whether a reboot is needed.",
 			},
-			"only_nodes": schema.ListAttribute{Optional: true, ElementType: types.StringType,
+			"only_nodes": schema.ListAttribute{Optional: true, ElementType: types.StringType, WriteOnly: version >= 4,
 				MarkdownDescription: "Deploy only these nodes in this apply, as `colmena apply --on` or `deploy .#web1` do: every other node that would switch waits, its record and action as they were, " +
 					"and the next apply without it deploys them (the plan names them). Meant for the command line: `only_nodes = var.only_nodes`, a variable that defaults to `null`, " +
-					"and `terraform apply -var 'only_nodes=[\"web1\"]'`. Default `null`: every node. A name not in `nodes` is refused.",
+					"and `terraform apply -var 'only_nodes=[\"web1\"]'`. Default `null`: every node. A name not in `nodes` is refused. " +
+					"Write-only (Terraform 1.11, OpenTofu 1.11 or later): an instruction for one run, never kept in state or in a saved plan, so that a plan without it after an apply that used it shows no change on a fleet with nothing left to deploy.",
 				Validators: []validator.List{listvalidator.UniqueValues(), listvalidator.ValueStringsAre(stringvalidator.LengthAtLeast(1))}},
 			"activation_timeout": optionalString("How long an activation may take, as a Go duration of at least 1s. Default `5m`.", durationValidator{least: time.Second}),
 			"lock_timeout":       optionalString("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder.", durationValidator{}),
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
 			"timeouts":           timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
-				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `none`: nothing was to do, the host ran the system after a passing verdict, `failed`: the next plan retries it (a node whose outcome is not known too), `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`)."},
+				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `none`: nothing was to do, the host ran the system after a passing verdict, `failed`: the next plan retries it (a node whose outcome is not known too), `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`); " +
+					"`waiting`, in a plan and in state: `only_nodes` left the node, which would switch, for a later apply (its record as it was), and the next plan without `only_nodes` switches it."},
 			"status": schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, by name, its record (`status[\"web1\"].phase`). A node added, removed or renamed changes its own record only.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"host": computedStr("Host."), "action": computedStr("Action of the last apply."),
@@ -303,7 +305,9 @@ type deploymentModelV2 struct {
 	PlanDryActivate types.Bool    `tfsdk:"plan_dry_activate"`
 }
 
-// UpgradeState turns a state of an earlier version into one of version 3:
+// UpgradeState turns a state of an earlier version into one of version 4:
+// version 3's only_nodes (kept in state then) dropped, now that it is
+// write-only;
 // version 0's nested inputs into the values a configuration writes (a
 // tuple of objects holding the keys that were set), so that a
 // configuration unchanged since plans no change; the generation each node
@@ -311,7 +315,7 @@ type deploymentModelV2 struct {
 // observed_generation; and the list of records of versions 0 to 2 into
 // records keyed by node name.
 func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resource.StateUpgrader {
-	prior0, prior1, prior2 := r.schema(ctx, 0), r.schema(ctx, 1), r.schema(ctx, 2)
+	prior0, prior1, prior2, prior3 := r.schema(ctx, 0), r.schema(ctx, 1), r.schema(ctx, 2), r.schema(ctx, 3)
 	fromList := func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
 		var old deploymentModelV2
 		resp.Diagnostics.Append(req.State.Get(ctx, &old)...)
@@ -325,6 +329,15 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 		resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	}
 	return map[int64]resource.StateUpgrader{
+		3: {PriorSchema: &prior3, StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
+			var m deploymentModel
+			resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+			if resp.Diagnostics.HasError() {
+				return
+			}
+			m.OnlyNodes = types.ListNull(types.StringType)
+			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+		}},
 		2: {PriorSchema: &prior2, StateUpgrader: fromList},
 		1: {PriorSchema: &prior1, StateUpgrader: fromList},
 		0: {PriorSchema: &prior0, StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
