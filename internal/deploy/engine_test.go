@@ -1060,3 +1060,47 @@ func TestDeployKeepsTheLatestRuns(t *testing.T) {
 		}
 	}
 }
+
+// A verdict command ends with the deploy that runs it (issue 37's trial:
+// a check was left running on the host after Ctrl-C, re-parented to PID
+// 1, and did what it did 23 s after the interrupt, during the watchdog's
+// switch back). Interrupted while the check runs, the check is stopped on
+// the host and never goes on.
+func TestDeployInterruptedCheckEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (an interrupted verdict check): make test runs it")
+	}
+	t.Parallel()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	started, done := filepath.Join(tg.StateDir, "check-started"), filepath.Join(tg.StateDir, "check-done")
+	check := "touch /run/nixtest/check-started; sleep 4; touch /run/nixtest/check-done"
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second, Command: []string{check}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var begun sync.WaitGroup
+	log := d.Options.Log
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepVerdict {
+			begun.Go(func() {
+				for ctx.Err() == nil {
+					if _, err := os.Stat(started); err == nil {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				cancel()
+			})
+		}
+	}
+	r := d.Deploy(ctx, []deploy.Target{targetOf(tg, "web1", nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))}, nil)[0]
+	cancel()
+	begun.Wait()
+	wantPhase(t, r, deploy.PhaseFailed, "interrupted during the verdict step")
+	time.Sleep(6 * time.Second)
+	if _, err := os.Stat(done); err == nil {
+		t.Errorf("the verdict's check went on after the interrupt and finished on the host")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -176,7 +177,7 @@ func activationReason(exit int) string {
 // observe gathers the verdict's inputs: a new connection must succeed, and
 // the current system, the system state within the settle timeout and the
 // failed units are read, then the user checks run.
-func (d *Deployer) observe(ctx context.Context, c *Conn, exit int, systemd bool) Observed {
+func (d *Deployer) observe(ctx context.Context, c *Conn, run string, exit int, systemd bool) Observed {
 	o := Observed{ActivationExit: exit}
 	settle := int(d.settleTimeout() / time.Second)
 	// The state is the last line before --failed--, a failed unit the
@@ -230,23 +231,37 @@ systemctl --failed --plain --no-legend 2>/dev/null`, settle)
 			o.FailedUnits = append(o.FailedUnits, u)
 		}
 	}
-	o.CheckFailures = d.userChecks(ctx, c)
+	o.CheckFailures = d.userChecks(ctx, c, run)
 	return o
 }
 
+// leaseBound is a verdict command as the node runs it for run: in a
+// session of its own, stopped (SIGTERM to its process group) once run's
+// lease on the host has ended, so that an interrupted or killed deploy
+// leaves no check running on the host (a session without a terminal sends
+// its command no hangup when its deployer goes, and the check would go on
+// into the watchdog's switch back). The lease is looked at twice a second,
+// with the shell's builtins.
+func leaseBound(run, cmd string) string {
+	return "setsid sh -c " + shell.Quote(cmd) + " </dev/null & fleet_c=$!\n" +
+		"( while kill -0 $fleet_c 2>/dev/null; do fleet_t=; read -r fleet_t fleet_p < " + agreement.LeaseFile + " 2>/dev/null; " +
+		"[ \"$fleet_t\" = " + shell.Quote(run) + " ] || { kill -TERM -$fleet_c 2>/dev/null; exit 0; }; sleep 0.5; done ) </dev/null >/dev/null 2>&1 &\n" +
+		"fleet_w=$!\nwait $fleet_c; fleet_rc=$?\nkill $fleet_w 2>/dev/null\nexit $fleet_rc"
+}
+
 // userChecks runs the verdict's http and tcp checks from the deployer and
-// its commands on the node.
-func (d *Deployer) userChecks(ctx context.Context, c *Conn) []string {
+// its commands on the node, bound to run's lease.
+func (d *Deployer) userChecks(ctx context.Context, c *Conn, run string) []string {
 	var failures []string
 	spec := d.Options.Verdict
 	for _, cmd := range spec.Command {
-		out, err := output(c.Command(ctx, remote(cmd)))
+		out, err := output(c.Command(ctx, remote(leaseBound(run, cmd))))
 		exit, msg := exitOf(err, out)
 		if exit == 255 && ctx.Err() == nil {
 			// ssh's own failure, not the command's: the session to the host
 			// was lost (its path stalled past the keepalive), so it runs
 			// again over a new login, and the check's outcome is its.
-			out, err = output(c.FreshCommand(ctx, remote(cmd)))
+			out, err = output(c.FreshCommand(ctx, remote(leaseBound(run, cmd))))
 			exit, msg = exitOf(err, out)
 		}
 		switch {

@@ -737,7 +737,7 @@ var verdictStep = &step{
 // verdict observes the activated host and judges what it saw.
 func (nr *nodeRun) verdict(ctx context.Context) error {
 	{
-		obs := nr.d.observe(ctx, nr.c, nr.exit, nr.systemd)
+		obs := nr.d.observe(ctx, nr.c, nr.run(), nr.exit, nr.systemd)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
