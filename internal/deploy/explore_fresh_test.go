@@ -544,14 +544,15 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		b.Kill, b.Interrupt = nil, nil
 	}
 	// Every byte held, on the open connections and new ones; or new ones
-	// black-holed; or (not for a spare's race, nor a silence for good)
-	// new ones flowing, as when a NAT forgot the open ones.
+	// black-holed; or, racing the deployer's patience with its answers,
+	// new ones flowing, as when a NAT forgot the open ones (the other
+	// clocks race a silence, which a new login would end).
 	f.Fault.Hold = [2]bool{true, true}
 	switch rng.IntN(3) {
 	case 0:
 		f.Fault.New, f.Fault.OnlyOpen = sshtest.NewBlackHole, true
 	case 1:
-		if clock != "spare" && clock != "activation" {
+		if clock == "deployer" {
 			f.Fault.OnlyOpen = true
 		}
 	}
