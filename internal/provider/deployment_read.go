@@ -103,6 +103,10 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		if current.HostKey != "" && rec.Host.ValueString() == orStr(n.Host.ValueString(), name) {
 			records[i].HostKeySeen = types.StringValue(current.HostKey)
 		}
+		if current.Settling {
+			resp.Diagnostics.AddWarning("Node "+name+" is settling", fmt.Sprintf("node %s: its host's watchdog has not finished with an earlier run (an interrupted or killed apply's): it switches the host back unless a confirmation reached it, on its own, "+
+				"so what the host runs (%s) may change any moment, and no system counts as verified there until it has. An apply now waits for the host's deploy lock (lock_timeout) or fails at once naming what holds it.", name, orStr(current.System, "nothing known")))
+		}
 		if deploy.Phase(rec.Phase.ValueString()) == deploy.PhaseUnknown && !current.Settling {
 			// (A host that settles a run on its own is read again by a
 			// later refresh, once it has.)

@@ -4,11 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
 
@@ -291,6 +295,69 @@ func TestNodeHealthStateUpgradesFromVersion0(t *testing.T) {
 			}
 			if err := os.WriteFile(filepath.Join(s.Dir, "terraform.tfstate"), b, 0o600); err != nil {
 				t.Fatal(err)
+			}
+			s.WantNoChanges()
+		})
+	}
+}
+
+// A refresh that finds a host settling a run on its own (issue 37's
+// trial: its watchdog not finished with an interrupted apply's run) warns
+// so, and claims no system verified there (so that a node whose last
+// apply failed is switched, which waits for the host's deploy lock,
+// rather than taken for converged); once the host has settled, what it
+// verified is read again and the plan is empty. Through one CLI: the
+// provider's reading of a host.
+func TestDeploymentRefreshSeesSettlingHost(t *testing.T) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, ""))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			s.WantNoChanges()
+
+			// A run's watchdog waits for its decision, alive: it holds
+			// the guard.
+			run := agreement.StateDir + "/0123456789ab"
+			if err := os.MkdirAll(tg.Path(run), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(tg.Path(run+"/watchdog"), []byte("waiting\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			argv := tg.NS.Command("flock", "-s", agreement.GuardFile, "sleep", "120")
+			holder := exec.Command(argv[0], argv[1:]...)
+			holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := holder.Start(); err != nil {
+				t.Fatal(err)
+			}
+			kill := func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() }
+			t.Cleanup(kill)
+			held := func() bool {
+				a := tg.NS.Command("flock", "-n", "-x", agreement.GuardFile, "true")
+				return exec.Command(a[0], a[1:]...).Run() != nil
+			}
+			for deadline := time.Now().Add(10 * time.Second); !held() && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			out, errOut := s.Run("apply", "-refresh-only", "-auto-approve", "-input=false", "-no-color")
+			if flat := strings.Join(strings.Fields(out+errOut), " "); !strings.Contains(flat, "Warning: Node n1 is settling") {
+				t.Errorf("a refresh while the host settles does not warn:\n%s\n%s", out, errOut)
+			}
+			if rec := nodeRecordOf(t, s.Values("fleet_ssh_deployment.prod"), "n1"); rec["verified_system"] != "" || rec["current_system"] != sys {
+				t.Errorf("while the host settles: verified_system %v, current_system %v; want none verified, %s current", rec["verified_system"], rec["current_system"], sys)
+			}
+			kill()
+			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+			if rec := nodeRecordOf(t, s.Values("fleet_ssh_deployment.prod"), "n1"); rec["verified_system"] != sys {
+				t.Errorf("once the host has settled: verified_system %v, want %s", rec["verified_system"], sys)
 			}
 			s.WantNoChanges()
 		})
