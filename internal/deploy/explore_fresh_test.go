@@ -267,12 +267,17 @@ func drawFresh(seed uint64) schedule {
 	// even seeds plan another kind of fault at another column each time,
 	// and 254 of them plan every cell once.
 	if seed%2 == 0 {
-		cells := plannedCells()
-		sweep(&s, cells[(seed/2*19)%uint64(len(cells))], rng, benign)
+		sweep(&s, sweptCell(seed), rng, benign)
 	} else {
 		raceClock(&s, rng, benign)
 	}
 	return s
+}
+
+// sweptCell is the coverage table's cell an even seed sweeps.
+func sweptCell(seed uint64) exploreCell {
+	cells := plannedCells()
+	return cells[(seed/2*19)%uint64(len(cells))]
 }
 
 // sweep makes cell one the schedule exercises: the first party's last

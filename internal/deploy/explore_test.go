@@ -459,6 +459,22 @@ type explorePlan struct {
 // have every fault it planned fire.
 const exploreDraws = 3
 
+// redraw is the seed of a fresh schedule's draw (1, 2, ...) whose first
+// seed was first: first itself; then, for a sweep (an even seed), a seed
+// far on that sweeps the same cell (the cells come round every
+// 2·len(plannedCells()) seeds), so that a cell whose schedule did not
+// reach it is planned again rather than left unexercised; for a clock's
+// race, the next seed.
+func redraw(first uint64, draw int, next func() uint64) uint64 {
+	switch {
+	case draw == 1:
+		return first
+	case first%2 == 0:
+		return first + uint64(draw-1)*1000*2*uint64(len(plannedCells()))
+	}
+	return next()
+}
+
 func exploreSeeds(t *testing.T) explorePlan {
 	t.Helper()
 	num := func(name string, def uint64) uint64 {
@@ -570,8 +586,9 @@ func TestHostAgreementExplored(t *testing.T) {
 		for i := range plan.fresh {
 			t.Run("fresh-"+strconv.Itoa(i+1), func(t *testing.T) {
 				defer slot(t)()
+				first := plan.next()
 				for draw := 1; ; draw++ {
-					seed := plan.next()
+					seed := redraw(first, draw, plan.next)
 					missed := run(t, seed)
 					if len(missed) == 0 {
 						return
@@ -1232,5 +1249,23 @@ func TestExploreSchedulesArePinned(t *testing.T) {
 	}
 	if got, want := digest(fresh), "85d044af94aef38f"; got != want {
 		t.Errorf("the schedules of the first 100 fresh seeds changed (digest %s, want %s): a seed in a note no longer replays what it did", got, want)
+	}
+}
+
+// A sweep's redraw plans the same cell; a race's is the next seed.
+func TestExploreRedrawKeepsTheCell(t *testing.T) {
+	t.Parallel()
+	cellOf := sweptCell
+	n := uint64(0)
+	next := func() uint64 { n++; return 1000 + n }
+	for _, first := range []uint64{2, 40, 500, 1016} {
+		for draw := 1; draw <= exploreDraws; draw++ {
+			if got := redraw(first, draw, next); got%2 != 0 || cellOf(got) != cellOf(first) {
+				t.Errorf("redraw(%d, %d) = %d, which sweeps %v, not %v", first, draw, got, cellOf(got), cellOf(first))
+			}
+		}
+	}
+	if got := redraw(7, 2, next); got != 1001 {
+		t.Errorf("a race's redraw is %d, want the next seed 1001", got)
 	}
 }
