@@ -235,33 +235,34 @@ systemctl --failed --plain --no-legend 2>/dev/null`, settle)
 	return o
 }
 
-// leaseBound is a verdict command as the node runs it for run: in a
-// session of its own, stopped (SIGTERM to its process group) once run's
-// lease on the host has ended, so that an interrupted or killed deploy
-// leaves no check running on the host (a session without a terminal sends
-// its command no hangup when its deployer goes, and the check would go on
-// into the watchdog's switch back). The lease is looked at twice a second,
-// with the shell's builtins.
-func leaseBound(run, cmd string) string {
+// decisionBound is a verdict command as the node runs it for run: in a
+// session of its own, stopped (SIGTERM to its process group) once run has
+// been decided on the host (its "decision": the watchdog's, as when the
+// deploy was interrupted or killed, or a deployer's), so that no check goes
+// on into the watchdog's switch back (a session without a terminal sends
+// its command no hangup when its deployer goes). Not the lease: a check
+// may run again over a new login after the lease ended with a stalled
+// session, and still count. The decision is looked at twice a second, with
+// the shell's builtins.
+func decisionBound(run, cmd string) string {
 	return "setsid sh -c " + shell.Quote(cmd) + " </dev/null & fleet_c=$!\n" +
-		"( while kill -0 $fleet_c 2>/dev/null; do fleet_t=; read -r fleet_t fleet_p < " + agreement.LeaseFile + " 2>/dev/null; " +
-		"[ \"$fleet_t\" = " + shell.Quote(run) + " ] || { kill -TERM -$fleet_c 2>/dev/null; exit 0; }; sleep 0.5; done ) </dev/null >/dev/null 2>&1 &\n" +
+		"( while kill -0 $fleet_c 2>/dev/null; do [ ! -L " + shell.Quote(agreement.StateDir+"/"+run+"/decision") + " ] || { kill -TERM -$fleet_c 2>/dev/null; exit 0; }; sleep 0.5; done ) </dev/null >/dev/null 2>&1 &\n" +
 		"fleet_w=$!\nwait $fleet_c; fleet_rc=$?\nkill $fleet_w 2>/dev/null\nexit $fleet_rc"
 }
 
 // userChecks runs the verdict's http and tcp checks from the deployer and
-// its commands on the node, bound to run's lease.
+// its commands on the node, each bound to run's decision.
 func (d *Deployer) userChecks(ctx context.Context, c *Conn, run string) []string {
 	var failures []string
 	spec := d.Options.Verdict
 	for _, cmd := range spec.Command {
-		out, err := output(c.Command(ctx, remote(leaseBound(run, cmd))))
+		out, err := output(c.Command(ctx, remote(decisionBound(run, cmd))))
 		exit, msg := exitOf(err, out)
 		if exit == 255 && ctx.Err() == nil {
 			// ssh's own failure, not the command's: the session to the host
 			// was lost (its path stalled past the keepalive), so it runs
 			// again over a new login, and the check's outcome is its.
-			out, err = output(c.FreshCommand(ctx, remote(leaseBound(run, cmd))))
+			out, err = output(c.FreshCommand(ctx, remote(decisionBound(run, cmd))))
 			exit, msg = exitOf(err, out)
 		}
 		switch {

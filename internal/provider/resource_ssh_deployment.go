@@ -115,7 +115,7 @@ var (
 		"tcp": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Ports on the node's host, connected to the way SSH reaches it: at the `HostName` the `ssh_config_file` gives it, through its `ProxyJump` (from `ssh_opts` or the file) when it has one, else from this machine.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 			"port": schema.Int64Attribute{Required: true, MarkdownDescription: "Port.", Validators: []validator.Int64{int64validator.Between(1, 65535)}},
 		}}},
-		"command": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Commands run on the node, as root, one after the other; each must exit 0. Each runs in a session of its own, stopped (SIGTERM to its process group) once the deploy's lease on the host ends, as when the apply is interrupted or killed: no check goes on into the watchdog's switch back.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+		"command": schema.ListNestedAttribute{Optional: true, MarkdownDescription: "Commands run on the node, as root, one after the other; each must exit 0. Each runs in a session of its own, stopped (SIGTERM to its process group) once the host has decided the deploy (as its watchdog does `confirm_timeout` after an interrupted or killed apply's last word): no check goes on into the watchdog's switch back.", NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 			"run": schema.StringAttribute{Required: true, MarkdownDescription: "Shell command.", Validators: []validator.String{stringvalidator.LengthAtLeast(1)}},
 		}}},
 	}}}
