@@ -709,11 +709,10 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 		rec.HostKeySeen = types.StringValue(keySeen(n, p, ""))
 	default:
 		// A node that succeeded runs its system (switch, test) and
-		// records it as verified (switch, test, boot).
+		// records it as verified (switch, test; goal boot verifies
+		// nothing: what the host had verified, read at apply, stands).
 		if goal == deploy.GoalSwitch || goal == deploy.GoalTest {
 			rec.CurrentSystem = n.System
-		}
-		if goal != deploy.GoalDryActivate {
 			rec.VerifiedSystem = n.System
 		}
 	}
