@@ -3,11 +3,7 @@ package deploy_test
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
@@ -49,36 +45,15 @@ func TestReadCurrentClaimsOnlyWhatPassed(t *testing.T) {
 	}
 
 	// A run's watchdog waits for its decision, alive: it holds the guard.
-	run := filepath.Join(agreement.StateDir, "0123456789ab")
-	if err := os.MkdirAll(tg.Path(run), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tg.Path(run+"/watchdog"), []byte("waiting\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.WriteFile(tg.Path(agreement.SucceededFile), []byte(old+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	argv := tg.NS.Command("flock", "-s", agreement.GuardFile, "sleep", "60")
-	holder := exec.Command(argv[0], argv[1:]...)
-	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	kill := func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() }
-	t.Cleanup(kill)
-	deadline := time.Now().Add(10 * time.Second)
-	for flockFree(tg, agreement.GuardFile) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	kill := tg.SettleRun(t)
 	if cur := read(); !cur.Settling || cur.Succeeded != "" || cur.System != old {
 		t.Errorf("while a watchdog settles a run: %+v; want settling, nothing verified", cur)
 	}
 	// Killed: its state stays behind, the guard is free.
 	kill()
-	for !flockFree(tg, agreement.GuardFile) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
 	if cur := read(); cur.Settling || cur.Succeeded != old {
 		t.Errorf("after the watchdog was killed: %+v; want not settling, %s verified", cur, old)
 	}

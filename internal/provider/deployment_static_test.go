@@ -4,15 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
-	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
 
@@ -325,28 +321,7 @@ func TestDeploymentRefreshSeesSettlingHost(t *testing.T) {
 
 			// A run's watchdog waits for its decision, alive: it holds
 			// the guard.
-			run := agreement.StateDir + "/0123456789ab"
-			if err := os.MkdirAll(tg.Path(run), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(tg.Path(run+"/watchdog"), []byte("waiting\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			argv := tg.NS.Command("flock", "-s", agreement.GuardFile, "sleep", "120")
-			holder := exec.Command(argv[0], argv[1:]...)
-			holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := holder.Start(); err != nil {
-				t.Fatal(err)
-			}
-			kill := func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() }
-			t.Cleanup(kill)
-			held := func() bool {
-				a := tg.NS.Command("flock", "-n", "-x", agreement.GuardFile, "true")
-				return exec.Command(a[0], a[1:]...).Run() != nil
-			}
-			for deadline := time.Now().Add(10 * time.Second); !held() && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond)
-			}
+			kill := tg.SettleRun(t)
 			out, errOut := s.Run("apply", "-refresh-only", "-auto-approve", "-input=false", "-no-color")
 			if flat := strings.Join(strings.Fields(out+errOut), " "); !strings.Contains(flat, "Warning: Node n1 is settling") {
 				t.Errorf("a refresh while the host settles does not warn:\n%s\n%s", out, errOut)
