@@ -243,7 +243,10 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 	// 2. One switch at a time: the calls of one run (a lease: a party may
 	// take the lock again, as a new run) never overlap another's, and
 	// once another run's call has come, no call of the first comes again
-	// (its lease had ended). A boot entry is made under a lease.
+	// (its lease had ended). No call is made under another run's lease
+	// (the fence: an activation whose unit started late, its lease gone
+	// and another's begun, is refused); a boot entry is made under a
+	// lease.
 	for i, a := range cs {
 		for _, b := range cs[i+1:] {
 			if a.run != b.run && (!a.ended || a.last > b.first) {
@@ -253,16 +256,14 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 	}
 	seen := map[string]bool{}
 	for i, c := range cs {
-		if c.action == "boot" {
-			switch {
-			case c.lease != "" && c.lease != c.run:
-				bad("one switch at a time", "%s was made under run %q's lease", describe(c), c.lease)
-			case c.lease == "" && !fenced(tg, c):
-				// No lease as it started: its own may have ended
-				// after the host's fence let it through (which
-				// holds the guard, so that no other begins).
-				bad("one switch at a time", "%s was made under no lease, and the host's fence had not let it through", describe(c))
-			}
+		switch {
+		case c.lease != "" && c.lease != c.run:
+			bad("one switch at a time", "%s was made under run %q's lease", describe(c), c.lease)
+		case c.action == "boot" && c.lease == "" && !fenced(tg, c):
+			// No lease as it started: its own may have ended after the
+			// host's fence let it through (which holds the guard, so
+			// that no other begins).
+			bad("one switch at a time", "%s was made under no lease, and the host's fence had not let it through", describe(c))
 		}
 		if i > 0 && cs[i-1].run != c.run && seen[c.run] {
 			bad("one switch at a time", "%s came after %s: the host let a run switch it after another had", describe(c), describe(cs[i-1]))

@@ -37,12 +37,15 @@ import (
 //     the switch lock held at the first attempt, an activation that hangs
 //     past activation_timeout or outlasts confirm_timeout, a system that
 //     cuts SSH, a boot entry that fails, a busy systemd that starts units
-//     late; goals switch, test and boot; on_failure rollback or keep; one
-//     to three deployers;
+//     late, a logind that kills a closed session's processes; goals
+//     switch, test and boot; on_failure rollback or keep; one to three
+//     deployers;
 //   - fitted to the moment where one is planned: a sweep's cell or a
 //     clock's race comes with a system that reaches it and makes it
 //     matter (an activation in flight is mostly a slow one, a retry's
-//     attempt outlasts confirm_timeout, a watchdog raced exists).
+//     attempt outlasts confirm_timeout, a watchdog raced exists, a
+//     confirmation's answer is held from before it is sent, a killed
+//     deployer's late unit meets a rival's lease).
 
 // Host events a trigger may wait for: the file of a party's run on the
 // host (under agreement.StateDir/<run>/) whose appearance is the event, or
@@ -358,6 +361,9 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 			}
 		}
 	}
+	if cell.What == "killed" && col == "host: act" && rng.IntN(2) == 0 {
+		at.After = lateUnit(s, rng)
+	}
 	if !h.LockedOnce {
 		// The retry's own plans (an interrupt, a kill) go with it.
 		dropRetry := func(t **trigger) {
@@ -412,6 +418,11 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 	default:
 		f := faultOfKind(cell.What, rng)
 		f.At = at
+		if cell.What == "hold down" && cell.Step == deploy.StepConfirm && rng.IntN(3) != 0 {
+			// Mostly from before the confirmation is sent: its answer,
+			// which comes a few milliseconds after it, is held.
+			f.At.Sync, f.At.After = true, 0
+		}
 		a.Faults = append(a.Faults, f)
 		if a.Kill != nil || a.Interrupt != nil {
 			// The kill, the interrupt, after it.
@@ -426,6 +437,41 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 	}
 }
 
+// lateUnit plans a race of the first party's activation with its lease's
+// end: the party is killed (after the returned time past its act command's
+// start) while its activation waits for a busy systemd, with a rival
+// waiting for the lock, on a host that kills a closed session's processes.
+// The killed one's connections close, its lease ends at once, its act
+// command dies with its session (else it would hold the guard until the
+// unit ended), the rival takes the lock, and then the activation's unit
+// starts; it must not switch (its lease is gone). "keep": no watchdog
+// holds the guard, so that the rival's lease begins before the unit
+// starts, and the unit's own lease check is all that stands in its way.
+func lateUnit(s *schedule, rng *rand.Rand) time.Duration {
+	a := &s.Parties[0]
+	h := a.Host
+	if h.Goal == deploy.GoalBoot {
+		h.Goal = deploy.GoalSwitch
+	}
+	h.Keep, h.LockedOnce, h.SessionsKilled = true, false, true
+	if a.Kind == nixtest.Hang {
+		a.Kind = nixtest.Succeed
+	}
+	if h.Delay > h.ActivationTimeout {
+		h.ActivationTimeout = time.Minute
+	}
+	s.StartLate = time.Duration(20+rng.IntN(6)) * 100 * time.Millisecond
+	if len(s.Parties) < 2 {
+		s.Parties = append(s.Parties, partyPlan{Kind: nixtest.Succeed,
+			Host: &hostPlan{Goal: deploy.GoalSwitch, ActivationTimeout: time.Minute, Delay: time.Duration(rng.IntN(13)) * 100 * time.Millisecond}})
+	}
+	b := &s.Parties[1]
+	b.Start, b.LockTimeout, b.Kill, b.Interrupt = &trigger{Of: 0, After: time.Duration(rng.IntN(301)) * time.Millisecond}, 45*time.Second, nil, nil
+	// Once the act command has set the profile and asked for the unit
+	// (a few hundred milliseconds), well before the unit starts.
+	return time.Duration(300+rng.IntN(401)) * time.Millisecond
+}
+
 // raceClock makes the first party's last fault a race with one of the
 // agreement's clocks: every byte of its link held from a moment of its
 // deploy for a clock's length and a little more (up to a second: a
@@ -434,12 +480,23 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 // verdict and the confirmation are at stake, their moments weighted), the
 // deployer's, and a lease's (with a rival waiting for the lock, which
 // takes it as the lease ends: what the first sent lands in the rival's
-// lease). What the first party had planned after the moment goes.
+// lease); and a late activation's start against its lease's end (see
+// lateUnit: the first party killed then, rather than a fault). What the
+// first party had planned after the moment goes.
 func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 	a := &s.Parties[0]
 	t := specClocksOf(*s)
-	clocks := []string{"spare", "watchdog", "watchdog", "deployer", "deployer", "lease", "lease", "activation"}
+	clocks := []string{"spare", "watchdog", "watchdog", "deployer", "deployer", "lease", "lease", "activation", "unit start"}
 	clock := clocks[rng.IntN(len(clocks))]
+	if clock == "unit start" {
+		// The activation's start, late, against its lease's end (see
+		// lateUnit): the deployer killed as its act command has queued
+		// the activation's unit.
+		kill := trigger{Of: 0, Host: "act", After: lateUnit(s, rng)}
+		a.Faults = slices.DeleteFunc(a.Faults, func(g faultPlan) bool { return g.At.later(kill) })
+		a.Kill, a.Interrupt = &kill, nil
+		return
+	}
 	if clock == "watchdog" || clock == "deployer" {
 		// A watchdog to race: a goal that activates, no "keep", and an
 		// activation that ends.
@@ -560,6 +617,15 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		if clock == "deployer" {
 			f.Fault.OnlyOpen = true
 		}
+	}
+	if clock == "deployer" && at.Step == deploy.StepConfirm && rng.IntN(3) != 0 {
+		// Mostly the confirmation's answer lost, not the confirmation:
+		// what the host says held from before the confirmation is sent
+		// (its answer comes a few milliseconds after it), on every
+		// connection, for the deployer's patience; the deployer must ask
+		// what the host decided.
+		at.Sync, at.After = true, 0
+		f.At, f.Fault = at, sshtest.LinkFault{Hold: [2]bool{false, true}}
 	}
 	a.Faults = slices.DeleteFunc(a.Faults, func(g faultPlan) bool { return g.At.later(at) })
 	for k := range a.Faults {
@@ -929,6 +995,7 @@ var hostBehaviours = []string{
 	"host: an activation that hangs", "host: an activation longer than activation_timeout", "host: a system that cuts SSH",
 	"host: a boot entry that fails", "goal test", "goal boot", `on_failure "keep"`, "two deployers", "three deployers",
 	"shells: bash, as NixOS's", "shells: dash", "host: units started late", "host: a verdict check that takes a while",
+	"host: a closed session's processes killed",
 }
 
 // behaviours are the rows of hostBehaviours a started party exercised.
@@ -970,6 +1037,9 @@ func (p partyPlan) behaviours(s schedule) []string {
 	}
 	if h.CheckTakes > 0 {
 		out = append(out, "host: a verdict check that takes a while")
+	}
+	if h.SessionsKilled {
+		out = append(out, "host: a closed session's processes killed")
 	}
 	return out
 }

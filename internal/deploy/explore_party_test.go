@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -42,7 +44,16 @@ type partySettings struct {
 	KnownHostsFile    string
 	ControlDir        string
 	Env               []string
+	// Gates are steps at whose start the party waits for the explorer's
+	// word on its standard input (a line) before it acts, once each: a
+	// fault planned for that moment is in place before the step's first
+	// byte (a confirmation's answer lost, not the confirmation).
+	Gates []deploy.StepName
 }
+
+// gateWait bounds a party's wait at a gate: an explorer that does not
+// answer does not keep the party from its deploy.
+const gateWait = 10 * time.Second
 
 // partyLine is one line a party prints: an event, or its result.
 type partyLine struct {
@@ -80,6 +91,27 @@ func partyMain(path string) int {
 		_, _ = out.Write(append(b, '\n'))
 		_ = out.Flush()
 	}
+	words := make(chan struct{}, len(s.Gates))
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			words <- struct{}{}
+		}
+	}()
+	var gated sync.Map // deploy.StepName -> bool
+	log := func(e deploy.Event) {
+		emit(partyLine{Event: &e})
+		if e.Kind != deploy.EventStepStarted || !slices.Contains(s.Gates, e.Step) {
+			return
+		}
+		if _, seen := gated.LoadOrStore(e.Step, true); seen {
+			return
+		}
+		select {
+		case <-words:
+		case <-time.After(gateWait):
+		}
+	}
 	d := &deploy.Deployer{
 		Transport: &deploy.Transport{KnownHostsFile: s.KnownHostsFile, ControlDir: s.ControlDir,
 			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: s.MasterPersist},
@@ -88,7 +120,7 @@ func partyMain(path string) int {
 			BootLockInterval: s.BootLockInterval,
 			Verdict:          deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout, Command: s.Checks},
 			Env:              s.Env,
-			Log:              func(e deploy.Event) { emit(partyLine{Event: &e}) },
+			Log:              log,
 		},
 	}
 	r := d.Deploy(ctx, []deploy.Target{s.Target}, nil)[0]
@@ -98,25 +130,28 @@ func partyMain(path string) int {
 
 // startParty starts a party with settings s, its standard error to
 // stderr; its lines arrive on lines, which is closed once its output has
-// ended.
-func startParty(s partySettings, dir string, stderr *os.File) (*exec.Cmd, <-chan partyLine, error) {
+// ended; a line written to gate lets it on from the gate it waits at.
+func startParty(s partySettings, dir string, stderr *os.File) (cmd *exec.Cmd, _ <-chan partyLine, gate io.WriteCloser, _ error) {
 	b, err := json.Marshal(s)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	path := dir + "/party-" + s.Holder + ".json"
 	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	cmd := exec.Command(os.Args[0])
+	cmd = exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), exploreParty+"="+path)
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	if gate, err = cmd.StdinPipe(); err != nil {
+		return nil, nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lines := make(chan partyLine, 256)
 	go func() {
@@ -130,5 +165,5 @@ func startParty(s partySettings, dir string, stderr *os.File) (*exec.Cmd, <-chan
 			}
 		}
 	}()
-	return cmd, lines, nil
+	return cmd, lines, gate, nil
 }

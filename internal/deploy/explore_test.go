@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
@@ -109,6 +110,11 @@ type trigger struct {
 	Step  deploy.StepName
 	Host  string
 	After time.Duration
+	// Sync: at the start of Step (After 0), before the party acts on it:
+	// the party waits at that step's gate (partySettings.Gates) until
+	// what the trigger does is done, so that a fault is in place before
+	// the step's first byte, however soon the host answers it.
+	Sync bool
 }
 
 func (t trigger) String() string {
@@ -118,6 +124,8 @@ func (t trigger) String() string {
 		at = "its lease's start on the host"
 	case t.Host != "":
 		at = "the host's " + hostEventFiles[t.Host] + " (" + t.Host + ")"
+	case t.Sync:
+		return fmt.Sprintf("the start of %s's %s step, before it acts", partyName(t.Of), t.Step)
 	case t.Step != "":
 		at = "its " + string(t.Step) + " step"
 	}
@@ -217,6 +225,12 @@ type hostPlan struct {
 	// CheckTakes: the verdict has a command check on the node (a smoke
 	// test) that takes this long; 0, none.
 	CheckTakes time.Duration
+	// SessionsKilled: the host kills what a session ran once its
+	// connection closes, as logind does with KillUserProcesses=yes for a
+	// deploy user that is not root (sudo runs in the user's session): a
+	// killed deployer's act command dies with its session, rather than
+	// waiting for its activation's unit (which, a system unit, lives on).
+	SessionsKilled bool
 }
 
 func (h hostPlan) String() string {
@@ -235,6 +249,9 @@ func (h hostPlan) String() string {
 	}
 	if h.CheckTakes > 0 {
 		s += ", a verdict check of " + h.CheckTakes.String()
+	}
+	if h.SessionsKilled {
+		s += ", a closed session's processes killed"
 	}
 	return s
 }
@@ -773,6 +790,10 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		waits = kept
 		mu.Unlock()
 		for _, w := range due {
+			if w.tr.Sync {
+				w.f()
+				continue
+			}
 			later(w.tr.After, w.f)
 		}
 	}
@@ -793,7 +814,12 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 			Env: []string{"NIX_CONFIG=" + nixtest.NixConfig}}
 		pt.target = n
 		pt.stderr = filepath.Join(dir, "stderr-"+partyName(pt.i))
-		cmd, lines, err := startPartyLogged(ps, dir, pt.stderr)
+		for _, f := range pt.plan.Faults {
+			if f.At.Sync {
+				ps.Gates = append(ps.Gates, f.At.Step)
+			}
+		}
+		cmd, lines, gate, err := startPartyLogged(ps, dir, pt.stderr)
 		if err != nil {
 			t.Errorf("party %s: %v", partyName(pt.i), err)
 			ended <- pt.i
@@ -809,11 +835,16 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 				switch {
 				case l.Event != nil && l.Event.Kind == deploy.EventStepStarted:
 					pt.mu.Lock()
-					if _, seen := pt.stepAt[l.Event.Step]; !seen {
+					_, seen := pt.stepAt[l.Event.Step]
+					if !seen {
 						pt.stepAt[l.Event.Step] = l.At
 					}
 					pt.mu.Unlock()
 					stepped(pt.i, l.Event.Step)
+					if !seen && slices.Contains(ps.Gates, l.Event.Step) {
+						// What waited for the step is done: the party goes on.
+						_, _ = io.WriteString(gate, "go\n")
+					}
 				case l.Event != nil:
 					if l.Event.Kind == deploy.EventNote && l.Event.Step == deploy.StepActivate && strings.Contains(l.Event.Message, "switch lock held") {
 						pt.mu.Lock()
@@ -925,6 +956,9 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 				if pt.cmd != nil && pt.result == nil && pt.ended.IsZero() {
 					*mark = true
 					_ = pt.cmd.Process.Signal(sig)
+					if sig == syscall.SIGKILL && pt.plan.Host != nil && pt.plan.Host.SessionsKilled {
+						killSessions(tg, pt.runs)
+					}
 				}
 			})
 		}
@@ -1192,10 +1226,10 @@ func describeResult(r *deploy.Result) string {
 // startPartyLogged is startParty with the party's standard error in a
 // file, which the checks read (a data race or a panic in it breaks the
 // run).
-func startPartyLogged(s partySettings, dir, stderr string) (*exec.Cmd, <-chan partyLine, error) {
+func startPartyLogged(s partySettings, dir, stderr string) (*exec.Cmd, <-chan partyLine, io.WriteCloser, error) {
 	f, err := os.Create(stderr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer f.Close()
 	return startParty(s, dir, f)
@@ -1247,7 +1281,7 @@ func TestExploreSchedulesArePinned(t *testing.T) {
 			fresh = append(fresh, seed)
 		}
 	}
-	if got, want := digest(fresh), "85d044af94aef38f"; got != want {
+	if got, want := digest(fresh), "622ede4c97e11899"; got != want {
 		t.Errorf("the schedules of the first 100 fresh seeds changed (digest %s, want %s): a seed in a note no longer replays what it did", got, want)
 	}
 }
@@ -1267,5 +1301,30 @@ func TestExploreRedrawKeepsTheCell(t *testing.T) {
 	}
 	if got := redraw(7, 2, next); got != 1001 {
 		t.Errorf("a race's redraw is %d, want the next seed 1001", got)
+	}
+}
+
+// killSessions does what a host whose logind kills a closed session's
+// processes does once a killed deployer's connections close: the act
+// commands of its runs, each with its session's process group (the
+// systemd-run client waiting for the activation's unit), are killed; the
+// unit, a system one, is not.
+func killSessions(tg *nixtest.Target, runs []string) {
+	for _, run := range runs {
+		pids, _ := filepath.Glob(tg.Path(agreement.StateDir + "/" + run + "/act.*.pid"))
+		for _, f := range pids {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || pid <= 1 {
+				continue
+			}
+			if pg, err := syscall.Getpgid(pid); err == nil && pg > 1 {
+				_ = syscall.Kill(-pg, syscall.SIGKILL)
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
