@@ -80,8 +80,8 @@ func TestFencing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lines) != 4 || lines[0] != old || lines[2] != "systemd" {
-		t.Errorf("what the take read: %q, want the current system %s first, then bare, systemd, and the last verified system", lines, old)
+	if len(lines) != 5 || lines[0] != old || lines[2] != "systemd" || lines[4] != old {
+		t.Errorf("what the take read: %q, want the current system %s first, then bare, systemd, the last verified system, and what it boots (%[2]s)", lines, old)
 	}
 	// A second run finds the lock held, and by whom.
 	_, _, err = agreement.Take(ctx, h, agreement.NewRun(), "second", 0, timing, nil)

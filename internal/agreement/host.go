@@ -71,12 +71,21 @@ func GuardHolder(holder string) bool { return strings.HasPrefix(holder, guardHol
 const readEnd = "--read--"
 
 // readScript prints the current system, whether the host is a container,
-// whether systemd runs and the last system a run finished with a passing
-// verdict, a line each.
+// whether systemd runs, the last system a run finished with a passing
+// verdict and the system the host boots next (readBoots), a line each.
 const readScript = `readlink -f /run/current-system || echo
 if systemd-detect-virt --container >/dev/null 2>&1; then echo container; else echo bare; fi
 if [ -d /run/systemd/system ]; then echo systemd; else echo nosystemd; fi
-` + readSucceeded
+` + readSucceeded + `
+` + readBoots
+
+// readBoots prints the system the host boots next, or an empty line when
+// it has no system profile: the profile's, from which NixOS's
+// switch-to-configuration boot installs the default boot entry (a deploy
+// of goal switch or boot points it at the new system; goal test leaves
+// it; a watchdog switching back points it back; nixos-rebuild boot or
+// switch by hand moves it).
+const readBoots = `readlink -e ` + ProfilePath + ` || echo`
 
 // readSucceeded prints SucceededFile's line, or an empty line, with the
 // shell's builtins only: the scripts that read a host run on every node of
@@ -85,10 +94,10 @@ const readSucceeded = `fleet_ok=; read -r fleet_ok 2>/dev/null <` + SucceededFil
 
 // ReadCurrentScript prints the current system (a refresh, drift), then
 // the last system a run finished there with a passing verdict, the last
-// it made the boot default, and whether the host is settling a run on its
+// it made the boot default, whether the host is settling a run on its
 // own ("settling": a watchdog waits for its decision or switches back, as
 // after an interrupted deploy, so that what it runs may change any
-// moment; else "idle"). Builtins only, but for one flock where a
+// moment; else "idle"), and the system it boots next (readBoots). Builtins only, but for one flock where a
 // watchdog's state says it has not finished (a live one holds the guard;
 // a killed one's state stays behind).
 const ReadCurrentScript = `readlink -f /run/current-system || echo
@@ -100,7 +109,8 @@ fleet_w=; read -r fleet_w 2>/dev/null <"$fleet_f"
 case $fleet_w in waiting|rolling-back) fleet_s=maybe ;; esac
 done
 [ "$fleet_s" = idle ] || { flock -n -x ` + GuardFile + ` true 2>/dev/null && fleet_s=idle || fleet_s=settling; }
-echo "$fleet_s"`
+echo "$fleet_s"
+` + readBoots
 
 // MarkScript records on the host that system was deployed with a passing
 // verdict (SucceededFile).

@@ -216,6 +216,15 @@ type Result struct {
 	// AlreadyCurrent says the host already ran the system, which had
 	// passed its verdict there, so nothing was activated.
 	AlreadyCurrent bool
+	// BootSystem is the system the host boots next (its system profile's,
+	// Current.Boots) after the deploy; empty when not known: the host was
+	// not read, or the deploy may have moved the profile and did not
+	// finish.
+	BootSystem string
+	// BootEntryOnly says the host already ran the system, which had
+	// passed its verdict there, but booted another: the deploy made the
+	// system its boot entry, and activated nothing.
+	BootEntryOnly bool
 }
 
 // Failed reports whether the node's deploy failed, or did not surely

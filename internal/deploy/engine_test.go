@@ -541,6 +541,44 @@ func TestDeployGoals(t *testing.T) {
 	}
 }
 
+// Issue 39: goal test then goal switch of the same system makes the boot
+// entry, and activates nothing: the host ran the system after a passing
+// verdict, but booted the one before it (goal test leaves the boot entry);
+// a switch after that has nothing to do. A read says what the host boots.
+func TestDeployGoalTestThenSwitchMakesTheBootEntry(t *testing.T) {
+	t.Parallel()
+	tg, old, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.Succeed}, deploy.Options{Goal: deploy.GoalTest})
+	wantPhase(t, r, deploy.PhaseSucceeded)
+	if r.BootSystem != old {
+		t.Errorf("goal test recorded the host booting %q, want the one before, %s", r.BootSystem, old)
+	}
+	d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+	n := targetOf(tg, "web1", sys)
+	if cur, err := d.ReadCurrent(context.Background(), n.Settings); err != nil || cur.System != sys || cur.Boots != old {
+		t.Fatalf("ReadCurrent after goal test = %+v, %v; want it running %s and booting %s", cur, err, sys, old)
+	}
+	calls := len(tg.Calls())
+	r = d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded, "is its boot entry now, without a new activation")
+	if !r.BootEntryOnly || r.AlreadyCurrent || r.BootSystem != sys || r.VerifiedSystem != sys {
+		t.Errorf("result %+v: want the boot entry made, booting and verified %s", r, sys)
+	}
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys || tg.ProfileSystem() != sys {
+		t.Errorf("the host runs %s, boots %s, its profile %s; want %s each", tg.CurrentSystem(), tg.BootEntry(), tg.ProfileSystem(), sys)
+	}
+	if got := tg.Calls()[calls:]; len(got) != 1 || !strings.Contains(got[0], "boot") {
+		t.Errorf("switch-to-configuration calls of the switch %q, want one boot entry and no activation", got)
+	}
+	if cur, err := d.ReadCurrent(context.Background(), n.Settings); err != nil || cur.Boots != sys {
+		t.Errorf("ReadCurrent after the switch = %+v, %v; want it booting %s", cur, err, sys)
+	}
+	r = d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseSucceeded, "already runs")
+	if !r.AlreadyCurrent || r.BootSystem != sys {
+		t.Errorf("the switch after: %+v, want nothing done, booting %s", r, sys)
+	}
+}
+
 // FR-014, US4-1, SC-005: a host showing another key than its pin stops
 // that node before the login; nothing changes on it.
 func TestDeployHostKeyPinned(t *testing.T) {

@@ -113,9 +113,13 @@ const (
 func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begun func()) Result {
 	nr := &nodeRun{d: d, n: n, begun: begun, builds: builds, exit: -1, sshWorks: true,
 		r: Result{Name: n.Name, Host: n.Host, System: n.System, Goal: d.Options.Goal, Phase: PhasePending, Started: time.Now().UTC(), Outcomes: map[Condition]Outcome{}}}
-	for _, s := range nr.sequence() {
-		if !nr.step(ctx, s) {
+	steps := nr.sequence()
+	for i := 0; i < len(steps); i++ {
+		if !nr.step(ctx, steps[i]) {
 			break
+		}
+		if steps[i] == readStep && nr.r.BootEntryOnly {
+			steps = append(steps[:i+1:i+1], bootEntrySteps(steps[i+1:])...)
 		}
 	}
 	nr.begun()
@@ -146,6 +150,24 @@ func (nr *nodeRun) sequence() []*step {
 	case GoalSwitch:
 	}
 	return append(head, activateStep, verdictStep, confirmStep, finaliseStep)
+}
+
+// bootEntrySteps are the steps after the read of a node whose host runs
+// its system after a passing verdict but boots another (goal switch): the
+// copy (its closure is there already), the profile and the boot entry,
+// and no activation.
+func bootEntrySteps(rest []*step) []*step {
+	var out []*step
+	for _, s := range rest {
+		switch s {
+		case activateStep, verdictStep, confirmStep:
+		case finaliseStep:
+			out = append(out, profileStep, finaliseStep)
+		default:
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // step runs s and records how it ended; false ends the sequence. An

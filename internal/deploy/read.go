@@ -20,7 +20,11 @@ type Current struct {
 	// what it runs may change any moment: nothing it runs counts as
 	// verified (Succeeded is empty) until it has.
 	Settling bool
-	HostKey  string // the key the host showed ("type base64"); empty when not known
+	// Boots is the system the host boots next: its system profile's,
+	// from which NixOS installs the default boot entry; empty when it has
+	// none.
+	Boots   string
+	HostKey string // the key the host showed ("type base64"); empty when not known
 }
 
 // Runs reports whether the host runs system and a deploy of it passed its
@@ -41,9 +45,9 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 
 // parseCurrent reads what agreement.ReadCurrentScript printed.
 func parseCurrent(out string) Current {
-	lines := strings.Split(strings.TrimSpace(out)+"\n\n\n", "\n")
+	lines := strings.Split(strings.TrimSpace(out)+"\n\n\n\n", "\n")
 	c := Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1]), BootDefault: strings.TrimSpace(lines[2]),
-		Settling: strings.TrimSpace(lines[3]) == "settling"}
+		Settling: strings.TrimSpace(lines[3]) == "settling", Boots: strings.TrimSpace(lines[4])}
 	if c.Settling {
 		c.Succeeded = ""
 	}

@@ -79,15 +79,25 @@ var readStep = &step{
 			return ctx.Err()
 		}
 		lines := nr.read
-		for len(lines) < 4 {
+		for len(lines) < 5 {
 			lines = append(lines, "")
 		}
 		nr.r.PreviousSystem = strings.TrimSpace(lines[0])
 		nr.r.CurrentSystem = nr.r.PreviousSystem
 		nr.container, nr.systemd = lines[1] == "container", lines[2] == "systemd"
 		nr.r.VerifiedSystem = strings.TrimSpace(lines[3])
+		nr.r.BootSystem = strings.TrimSpace(lines[4])
 		goal := nr.d.Options.Goal
-		if (goal == GoalSwitch || goal == GoalTest) && nr.r.PreviousSystem == nr.n.System && nr.r.VerifiedSystem == nr.n.System {
+		switch {
+		case (goal == GoalSwitch || goal == GoalTest) && nr.r.PreviousSystem == nr.n.System && nr.r.VerifiedSystem == nr.n.System &&
+			goal == GoalSwitch && nr.r.BootSystem != nr.n.System:
+			// Goal switch finishes with the boot entry: a host that runs
+			// the system after a passing verdict (goal test made it so)
+			// but boots another gets its boot entry, and nothing else.
+			nr.r.BootEntryOnly = true
+			nr.d.note(nr.n.Name, StepRead, "locked; the host runs %s, which passed its verdict there, but boots %s: making it the boot entry, without a new activation", nr.n.System, orNone(nr.r.BootSystem))
+			return nil
+		case (goal == GoalSwitch || goal == GoalTest) && nr.r.PreviousSystem == nr.n.System && nr.r.VerifiedSystem == nr.n.System:
 			nr.r.Phase, nr.r.AlreadyCurrent = PhaseSucceeded, true
 			nr.r.Message = fmt.Sprintf("the host already runs %s, which passed its verdict there on an earlier deploy: recorded as switched without a new activation", nr.n.System)
 			return errFinished
@@ -210,8 +220,10 @@ func (nr *nodeRun) ask(ctx context.Context, total time.Duration, done func(agree
 // fenced by the host.
 func (nr *nodeRun) setProfile(ctx context.Context) error {
 	out, err := output(nr.c.Command(ctx, agreement.ProfileScript(nr.run(), nr.n.System)))
+	nr.r.BootSystem = ""
 	if err == nil {
 		nr.pass(CondActivated, "ProfileSet", "the system profile points at the new system")
+		nr.r.BootSystem = nr.n.System
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -233,6 +245,7 @@ func (nr *nodeRun) setProfile(ctx context.Context) error {
 			return fail(255, "ConnectionLost", "the SSH session dropped before the system profile was changed (the request is cancelled on the host): nothing was changed on the host", "the next apply retries this node")
 		case v.Profile == nr.n.System:
 			nr.pass(CondActivated, "ProfileSet", "the system profile points at the new system")
+			nr.r.BootSystem = nr.n.System
 			return nil
 		}
 	}
@@ -487,6 +500,12 @@ func (nr *nodeRun) notAsked(confirmSent bool) settled {
 // switch lock (exit 11) is retried like the boot lock.
 func (nr *nodeRun) activate(ctx context.Context) error {
 	nr.activation = activationSent
+	if nr.d.Options.Goal != GoalTest {
+		// The act command points the profile at the new system, and a
+		// watchdog that switches back points it back: what the host
+		// boots is known again once the boot entry is made.
+		nr.r.BootSystem = ""
+	}
 	return nr.attempts(ctx, 1)
 }
 
@@ -937,9 +956,14 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 		if exit == 0 {
 			nr.pass(CondBootloader, "BootDefault", "the boot entry points at the new system")
 			nr.r.Phase, nr.r.Message = PhaseSucceeded, fmt.Sprintf("switched to %s", nr.n.System)
-			if d.Options.Goal == GoalBoot {
+			nr.r.BootSystem = nr.n.System
+			switch {
+			case d.Options.Goal == GoalBoot:
 				nr.r.Message = fmt.Sprintf("%s is the boot default from the next boot", nr.n.System)
-			} else {
+			case nr.r.BootEntryOnly:
+				nr.r.Message = fmt.Sprintf("the host already ran %s, which passed its verdict there on an earlier deploy, but booted another system: %s is its boot entry now, without a new activation", nr.n.System, nr.n.System)
+				nr.r.VerifiedSystem = nr.n.System
+			default:
 				nr.r.VerifiedSystem = nr.n.System
 			}
 			return nil

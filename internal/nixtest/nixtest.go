@@ -466,6 +466,18 @@ func (t *Target) Boot(tb TB, system string) {
 	t.writeFile(tb, "boot-entry", system+"\n")
 }
 
+// BootByHand makes system the target's boot entry as nixos-rebuild boot
+// run by hand on it does: the system profile pointed at system (a new
+// generation) and the boot entry made; the running system stays. system
+// must be in the target's store already (Boot put it there, or a deploy).
+func (t *Target) BootByHand(tb TB, system string) {
+	tb.Helper()
+	if out, err := t.command("/bin/sh", "-ec", `nix-env -p "$1" --set "$2"`, "sh", ProfilePath, system).CombinedOutput(); err != nil {
+		tb.Fatalf("nixtest: BootByHand %s: %v %s", system, err, out)
+	}
+	t.writeFile(tb, "boot-entry", system+"\n")
+}
+
 // exports are the closures Boot exported from the deployer's store, by
 // system: one booted on many targets (a fleet's hosts, the explorer's
 // schedules) is read from the store once.

@@ -175,7 +175,7 @@ func (a applyPlan) leftOut(n deployNodeModel) bool {
 func (a applyPlan) switches(n deployNodeModel) bool {
 	name := n.Name.ValueString()
 	p, known := a.priors[name]
-	return !a.hold[name] && !a.leftOut(n) && a.planned[name] == actionSwitch && needsSwitch(p, known, n.System.ValueString(), a.goal)
+	return !a.hold[name] && !a.leftOut(n) && (a.planned[name] == actionSwitch || a.planned[name] == actionBootEntry) && needsSwitch(p, known, n.System.ValueString(), a.goal)
 }
 
 // targets are the nodes the apply deploys, in node order.
@@ -300,7 +300,7 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 		// back untouched, as the plan showed it, and its action says it
 		// waits.
 		return keptRecord(n, p), actionWaiting, nil
-	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone)):
+	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone || p.action == actionBootEntry)):
 		// Nothing to do, and nothing new to record (still held, or its
 		// last outcome stands): the record is written back untouched, as
 		// the plan showed it.
@@ -311,7 +311,7 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 		action = actionPending
 	case a.hold[name]:
 		res = deploy.Result{Name: name, Phase: deploy.PhaseSkipped, Message: heldMessage,
-			CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified}
+			CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified, BootSystem: p.boot}
 		action = actionSkip
 		if known {
 			rec, err := heldRecord(n, p, generation, now, false)
@@ -320,7 +320,7 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 	case !ran:
 		// Planned none after a failure: the host runs the configured
 		// system, which passed its verdict there.
-		res = deploy.Result{Name: name, System: n.System.ValueString(), Goal: a.goal, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified,
+		res = deploy.Result{Name: name, System: n.System.ValueString(), Goal: a.goal, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified, BootSystem: p.boot,
 			Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
 	case res.Phase == deploy.PhasePending:
 		action = actionPending
@@ -329,7 +329,7 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 	}
 	if ran && res.CurrentSystem == "" {
 		// Failed before the host was read: what was known stands.
-		res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem = p.current, p.previous, p.verified
+		res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem, res.BootSystem = p.current, p.previous, p.verified, p.boot
 	}
 	rec, err := a.resultRecord(n, res, action, generation, now)
 	return rec, action, err
@@ -353,7 +353,7 @@ func (a applyPlan) resultRecord(n deployNodeModel, res deploy.Result, action str
 	return deployStatusModel{
 		Name: types.StringValue(name), Host: types.StringValue(host), Action: types.StringValue(action),
 		Phase: types.StringValue(string(deploy.NodePhase(conds))), System: n.System, CurrentSystem: types.StringValue(res.CurrentSystem),
-		PreviousSystem: types.StringValue(res.PreviousSystem), VerifiedSystem: types.StringValue(res.VerifiedSystem),
+		PreviousSystem: types.StringValue(res.PreviousSystem), VerifiedSystem: types.StringValue(res.VerifiedSystem), BootSystem: types.StringValue(res.BootSystem),
 		HostKeySeen: types.StringValue(seen), ExitCode: exit,
 		Message: types.StringValue(res.Message), Hint: types.StringValue(res.Hint),
 		StartedAt: types.StringValue(timeString(res.Started)), FinishedAt: types.StringValue(timeString(res.Finished)),
@@ -381,7 +381,7 @@ func (a applyPlan) standing(n deployNodeModel, generation int64, now time.Time) 
 	return deployStatusModel{
 		Name: n.Name, Host: types.StringValue(orStr(n.Host.ValueString(), name)), Action: types.StringValue(actionPending),
 		Phase: types.StringValue(string(deploy.NodePhase(nil))), System: n.System, CurrentSystem: types.StringValue(""),
-		PreviousSystem: types.StringValue(""), VerifiedSystem: types.StringValue(""), HostKeySeen: types.StringValue(""),
+		PreviousSystem: types.StringValue(""), VerifiedSystem: types.StringValue(""), BootSystem: types.StringValue(""), HostKeySeen: types.StringValue(""),
 		ExitCode: types.Int64Null(), Message: types.StringValue(res.Message), Hint: types.StringValue(""),
 		StartedAt: types.StringValue(""), FinishedAt: types.StringValue(""), ObservedGeneration: types.Int64Value(generation), Conditions: cv,
 	}, actionPending

@@ -148,12 +148,17 @@ const (
 	// switch, for a later apply (its record as it was); the next plan
 	// without only_nodes switches it.
 	actionWaiting = "waiting"
+	// In a plan and in state (goal switch): the host runs the node's
+	// system after a passing verdict but boots another (after goal test,
+	// or a boot entry changed by hand): the apply makes the system its
+	// boot entry and activates nothing.
+	actionBootEntry = "boot-entry"
 )
 
 var deployStatusAttrTypes = map[string]attr.Type{
 	"host": types.StringType, "action": types.StringType, "phase": types.StringType,
 	"system": types.StringType, "current_system": types.StringType, "previous_system": types.StringType,
-	"verified_system": types.StringType, "host_key_seen": types.StringType,
+	"verified_system": types.StringType, "boot_system": types.StringType, "host_key_seen": types.StringType,
 	"exit_code": types.Int64Type, "message": types.StringType, "hint": types.StringType,
 	"started_at": types.StringType, "finished_at": types.StringType,
 	"observed_generation": types.Int64Type, "conditions": types.ListType{ElemType: nodeConditionObjectType},
@@ -170,6 +175,7 @@ type deployStatusModel struct {
 	CurrentSystem  types.String `tfsdk:"current_system"`
 	PreviousSystem types.String `tfsdk:"previous_system"`
 	VerifiedSystem types.String `tfsdk:"verified_system"`
+	BootSystem     types.String `tfsdk:"boot_system"`
 	HostKeySeen    types.String `tfsdk:"host_key_seen"`
 	ExitCode       types.Int64  `tfsdk:"exit_code"`
 	Message        types.String `tfsdk:"message"`
@@ -231,9 +237,12 @@ var deployStatusType = types.ObjectType{AttrTypes: deployStatusAttrTypes}
 type priorNode struct {
 	action, phase, system, current string
 	previous, verified             string
-	host, hostKeySeen              string
-	conds                          []conditions.Condition
-	record                         deployStatusModel
+	// boot is what the host boots next, as last read (boot_system); empty
+	// when not known.
+	boot              string
+	host, hostKeySeen string
+	conds             []conditions.Condition
+	record            deployStatusModel
 }
 
 func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) map[string]priorNode {
@@ -249,7 +258,7 @@ func priorNodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics
 	for _, rec := range records {
 		name := rec.Name.ValueString()
 		p := priorNode{action: actions[name], phase: rec.Phase.ValueString(), system: rec.System.ValueString(), current: rec.CurrentSystem.ValueString(),
-			previous: rec.PreviousSystem.ValueString(), verified: rec.VerifiedSystem.ValueString(), host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString(),
+			previous: rec.PreviousSystem.ValueString(), verified: rec.VerifiedSystem.ValueString(), boot: rec.BootSystem.ValueString(), host: rec.Host.ValueString(), hostKeySeen: rec.HostKeySeen.ValueString(),
 			record: rec}
 		p.conds, _ = nodeConditionsFrom(ctx, rec.Conditions, rec.ObservedGeneration)
 		out[name] = p

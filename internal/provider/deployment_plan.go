@@ -181,6 +181,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	kept := map[string]bool{}
 	allKnown := holdKnown
 	var waiting []string // nodes that would switch, left for a later apply by only_nodes
+	bootEntries := false // a node's boot entry is to be made (its last action may have been that too)
 	for _, n := range nodes {
 		if n.Name.IsUnknown() {
 			plan.Actions = types.MapUnknown(types.StringType)
@@ -194,6 +195,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		goal := deploy.Goal(plan.Goal.ValueString())
 		a, keep := nodeAction(n, p, known, sc, goal)
 		actions[name], kept[name] = a, keep
+		bootEntries = bootEntries || a.ValueString() == actionBootEntry && !keep
 		if sc.known && sc.leaves(name) && !n.System.IsUnknown() && !hold[name] && needsSwitch(p, known, n.System.ValueString(), goal) {
 			waiting = append(waiting, name)
 		}
@@ -226,9 +228,10 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		plan.Generation = nextGeneration(base, changeOf(plan.inputs(), prior.inputs()))
 	}
 	// A configuration unchanged since the last apply plans the records it
-	// left, unless the refresh found a node drifted: then the apply
-	// switches it back and writes its record anew.
-	if prior == nil || !req.Plan.Raw.Equal(req.State.Raw) || !plan.Actions.Equal(prior.Actions) {
+	// left, unless the refresh found a node drifted (then the apply
+	// switches it back and writes its record anew) or booting another
+	// system (the apply makes its boot entry).
+	if prior == nil || !req.Plan.Raw.Equal(req.State.Raw) || !plan.Actions.Equal(prior.Actions) || bootEntries {
 		r.planRecords(ctx, &plan, prior, nodes, priors, actions, kept, allKnown, &resp.Diagnostics)
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
@@ -555,9 +558,11 @@ func nodeAction(n deployNodeModel, p priorNode, known bool, sc scope, goal deplo
 			return types.StringValue(actionWaiting), true
 		}
 		return types.StringValue(actionPending), false
+	case needsSwitch(p, known, n.System.ValueString(), goal) && bootEntryOnly(p, known, n.System.ValueString(), goal):
+		return types.StringValue(actionBootEntry), false
 	case needsSwitch(p, known, n.System.ValueString(), goal):
 		return types.StringValue(actionSwitch), false
-	case p.action == actionSwitch || p.action == actionNone:
+	case p.action == actionSwitch || p.action == actionNone || p.action == actionBootEntry:
 		return types.StringValue(p.action), true // nothing to do: the last outcome stands
 	}
 	return types.StringValue(actionNone), false
@@ -568,8 +573,10 @@ func nodeAction(n deployNodeModel, p priorNode, known bool, sc scope, goal deplo
 // new, its last switch failed or was interrupted, it drifted, or its host
 // runs another system. A host that runs the configured system and records
 // it as verified (a deploy of it passed its verdict there) has nothing to
-// do, whatever the last apply recorded: a failed switch rolled back, and
-// the configuration set back to the system the host runs. No live
+// do, whatever the last apply recorded (a failed switch rolled back, and
+// the configuration set back to the system the host runs), but under
+// goal switch when it boots another system (bootEntryOnly: the boot
+// entry is made); under goal boot, so does a host booting another. No live
 // observation decides: the apply's plan must come out the same.
 func needsSwitch(p priorNode, known bool, system string, goal deploy.Goal) bool {
 	if !known {
@@ -578,12 +585,24 @@ func needsSwitch(p priorNode, known bool, system string, goal deploy.Goal) bool 
 	if goal == deploy.GoalBoot || goal == deploy.GoalDryActivate {
 		// The running system stays the old one: what counts is the system
 		// the last deploy aimed at.
-		return p.action == actionFailed || p.action == actionDrift || p.action == actionPending || p.system != system
+		return p.action == actionFailed || p.action == actionDrift || p.action == actionPending || p.system != system ||
+			goal == deploy.GoalBoot && bootsOther(p, system)
 	}
 	if p.current == system && p.verified == system {
-		return false
+		return goal == deploy.GoalSwitch && bootsOther(p, system)
 	}
 	return p.action == actionFailed || p.action == actionDrift || p.action == actionPending || p.current != system
+}
+
+// bootsOther says whether the node's host, when last read, booted another
+// system than system (boot_system; not known: no).
+func bootsOther(p priorNode, system string) bool { return p.boot != "" && p.boot != system }
+
+// bootEntryOnly says whether all a switch of the node has to do is its
+// boot entry (action boot-entry): goal switch, and its host runs its
+// system after a passing verdict but boots another.
+func bootEntryOnly(p priorNode, known bool, system string, goal deploy.Goal) bool {
+	return known && goal == deploy.GoalSwitch && p.current == system && p.verified == system && bootsOther(p, system)
 }
 
 func stringSet(ctx context.Context, l types.List, diags *diag.Diagnostics) (map[string]bool, bool) {
@@ -683,7 +702,7 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 	rec := deployStatusModel{
 		Name: n.Name, Host: types.StringValue(orStr(n.Host.ValueString(), name)), Action: types.StringValue(action), System: n.System,
 		Phase: types.StringValue(string(deploy.PhaseSucceeded)), ExitCode: types.Int64Value(0), Hint: types.StringValue(""),
-		CurrentSystem: unknown, PreviousSystem: unknown, VerifiedSystem: unknown, HostKeySeen: r.plannedKeySeen(ctx, plan, n, p), Message: unknown,
+		CurrentSystem: unknown, PreviousSystem: unknown, VerifiedSystem: unknown, BootSystem: unknown, HostKeySeen: r.plannedKeySeen(ctx, plan, n, p), Message: unknown,
 		StartedAt: unknown, FinishedAt: unknown, ObservedGeneration: plan.Generation, Conditions: types.ListUnknown(nodeConditionObjectType),
 	}
 	if !plan.Generation.IsUnknown() {
@@ -705,7 +724,7 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 		rec.HostKeySeen = unknown
 	case actionNone:
 		// Not deployed: the record's key stands (at the same host).
-		rec.CurrentSystem, rec.VerifiedSystem = types.StringValue(p.current), types.StringValue(p.verified)
+		rec.CurrentSystem, rec.VerifiedSystem, rec.BootSystem = types.StringValue(p.current), types.StringValue(p.verified), types.StringValue(p.boot)
 		rec.HostKeySeen = types.StringValue(keySeen(n, p, ""))
 	default:
 		// A node that succeeded runs its system (switch, test) and
@@ -714,6 +733,11 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 		if goal == deploy.GoalSwitch || goal == deploy.GoalTest {
 			rec.CurrentSystem = n.System
 			rec.VerifiedSystem = n.System
+		}
+		// It boots its system (switch, boot: the boot entry made; goal
+		// test leaves the profile as the host has it, read at apply).
+		if goal == deploy.GoalSwitch || goal == deploy.GoalBoot {
+			rec.BootSystem = n.System
 		}
 	}
 	return rec

@@ -100,6 +100,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		current := reads[i].sess.Current
 		records[i].CurrentSystem = types.StringValue(current.System)
 		records[i].VerifiedSystem = types.StringValue(current.Succeeded)
+		records[i].BootSystem = types.StringValue(current.Boots)
 		if current.HostKey != "" && rec.Host.ValueString() == orStr(n.Host.ValueString(), name) {
 			records[i].HostKeySeen = types.StringValue(current.HostKey)
 		}
@@ -124,12 +125,18 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			// the action it recorded stands (a drift job must not see a
 			// change after every deploy).
 			switch {
-			case current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone):
+			case current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone || actions[name] == actionBootEntry):
 				actions[name] = actionDrift // switched by hand since
 			case actions[name] == actionDrift && current.System == sys && current.Succeeded == sys:
 				// Back on the system the last deploy left, which passed its
 				// verdict there: the drift is over, nothing to do.
 				actions[name] = actionNone
+			}
+			if goal == deploy.GoalSwitch && !current.Settling && current.System == sys && current.Succeeded == sys && current.Boots != "" && current.Boots != sys {
+				// Its boot entry was changed outside (the last apply made
+				// it): a drift, which the plan mends with the boot entry.
+				bootsAnother(&records[i], priors[name], current.Boots, r.data.clock.Now().UTC(), &resp.Diagnostics)
+				actions[name] = actionDrift
 			}
 			if actions[name] == actionDrift && current.System != sys {
 				resp.Diagnostics.AddWarning("Node "+name+" drifted",
@@ -155,6 +162,24 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 	// What the plan of this run decides from is the state returned here.
 	r.data.sessions.put(r.data.run, m.ID.ValueString(), held, priorNodes(ctx, &m, &resp.Diagnostics))
 	resp.Diagnostics.Append(dropLegacyMark(ctx, req.Private, resp.Private)...)
+}
+
+// bootsAnother marks the record of a node whose host runs its system
+// after a passing verdict but boots another (boots: after goal test, or a
+// boot entry changed by hand): its BootloaderFinalized condition False,
+// and a warning; the plan makes the boot entry (action boot-entry). The
+// same host read again marks it the same, so a refresh after it changes
+// nothing.
+func bootsAnother(rec *deployStatusModel, p priorNode, boots string, now time.Time, diags *diag.Diagnostics) {
+	name, sys := rec.Name.ValueString(), rec.System.ValueString()
+	msg := fmt.Sprintf("node %s: the host runs %s after a passing verdict, but boots %s (its system profile, from which NixOS installs the default boot entry): a reboot would bring that back; the next apply makes %s the boot entry (action boot-entry)", name, sys, boots, sys)
+	diags.AddWarning("Node "+name+" boots another system", msg)
+	conds, err := deploy.ConditionTypes.Set(p.conds, conditions.Condition{Type: string(deploy.CondBootloader), Status: conditions.False, Reason: "BootsAnother",
+		Message: msg, ObservedGeneration: rec.ObservedGeneration.ValueInt64()}, now)
+	if err != nil {
+		return
+	}
+	rec.Conditions = nodeConditionsValue(conds, false)
 }
 
 // settleUnknown settles the record of a node whose last deploy's outcome

@@ -136,15 +136,17 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 
 // A state written by schema version 0, whose nested inputs were typed
 // (every key present, null when unset; the verdict's default written), by
-// version 1, by version 2, or by version 3 (which kept only_nodes) is
-// upgraded: the generation each node condition of versions 0 and 1 held is
-// its record's observed_generation, the records listed in node order
-// (versions 0 to 2) are keyed by node name, version 3's only_nodes goes
-// (write-only since), the same configuration plans no change, and applies.
-func TestDeploymentStateUpgradesFromVersions0To3(t *testing.T) {
+// version 1, by version 2, by version 3 (which kept only_nodes) or by
+// version 4 (whose records had no boot_system) is upgraded: the generation
+// each node condition of versions 0 and 1 held is its record's
+// observed_generation, the records listed in node order (versions 0 to 2)
+// are keyed by node name, version 3's only_nodes goes (write-only since),
+// boot_system comes (read by the refresh), the same configuration plans no
+// change, and applies.
+func TestDeploymentStateUpgradesFromVersions0To4(t *testing.T) {
 	t.Parallel()
 	for _, cli := range acctest.CLIs(t) {
-		for _, version := range []int{0, 1, 2, 3} {
+		for _, version := range []int{0, 1, 2, 3, 4} {
 			t.Run(fmt.Sprintf("%s/version=%d", cli.Name, version), func(t *testing.T) {
 				t.Parallel()
 				tg1, tg2 := nixtest.NewTarget(t), nixtest.NewTarget(t)
@@ -182,6 +184,7 @@ func TestDeploymentStateUpgradesFromVersions0To3(t *testing.T) {
 					// each holding its node's name.
 					name := n.(map[string]any)["name"].(string)
 					rec := attrs["status"].(map[string]any)[name].(map[string]any)
+					delete(rec, "boot_system") // added in version 5
 					if version < 3 {
 						rec["name"] = name
 					}
@@ -228,6 +231,9 @@ func TestDeploymentStateUpgradesFromVersions0To3(t *testing.T) {
 				}
 				for _, name := range []string{"n1", "n2"} {
 					rec := nodeRecordOf(t, v, name)
+					if rec["boot_system"] != sys {
+						t.Errorf("%s's record after the upgrade boots %v, want %s", name, rec["boot_system"], sys)
+					}
 					if fmt.Sprint(rec["observed_generation"]) != "7" || rec["host"] != "127.0.0.1" || rec["phase"] != "Succeeded" {
 						t.Errorf("%s's record after the upgrade: observed_generation %v (want the 7 it held), host %v, phase %v", name, rec["observed_generation"], rec["host"], rec["phase"])
 					}

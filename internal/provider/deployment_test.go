@@ -270,6 +270,86 @@ func TestDeploymentGoalsConverge(t *testing.T) {
 	}
 }
 
+// Issue 39: goal test, then goal switch of the same systems, plans a
+// boot-entry step for every node (a plan without refresh too, from
+// boot_system in state) and activates nothing: after the apply every host
+// boots its system, and the plan after it is empty. A boot entry changed
+// by hand on one host (nixos-rebuild boot) plans that node's boot entry
+// alone, named in a warning, its BootloaderFinalized False until then.
+func TestDeploymentGoalTestThenSwitchMakesTheBootEntry(t *testing.T) {
+	t.Parallel()
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := []*nixtest.Target{nixtest.NewTarget(t), nixtest.NewTarget(t), nixtest.NewTarget(t)}
+			for _, tg := range tgs {
+				tg.Boot(t, old)
+			}
+			systems := []string{sys, sys, sys}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig(tgs, systems, "  goal = \"test\"\n"))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			for i, tg := range tgs {
+				if tg.CurrentSystem() != sys || tg.BootEntry() != old {
+					t.Fatalf("n%d after goal test: runs %s, boots %s", i+1, tg.CurrentSystem(), tg.BootEntry())
+				}
+			}
+			s.WantNoChanges()
+
+			s.WriteConfig(deploymentConfig(tgs, systems, ""))
+			for _, args := range [][]string{{}, {"-refresh=false"}} {
+				plan, _ := s.Run(append([]string{"plan", "-input=false", "-no-color"}, args...)...)
+				for _, name := range []string{"n1", "n2", "n3"} {
+					if !strings.Contains(plan, `"`+name+`" = "switch" -> "boot-entry"`) {
+						t.Errorf("plan %v does not name %s's boot entry:\n%s", args, name, plan)
+					}
+				}
+				if strings.Contains(plan, "switch-to-configuration test") {
+					t.Errorf("plan %v previews an activation:\n%s", args, plan)
+				}
+			}
+			calls := make([]int, len(tgs))
+			for i, tg := range tgs {
+				calls[i] = len(tg.Calls())
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			v := s.Values("fleet_ssh_deployment.prod")
+			for i, tg := range tgs {
+				name := fmt.Sprintf("n%d", i+1)
+				if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+					t.Errorf("%s after goal switch: runs %s, boots %s; want %s", name, tg.CurrentSystem(), tg.BootEntry(), sys)
+				}
+				if got := tg.Calls()[calls[i]:]; len(got) != 1 || !strings.Contains(got[0], "boot") {
+					t.Errorf("%s: switch-to-configuration calls %q, want the boot entry alone", name, got)
+				}
+				rec := nodeRecordOf(t, v, name)
+				if rec["boot_system"] != sys || rec["phase"] != "Succeeded" || !strings.Contains(fmt.Sprint(rec["message"]), "boot entry now") {
+					t.Errorf("%s's record: boot_system %v, phase %v, message %v", name, rec["boot_system"], rec["phase"], rec["message"])
+				}
+			}
+			s.WantNoChanges()
+
+			// By hand, n2 is made to boot the old system again.
+			tgs[1].BootByHand(t, old)
+			plan, stderr := s.Run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, `"n2" = "drift" -> "boot-entry"`) || strings.Count(plan, `-> "boot-entry"`) != 1 || !strings.Contains(plan, `reason               = "BootsAnother" -> "BootDefault"`) {
+				t.Errorf("after n2's boot entry changed by hand, the plan does not name n2's boot entry alone (its action, BootloaderFinalized False until then):\n%s", plan)
+			}
+			if all := plan + stderr; !strings.Contains(all, "Node n2 boots another system") || strings.Contains(all, "Node n1 boots") {
+				t.Errorf("the plan's warnings do not name n2 alone:\n%s", all)
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tgs[1].BootEntry() != sys {
+				t.Errorf("n2 boots %s after the apply, want %s", tgs[1].BootEntry(), sys)
+			}
+			s.WantNoChanges()
+		})
+	}
+}
+
 // A system that comes from another resource is unknown at plan: the
 // node's action is unknown until apply, which switches it; nothing
 // planned is contradicted, and the plan after it is empty.

@@ -122,7 +122,7 @@ var (
 )
 
 func (r *deploymentResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
-	resp.Schema = r.schema(ctx, 4)
+	resp.Schema = r.schema(ctx, 5)
 }
 
 // schema is the resource's schema at a version: 0 took the nested inputs
@@ -200,7 +200,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
 			"timeouts":           timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
-				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `none`: nothing was to do, the host ran the system after a passing verdict, `failed`: the next plan retries it (a node whose outcome is not known too), `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`); " +
+				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `none`: nothing was to do, the host ran the system after a passing verdict, `failed`: the next plan retries it (a node whose outcome is not known too), `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`); `boot-entry` (goal `switch`), in a plan and in state: the host runs the node's system after a passing verdict but boots another, and the apply makes the system its boot entry, activating nothing (see `boot_system`); " +
 					"`waiting`, in a plan and in state: `only_nodes` left the node, which would switch, for a later apply (its record as it was), and the next plan without `only_nodes` switches it."},
 			"status": schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, by name, its record (`status[\"web1\"].phase`). A node added, removed or renamed changes its own record only.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
@@ -214,6 +214,9 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 						"A node whose host runs its configured system, and records that system as verified, has nothing to do: after a failed switch is rolled back and the configuration is set back, or after a failed first apply. " +
 						"Goal `boot` verifies nothing (no verdict judges the system it makes the boot default). Empty while the host settles a run on its own (its watchdog waits for its decision or switches back, as after an interrupted apply): " +
 						"what the host runs may change any moment then, so the plan switches the node, and the apply waits for the host's deploy lock (`lock_timeout`) or fails naming what holds it."),
+					"boot_system": computedStr("What the host boots next, when last read (with `current_system`) or deployed: its system profile (`/nix/var/nix/profiles/system`), from which NixOS installs the default boot entry; empty when not known (the host has no profile, or a deploy that did not finish may have moved it). " +
+						"Under goal `switch`, a node whose host runs its system after a passing verdict but boots another (after goal `test`, or a boot entry changed by hand) plans the action `boot-entry`: the apply makes the system its boot entry and activates nothing; under goal `boot` it plans `switch`. " +
+						"After a failed boot entry (`BootloaderFinalized` False) the bootloader may still hold the system before, whatever the profile says: the next apply makes the entry again."),
 					"host_key_seen": computedStr("The host key (`type base64`) the host showed when last reached. A node without `host_key` is held to it from then on, " +
 						"also from a runner whose `known_hosts_file` is new: another key fails the node, naming both keys. Changing the node's `host` forgets it."),
 					"exit_code": schema.Int64Attribute{Computed: true, MarkdownDescription: "Exit status of the failing step, 0 on success; null for a node never started (`Pending`). The step's own command's status where it has one (`switch-to-configuration`: 4 units failed, 11 its switch lock held, 100 a reboot required; `nix-store --realise` on the host with `build_on = \"target\"`: 100 to 104 a build failed, in Nix's terms (the message and `reason` `BuildFailed` say which step it was); 124 a bound ran out), else the deployer's: 1 a failed verdict, a lost or unknown outcome; 3 the host's deploy lock held past `lock_timeout`; 75 the host refused an action of a lease that had ended (`LeaseLost`); 130 an interrupt or an expired `timeouts` block; 255 SSH itself failed (the host unreachable, the session lost)."},
@@ -232,6 +235,13 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"observed_generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` the last apply deployed."},
 			"conditions":          conditionsAttribute("`Ready`"),
 		},
+	}
+	if version < 5 {
+		rec, _ := s.Attributes["status"].(schema.MapNestedAttribute)
+		attrs := maps.Clone(rec.NestedObject.Attributes)
+		delete(attrs, "boot_system")
+		rec.NestedObject.Attributes = attrs
+		s.Attributes["status"] = rec
 	}
 	if version < 3 {
 		delete(s.Attributes, "only_nodes")
@@ -305,7 +315,9 @@ type deploymentModelV2 struct {
 	PlanDryActivate types.Bool    `tfsdk:"plan_dry_activate"`
 }
 
-// UpgradeState turns a state of an earlier version into one of version 4:
+// UpgradeState turns a state of an earlier version into one of version 5:
+// the records of versions 0 to 4 gain boot_system, null (not read yet: a
+// refresh reads it, and a null plans no boot entry);
 // version 3's only_nodes (kept in state then) dropped, now that it is
 // write-only;
 // version 0's nested inputs into the values a configuration writes (a
@@ -315,7 +327,7 @@ type deploymentModelV2 struct {
 // observed_generation; and the list of records of versions 0 to 2 into
 // records keyed by node name.
 func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resource.StateUpgrader {
-	prior0, prior1, prior2, prior3 := r.schema(ctx, 0), r.schema(ctx, 1), r.schema(ctx, 2), r.schema(ctx, 3)
+	prior0, prior1, prior2, prior3, prior4 := r.schema(ctx, 0), r.schema(ctx, 1), r.schema(ctx, 2), r.schema(ctx, 3), r.schema(ctx, 4)
 	fromList := func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
 		var old deploymentModelV2
 		resp.Diagnostics.Append(req.State.Get(ctx, &old)...)
@@ -328,16 +340,19 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 		m.Status = keyedStatus(recordsWithGeneration(old.Status, &resp.Diagnostics), &resp.Diagnostics)
 		resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	}
+	fromKeyed := func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
+		var m deploymentModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+		m.OnlyNodes = types.ListNull(types.StringType)
+		m.Status = withBootSystem(m.Status, &resp.Diagnostics)
+		resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	}
 	return map[int64]resource.StateUpgrader{
-		3: {PriorSchema: &prior3, StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
-			var m deploymentModel
-			resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-			if resp.Diagnostics.HasError() {
-				return
-			}
-			m.OnlyNodes = types.ListNull(types.StringType)
-			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-		}},
+		4: {PriorSchema: &prior4, StateUpgrader: fromKeyed},
+		3: {PriorSchema: &prior3, StateUpgrader: fromKeyed},
 		2: {PriorSchema: &prior2, StateUpgrader: fromList},
 		1: {PriorSchema: &prior1, StateUpgrader: fromList},
 		0: {PriorSchema: &prior0, StateUpgrader: func(ctx context.Context, req resource.UpgradeStateRequest, resp *resource.UpgradeStateResponse) {
@@ -365,14 +380,42 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 		}}}
 }
 
+// withBootSystem is a status of schema versions 3 and 4, whose records
+// had no boot_system, as version 5 has it: boot_system null.
+func withBootSystem(status types.Map, diags *diag.Diagnostics) types.Map {
+	if status.IsNull() || status.IsUnknown() {
+		return types.MapNull(deployStatusType)
+	}
+	elems := map[string]attr.Value{}
+	for name, e := range status.Elements() {
+		rec, ok := e.(types.Object)
+		if !ok {
+			continue
+		}
+		attrs := maps.Clone(rec.Attributes())
+		if _, has := attrs["boot_system"]; !has {
+			attrs["boot_system"] = types.StringNull()
+		}
+		v, d := types.ObjectValue(deployStatusAttrTypes, attrs)
+		diags.Append(d...)
+		elems[name] = v
+	}
+	m, d := types.MapValue(deployStatusType, elems)
+	diags.Append(d...)
+	return m
+}
+
 // keyedStatus is a list of records holding their node's name (schema
-// versions 0 to 2) as records keyed by it.
+// versions 0 to 2) as records keyed by it, each with boot_system null.
 func keyedStatus(records []types.Object, diags *diag.Diagnostics) types.Map {
 	elems := map[string]attr.Value{}
 	for _, rec := range records {
 		attrs := maps.Clone(rec.Attributes())
 		name, _ := attrs["name"].(types.String)
 		delete(attrs, "name")
+		if _, has := attrs["boot_system"]; !has {
+			attrs["boot_system"] = types.StringNull()
+		}
 		v, d := types.ObjectValue(deployStatusAttrTypes, attrs)
 		diags.Append(d...)
 		elems[name.ValueString()] = v
@@ -421,6 +464,9 @@ func recordsWithGeneration(status types.List, diags *diag.Diagnostics) []types.O
 		}
 		attrs["observed_generation"] = gen
 		attrs["conditions"] = types.ListValueMust(nodeConditionObjectType, orEmpty(conds))
+		if _, has := attrs["boot_system"]; !has {
+			attrs["boot_system"] = types.StringNull()
+		}
 		v, d := types.ObjectValue(recordTypes, attrs)
 		diags.Append(d...)
 		records = append(records, v)
