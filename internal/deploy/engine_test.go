@@ -835,10 +835,15 @@ func TestDeployKeptFailureIsNotDone(t *testing.T) {
 		t.Skip("slow (four deploys): make test runs it")
 	}
 	t.Parallel()
-	tg, _, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}}, deploy.Options{Keep: true})
-	wantPhase(t, r, deploy.PhaseFailed, "kept active")
+	tg, old, sys, r := one(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}}, deploy.Options{Keep: true})
+	wantPhase(t, r, deploy.PhaseFailed, "kept active", "the system profile points back at "+old)
 	if tg.CurrentSystem() != sys {
 		t.Fatalf("keep: current %s", tg.CurrentSystem())
+	}
+	// Issue 39: the system whose verdict failed is not what the host
+	// boots, nor what a boot entry made later would install.
+	if tg.ProfileSystem() != old || tg.BootEntry() != old || r.BootSystem != old {
+		t.Errorf("keep: profile %s, boot entry %s, recorded boot %s; want the system before, %s", tg.ProfileSystem(), tg.BootEntry(), r.BootSystem, old)
 	}
 	n := targetOf(tg, "web1", sys)
 	d := deployer(t, deploy.Options{Keep: true, Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})

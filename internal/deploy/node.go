@@ -210,10 +210,31 @@ func (nr *nodeRun) step(ctx context.Context, s *step) bool {
 		nr.rollback(ctx)
 	case nr.d.Options.Keep:
 		nr.r.Message += "; kept active for inspection (on_failure = keep)"
+		nr.keepBootEntry(ctx)
 	default:
 		nr.r.Message += "; nothing to roll back to"
 	}
 	return false
+}
+
+// keepBootEntry points the system profile back at the system before, for
+// a node whose failed system stays active (on_failure = keep, goal
+// switch): the act command pointed it at the new system, from which a
+// boot entry made later (by anyone) would install it, and a reboot would
+// bring back a system whose verdict failed. Fenced, as any action of the
+// run.
+func (nr *nodeRun) keepBootEntry(ctx context.Context) {
+	if nr.d.Options.Goal != GoalSwitch || nr.activation == notActivated || nr.r.PreviousSystem == "" || ctx.Err() != nil {
+		return
+	}
+	out, err := output(nr.c.Command(ctx, agreement.ProfileScript(nr.run(), nr.r.PreviousSystem)))
+	if err != nil {
+		_, msg := exitOf(err, out)
+		nr.r.Message += fmt.Sprintf("; the system profile may still point at %s, from which a boot entry made later would boot it (pointing it back at %s failed: %s)", nr.n.System, nr.r.PreviousSystem, msg)
+		return
+	}
+	nr.r.BootSystem = nr.r.PreviousSystem
+	nr.r.Message += fmt.Sprintf("; the system profile points back at %s, which the host boots", nr.r.PreviousSystem)
 }
 
 // rollback switches a failed activation back, as a step of its own: an

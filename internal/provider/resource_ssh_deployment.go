@@ -168,7 +168,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 				MarkdownDescription: "`switch` (activate, judge, make the boot default), `boot` (boot default only), `test` (activate and judge only) or `dry-activate`.",
 				Validators:          []validator.String{stringvalidator.OneOf("switch", "boot", "test", "dry-activate")}},
 			"on_failure": schema.StringAttribute{Optional: true, Computed: true, Default: stringdefault.StaticString("rollback"),
-				MarkdownDescription: "`rollback` (default): a failing verdict switches the node back. `keep`: leave the new system active for inspection.",
+				MarkdownDescription: "`rollback` (default): a failing verdict switches the node back. `keep`: leave the new system active for inspection; the system profile (`boot_system`) points back at the system before, which the host boots.",
 				Validators:          []validator.String{stringvalidator.OneOf("rollback", "keep")}},
 			"hold": schema.ListAttribute{Optional: true, ElementType: types.StringType,
 				MarkdownDescription: "Nodes to skip, with the reason shown in the plan: for example `fleet_node_health_policy.x.error_nodes`."},
