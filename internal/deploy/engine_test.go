@@ -366,6 +366,9 @@ func TestDeploySessionDroppedMidHungActivationTimesOut(t *testing.T) {
 	cancel()
 	dropped.Wait()
 	wantPhase(t, r, deploy.PhaseRolledBack, "activation_timeout (6s)", "was stopped")
+	if !strings.Contains(r.Hint, "raise activation_timeout (6s)") {
+		t.Errorf("hint %q: want it to say that a slow activation needs a longer activation_timeout", r.Hint)
+	}
 	if got := r.Outcomes[deploy.CondActivated]; got.Reason != "ActivationTimedOut" {
 		t.Errorf("activation step %+v, want reason ActivationTimedOut", got)
 	}

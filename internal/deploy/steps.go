@@ -708,7 +708,11 @@ func (nr *nodeRun) activationTimedOut() *failure {
 	if nr.systemd {
 		msg += "; " + d.stopActivation(nr.c, nr.run())
 	}
-	f := fail(1, "ActivationTimedOut", msg, "a unit of the new system does not start; on a container RuntimeMaxSec=180 ends the activation first")
+	hint := fmt.Sprintf("a unit of the new system does not start (its journal says why), or the activation needs longer: raise activation_timeout (%s)", d.activationTimeout())
+	if nr.container {
+		hint += "; on a container RuntimeMaxSec=180 ends the activation first"
+	}
+	f := fail(1, "ActivationTimedOut", msg, hint)
 	f.rollback = true
 	return f
 }
