@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
@@ -305,10 +306,30 @@ func (r *deploymentResource) settings(ctx context.Context, defaults *deploy.Laye
 
 func (r *deploymentResource) nodes(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) []deployNodeModel {
 	var nodes []deployNodeModel
-	if !m.Nodes.IsNull() && !m.Nodes.IsUnknown() {
-		diags.Append(m.Nodes.ElementsAs(ctx, &nodes, false)...)
+	if m.Nodes.IsNull() || m.Nodes.IsUnknown() {
+		return nil
+	}
+	for _, e := range m.Nodes.Elements() {
+		obj, ok := e.(types.Object)
+		if !ok || obj.IsUnknown() || obj.IsNull() {
+			// A whole node not known yet (a module's variable, another
+			// resource's output): every part of it unknown, as the parts
+			// of a node written out key by key are.
+			nodes = append(nodes, unknownNode())
+			continue
+		}
+		var n deployNodeModel
+		diags.Append(obj.As(ctx, &n, basetypes.ObjectAsOptions{})...)
+		nodes = append(nodes, n)
 	}
 	return nodes
+}
+
+// unknownNode is a node none of whose parts is known yet.
+func unknownNode() deployNodeModel {
+	u := types.StringUnknown()
+	return deployNodeModel{Name: u, System: u, Derivation: u, BuildOn: u, Host: u, HostKey: u, User: u, PrivateKeyFile: u,
+		SSHOpts: types.ListUnknown(types.StringType), UseSudo: types.BoolUnknown()}
 }
 
 func orStr(s, def string) string {

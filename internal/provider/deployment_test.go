@@ -378,6 +378,57 @@ func TestDeploymentSystemFromAnotherResource(t *testing.T) {
 	}
 }
 
+// A whole node that comes from another resource (or a module's variable,
+// which validate sees unknown) is unknown at plan: the plan says so rather
+// than failing to read it (issue 39's trial: "Value Conversion Error"),
+// and the apply deploys it.
+func TestDeploymentWholeNodeFromAnotherResource(t *testing.T) {
+	t.Parallel()
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(fmt.Sprintf(`
+resource "terraform_data" "node" {
+  input = {
+    name             = "n1"
+    host             = %q
+    system           = %q
+    host_key         = %q
+    user             = %q
+    private_key_file = %q
+    ssh_opts         = ["Port=%d", "IdentitiesOnly=yes"]
+  }
+}
+
+resource "fleet_ssh_deployment" "prod" {
+  nodes = [terraform_data.node.output]
+  verdict = {
+    confirm_timeout = "3s"
+    settle_timeout  = "2s"
+  }
+}
+`, tg.Host, sys, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port))
+			s.Run("init", "-input=false")
+			if _, diags := s.Validate(); len(diags) != 0 {
+				t.Errorf("validate: %v", diags)
+			}
+			plan, _ := s.Run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, "actions") || !strings.Contains(plan, "(known after apply)") {
+				t.Errorf("plan:\n%s", plan)
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+				t.Errorf("current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+			}
+			s.WantNoChanges()
+		})
+	}
+}
+
 // Beyond the seed: the key a node showed on first use is kept in state
 // (host_key_seen), and a runner whose known_hosts file is new still
 // refuses another key at that node, in the plan's probe, the refresh and
