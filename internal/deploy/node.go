@@ -95,6 +95,7 @@ type nodeRun struct {
 	exit               int       // the activation's exit status; -1 while not known
 	sshWorks           bool      // the host still takes logins (false once the verdict's new login failed)
 	silent             bool      // the host stopped answering while the activation was judged: its outcome is settled
+	bootedBefore       string    // what the host booted when read (BootEntryOnly: the system it no longer boots)
 }
 
 // activationState is how far the activation got, for the record of an

@@ -49,7 +49,9 @@ func parseCurrent(out string) Current {
 	c := Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1]), BootDefault: strings.TrimSpace(lines[2]),
 		Settling: strings.TrimSpace(lines[3]) == "settling", Boots: strings.TrimSpace(lines[4])}
 	if c.Settling {
-		c.Succeeded = ""
+		// Nor is what it boots known: a watchdog switching back points
+		// the profile back.
+		c.Succeeded, c.Boots = "", ""
 	}
 	return c
 }

@@ -94,7 +94,7 @@ var readStep = &step{
 			// Goal switch finishes with the boot entry: a host that runs
 			// the system after a passing verdict (goal test made it so)
 			// but boots another gets its boot entry, and nothing else.
-			nr.r.BootEntryOnly = true
+			nr.r.BootEntryOnly, nr.bootedBefore = true, nr.r.BootSystem
 			nr.d.note(nr.n.Name, StepRead, "locked; the host runs %s, which passed its verdict there, but boots %s: making it the boot entry, without a new activation", nr.n.System, orNone(nr.r.BootSystem))
 			return nil
 		case (goal == GoalSwitch || goal == GoalTest) && nr.r.PreviousSystem == nr.n.System && nr.r.VerifiedSystem == nr.n.System:
@@ -965,7 +965,7 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 			case d.Options.Goal == GoalBoot:
 				nr.r.Message = fmt.Sprintf("%s is the boot default from the next boot", nr.n.System)
 			case nr.r.BootEntryOnly:
-				nr.r.Message = fmt.Sprintf("the host already ran %s, which passed its verdict there on an earlier deploy, but booted another system: %s is its boot entry now, without a new activation", nr.n.System, nr.n.System)
+				nr.r.Message = fmt.Sprintf("the host already ran %s, which passed its verdict there on an earlier deploy, but booted %s: %s is its boot entry now, without a new activation", nr.n.System, nr.bootedBefore, nr.n.System)
 				nr.r.VerifiedSystem = nr.n.System
 			default:
 				nr.r.VerifiedSystem = nr.n.System

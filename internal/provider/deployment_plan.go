@@ -202,6 +202,10 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		switch {
 		case a.IsUnknown() || a.ValueString() == actionPending:
 			allKnown = false
+		case a.ValueString() == actionBootEntry && !keep:
+			resp.Diagnostics.AddWarning("Node "+name+" will make its boot entry",
+				fmt.Sprintf("Node %s: the host runs %s after a passing verdict, but boots %s (its system profile): this apply makes %s its boot entry, under the host's deploy lock, and activates nothing.",
+					name, p.current, p.boot, n.System.ValueString()))
 		case a.ValueString() == actionSkip:
 			resp.Diagnostics.AddAttributeWarning(path.Root("hold"), "Node "+name+" is held",
 				fmt.Sprintf("Node %s is listed in this deployment's hold, so it is not deployed in this apply and its record stands. "+

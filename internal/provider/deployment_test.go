@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -310,6 +311,17 @@ func TestDeploymentGoalTestThenSwitchMakesTheBootEntry(t *testing.T) {
 				if strings.Contains(plan, "switch-to-configuration test") {
 					t.Errorf("plan %v previews an activation:\n%s", args, plan)
 				}
+			}
+			out, _ := s.Run("plan", "-input=false", "-json")
+			var named []string
+			for _, w := range warnings(t, out) {
+				if ciFilter.MatchString(w.Summary) {
+					named = append(named, w.Summary)
+				}
+			}
+			slices.Sort(named)
+			if want := []string{"Node n1 will make its boot entry", "Node n2 will make its boot entry", "Node n3 will make its boot entry"}; !slices.Equal(named, want) {
+				t.Errorf("the guide's CI filter names %q, want %q", named, want)
 			}
 			calls := make([]int, len(tgs))
 			for i, tg := range tgs {
