@@ -120,7 +120,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			}
 		}
 		if goal := deploy.Goal(m.Goal.ValueString()); goal == deploy.GoalSwitch || goal == deploy.GoalTest {
-			sys := rec.System.ValueString()
+			sys, now := rec.System.ValueString(), r.data.clock.Now().UTC()
 			// A refresh that finds what the last apply left writes nothing:
 			// the action it recorded stands (a drift job must not see a
 			// change after every deploy).
@@ -131,19 +131,29 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 				// Back on the system the last deploy left, which passed its
 				// verdict there: the drift is over, nothing to do.
 				actions[name] = actionNone
+				if drifted(priors[name].conds) {
+					if conds, err := deploy.SucceededConditions(priors[name].conds, name, goal, rec.ObservedGeneration.ValueInt64(), now); err == nil {
+						records[i].Conditions, records[i].Phase = nodeConditionsValue(conds, false), types.StringValue(string(deploy.NodePhase(conds)))
+						settled = true
+					}
+				}
 			}
 			if goal == deploy.GoalSwitch && !current.Settling && current.System == sys && current.Succeeded == sys && current.Boots != "" && current.Boots != sys {
 				// Its boot entry was changed outside (the last apply made
 				// it): a drift, which the plan mends with the boot entry.
-				bootsAnother(&records[i], priors[name], current.Boots, r.data.clock.Now().UTC(), &resp.Diagnostics)
+				bootsAnother(&records[i], priors[name], current.Boots, now, &resp.Diagnostics)
 				actions[name] = actionDrift
+				settled = true
 			}
 			if actions[name] == actionDrift && current.System != sys {
-				resp.Diagnostics.AddWarning("Node "+name+" drifted",
-					fmt.Sprintf("node %s runs %s, not %s, which the last deploy left on it: something else switched it since (by hand, another deployment, "+
-						"the host's watchdog rolling back an activation this deployment left unconfirmed when it was interrupted, "+
-						"or an apply of this deployment killed before it could record its switch). "+
-						"The next apply switches it back, unless the configuration now names the system it runs.", name, current.System, sys))
+				msg := fmt.Sprintf("node %s runs %s, not %s, which the last deploy left on it: something else switched it since (by hand, another deployment, "+
+					"the host's watchdog rolling back an activation this deployment left unconfirmed when it was interrupted, "+
+					"or an apply of this deployment killed before it could record its switch). "+
+					"The next apply switches it back, unless the configuration now names the system it runs.", name, current.System, sys)
+				resp.Diagnostics.AddWarning("Node "+name+" drifted", msg)
+				if markNotReady(&records[i], priors[name], reasonDrifted, msg, now) {
+					settled = true
+				}
 			}
 		}
 	}
@@ -174,12 +184,43 @@ func bootsAnother(rec *deployStatusModel, p priorNode, boots string, now time.Ti
 	name, sys := rec.Name.ValueString(), rec.System.ValueString()
 	msg := fmt.Sprintf("node %s: the host runs %s after a passing verdict, but boots %s (its system profile, from which NixOS installs the default boot entry): a reboot would bring that back; the next apply makes %s the boot entry (action boot-entry)", name, sys, boots, sys)
 	diags.AddWarning("Node "+name+" boots another system", msg)
-	conds, err := deploy.ConditionTypes.Set(p.conds, conditions.Condition{Type: string(deploy.CondBootloader), Status: conditions.False, Reason: "BootsAnother",
+	conds, err := deploy.ConditionTypes.Set(p.conds, conditions.Condition{Type: string(deploy.CondBootloader), Status: conditions.False, Reason: reasonBootsAnother,
 		Message: msg, ObservedGeneration: rec.ObservedGeneration.ValueInt64()}, now)
 	if err != nil {
 		return
 	}
-	rec.Conditions = nodeConditionsValue(conds, false)
+	p.conds = conds
+	markNotReady(rec, p, reasonBootsAnother, msg, now)
+}
+
+// Reasons of a node's Ready condition a refresh sets: the host was
+// changed outside since the last apply left it converged.
+const (
+	reasonDrifted      = "Drifted"
+	reasonBootsAnother = "BootsAnother"
+)
+
+// markNotReady sets the Ready condition of a node the refresh found
+// changed outside False (reason, msg: what it runs or boots), so that its
+// record no longer says the host runs its system as the last apply left
+// it; its phase follows (Failed, in failed_nodes, until the next apply
+// mends it). It says whether the record took it. The same host read again
+// marks it the same: a refresh after it changes nothing.
+func markNotReady(rec *deployStatusModel, p priorNode, reason, msg string, now time.Time) bool {
+	conds, err := deploy.ConditionTypes.Set(p.conds, conditions.Condition{Type: deploy.ConditionReady, Status: conditions.False, Reason: reason,
+		Message: msg, ObservedGeneration: rec.ObservedGeneration.ValueInt64()}, now)
+	if err != nil {
+		return false
+	}
+	rec.Conditions, rec.Phase = nodeConditionsValue(conds, false), types.StringValue(string(deploy.NodePhase(conds)))
+	return true
+}
+
+// drifted says whether a node's Ready condition is one a refresh set for a
+// host changed outside.
+func drifted(conds []conditions.Condition) bool {
+	c, ok := conditions.Find(conds, deploy.ConditionReady)
+	return ok && c.Status == conditions.False && (c.Reason == reasonDrifted || c.Reason == reasonBootsAnother)
 }
 
 // settleUnknown settles the record of a node whose last deploy's outcome

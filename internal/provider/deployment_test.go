@@ -117,9 +117,19 @@ func TestDeploymentAppliesInOrderAndRetriesFailures(t *testing.T) {
 			// hand: the next refresh finds the drift over, and nothing is
 			// planned (the trial's "drift -> none" updates).
 			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+			// Its record no longer says it runs its system (issue 39's
+			// trial: Ready stayed True, "the host runs the node's system").
+			v = s.Values("fleet_ssh_deployment.prod")
+			if rec, ready := nodeRecord(t, v, 0), readyOf(t, nodeRecord(t, v, 0)); rec["phase"] != "Failed" || ready["status"] != "False" || ready["reason"] != "Drifted" ||
+				!strings.Contains(fmt.Sprint(v["failed_nodes"]), "n1") || v["phase"] != "Failed" {
+				t.Errorf("n1 drifted, acknowledged: phase %v, Ready %v, failed_nodes %v, the deployment's phase %v", rec["phase"], ready, v["failed_nodes"], v["phase"])
+			}
 			tg1.Boot(t, good1)
 			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
 			s.WantNoChanges()
+			if v := s.Values("fleet_ssh_deployment.prod"); nodeRecord(t, v, 0)["phase"] != "Succeeded" || readyOf(t, nodeRecord(t, v, 0))["status"] != "True" || v["phase"] != "Succeeded" {
+				t.Errorf("n1 back on its system: phase %v, Ready %v, the deployment's phase %v", nodeRecord(t, v, 0)["phase"], readyOf(t, nodeRecord(t, v, 0)), v["phase"])
+			}
 			tg1.Boot(t, first)
 			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
 			// Applied, the drift is switched back.
@@ -352,6 +362,10 @@ func TestDeploymentGoalTestThenSwitchMakesTheBootEntry(t *testing.T) {
 			}
 			if all := plan + stderr; !strings.Contains(all, "Node n2 boots another system") || strings.Contains(all, "Node n1 boots") {
 				t.Errorf("the plan's warnings do not name n2 alone:\n%s", all)
+			}
+			s.Run("apply", "-refresh-only", "-auto-approve", "-input=false")
+			if rec := nodeRecordOf(t, s.Values("fleet_ssh_deployment.prod"), "n2"); rec["phase"] != "Failed" || readyOf(t, rec)["reason"] != "BootsAnother" {
+				t.Errorf("n2 booting another system, acknowledged: phase %v, Ready %v", rec["phase"], readyOf(t, rec))
 			}
 			s.Run("apply", "-auto-approve", "-input=false")
 			if tgs[1].BootEntry() != sys {
@@ -941,4 +955,17 @@ func sessionsOpen(t *testing.T, tgs ...*nixtest.Target) int {
 		}
 	}
 	return n
+}
+
+// readyOf is a node record's Ready condition.
+func readyOf(t *testing.T, rec map[string]any) map[string]any {
+	t.Helper()
+	conds, _ := rec["conditions"].([]any)
+	for _, c := range conds {
+		if c, ok := c.(map[string]any); ok && c["type"] == "Ready" {
+			return c
+		}
+	}
+	t.Fatalf("no Ready condition in %v", rec)
+	return nil
 }

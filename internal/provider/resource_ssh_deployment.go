@@ -205,7 +205,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"status": schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, by name, its record (`status[\"web1\"].phase`). A node added, removed or renamed changes its own record only.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"host": computedStr("Host."), "action": computedStr("Action of the last apply."),
-					"phase": computedStr("Derived from the node's `Ready` condition: `Succeeded`, `Failed` (an interrupted node too: exit 130, its message names the step it stopped in and what the host does now), " +
+					"phase": computedStr("Derived from the node's `Ready` condition: `Succeeded`, `Failed` (an interrupted node too: exit 130, its message names the step it stopped in and what the host does now; and a node a refresh found changed outside since the last apply left it converged, `Ready` False with reason `Drifted`, running another system, or `BootsAnother`, booting another, until the next apply mends it), " +
 						"`RolledBack`, `Skipped`, `Pending` (not started: an interrupt, the failure budget, or a deployment that could not start on this machine; no exit code, and the message says why), " +
 						"or `Unknown` (the host stopped answering between its decision and its answer, and could not be asked: the next refresh reads the host and settles the record, its message starting `settled by a refresh`)."),
 					"system": computedStr("The system the last deploy of the node aimed at."), "current_system": computedStr("What `/run/current-system` pointed at when last read."),
