@@ -80,7 +80,7 @@ func (d *Deployer) takeLock(ctx context.Context, c *Conn, wait time.Duration, on
 		}
 		message := fmt.Sprintf("the host's deploy lock is held by %s and was not released within lock_timeout (%s)", orNone(busy.Holder), wait)
 		if agreement.GuardHolder(busy.Holder) {
-			message = fmt.Sprintf("no deployment holds the host's deploy lock, but %s did not end within lock_timeout (%s): the newest run's directory under %s says what it is doing",
+			message = fmt.Sprintf("no deployment holds the host's deploy lock, but %s, did not end within lock_timeout (%s): the newest run's directory under %s says what it is doing",
 				busy.Holder, wait, agreement.StateDir)
 		}
 		return nil, nil, &failure{exit: 3, reason: "DeployLockBusy", message: message, hint: hint}
