@@ -89,8 +89,7 @@ var readStep = &step{
 		nr.r.BootSystem = strings.TrimSpace(lines[4])
 		goal := nr.d.Options.Goal
 		switch {
-		case (goal == GoalSwitch || goal == GoalTest) && nr.r.PreviousSystem == nr.n.System && nr.r.VerifiedSystem == nr.n.System &&
-			goal == GoalSwitch && nr.r.BootSystem != nr.n.System:
+		case goal == GoalSwitch && nr.r.PreviousSystem == nr.n.System && nr.r.VerifiedSystem == nr.n.System && nr.r.BootSystem != nr.n.System:
 			// Goal switch finishes with the boot entry: a host that runs
 			// the system after a passing verdict (goal test made it so)
 			// but boots another gets its boot entry, and nothing else.
