@@ -131,17 +131,14 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 				// Back on the system the last deploy left, which passed its
 				// verdict there: the drift is over, nothing to do.
 				actions[name] = actionNone
-				if drifted(priors[name].conds) {
-					if conds, err := deploy.SucceededConditions(priors[name].conds, name, goal, rec.ObservedGeneration.ValueInt64(), now); err == nil {
-						records[i].Conditions, records[i].Phase = nodeConditionsValue(conds, false), types.StringValue(string(deploy.NodePhase(conds)))
-						settled = true
-					}
+				if driftOver(&records[i], priors[name], goal, now) {
+					settled = true
 				}
 			}
 			if goal == deploy.GoalSwitch && !current.Settling && current.System == sys && current.Succeeded == sys && current.Boots != "" && current.Boots != sys {
 				// Its boot entry was changed outside (the last apply made
 				// it): a drift, which the plan mends with the boot entry.
-				bootsAnother(&records[i], priors[name], current.Boots, now, &resp.Diagnostics)
+				bootsAnother(&records[i], priors[name], current.Boots, goal, now, &resp.Diagnostics)
 				actions[name] = actionDrift
 				settled = true
 			}
@@ -152,6 +149,23 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 					"The next apply switches it back, unless the configuration now names the system it runs.", name, current.System, sys)
 				resp.Diagnostics.AddWarning("Node "+name+" drifted", msg)
 				if markNotReady(&records[i], priors[name], reasonDrifted, msg, now) {
+					settled = true
+				}
+			}
+		}
+		if goal := deploy.Goal(m.Goal.ValueString()); goal == deploy.GoalBoot {
+			// Goal boot: the boot entry the last deploy made is what
+			// counts; one changed since is a drift, which the next apply
+			// makes again.
+			sys, now := rec.System.ValueString(), r.data.clock.Now().UTC()
+			switch a := actions[name]; {
+			case !current.Settling && current.Boots != "" && current.Boots != sys && (a == actionSwitch || a == actionNone || a == actionDrift):
+				bootsAnother(&records[i], priors[name], current.Boots, goal, now, &resp.Diagnostics)
+				actions[name] = actionDrift
+				settled = true
+			case a == actionDrift && current.Boots == sys:
+				actions[name] = actionNone
+				if driftOver(&records[i], priors[name], goal, now) {
 					settled = true
 				}
 			}
@@ -180,9 +194,12 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 // and a warning; the plan makes the boot entry (action boot-entry). The
 // same host read again marks it the same, so a refresh after it changes
 // nothing.
-func bootsAnother(rec *deployStatusModel, p priorNode, boots string, now time.Time, diags *diag.Diagnostics) {
+func bootsAnother(rec *deployStatusModel, p priorNode, boots string, goal deploy.Goal, now time.Time, diags *diag.Diagnostics) {
 	name, sys := rec.Name.ValueString(), rec.System.ValueString()
 	msg := fmt.Sprintf("node %s: the host runs %s after a passing verdict, but boots %s (its system profile, from which NixOS installs the default boot entry): a reboot would bring that back; the next apply makes %s the boot entry (action boot-entry)", name, sys, boots, sys)
+	if goal == deploy.GoalBoot {
+		msg = fmt.Sprintf("node %s: the host boots %s, not %s, which the last deploy made its boot entry (its system profile, from which NixOS installs the default boot entry, was changed since): the next apply makes %s the boot entry again", name, boots, sys, sys)
+	}
 	diags.AddWarning("Node "+name+" boots another system", msg)
 	conds, err := deploy.ConditionTypes.Set(p.conds, conditions.Condition{Type: string(deploy.CondBootloader), Status: conditions.False, Reason: reasonBootsAnother,
 		Message: msg, ObservedGeneration: rec.ObservedGeneration.ValueInt64()}, now)
@@ -209,6 +226,21 @@ const (
 func markNotReady(rec *deployStatusModel, p priorNode, reason, msg string, now time.Time) bool {
 	conds, err := deploy.ConditionTypes.Set(p.conds, conditions.Condition{Type: deploy.ConditionReady, Status: conditions.False, Reason: reason,
 		Message: msg, ObservedGeneration: rec.ObservedGeneration.ValueInt64()}, now)
+	if err != nil {
+		return false
+	}
+	rec.Conditions, rec.Phase = nodeConditionsValue(conds, false), types.StringValue(string(deploy.NodePhase(conds)))
+	return true
+}
+
+// driftOver gives a node the refresh had found changed outside, and finds
+// back as the last apply left it, the conditions of that success again.
+// It says whether its record changed.
+func driftOver(rec *deployStatusModel, p priorNode, goal deploy.Goal, now time.Time) bool {
+	if !drifted(p.conds) {
+		return false
+	}
+	conds, err := deploy.SucceededConditions(p.conds, rec.Name.ValueString(), goal, rec.ObservedGeneration.ValueInt64(), now)
 	if err != nil {
 		return false
 	}

@@ -264,7 +264,8 @@ func TestDeploymentGoalsConverge(t *testing.T) {
 			t.Run(cli.Name+"/"+goal, func(t *testing.T) {
 				t.Parallel()
 				tg := nixtest.NewTarget(t)
-				tg.Boot(t, nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed}))
+				old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+				tg.Boot(t, old)
 				sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 				s := acctest.NewSession(t, cli, server())
 				s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, fmt.Sprintf("  goal = %q\n", goal)))
@@ -276,6 +277,19 @@ func TestDeploymentGoalsConverge(t *testing.T) {
 				s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{sys}, fmt.Sprintf("  goal = %q\n  remote_exec_timeout = 90\n", goal)))
 				s.Run("apply", "-auto-approve", "-input=false")
 				s.WantNoChanges()
+				if goal == "boot" {
+					// A boot entry changed by hand since: goal boot makes it
+					// again (issue 39).
+					tg.BootByHand(t, old)
+					if _, _, code := s.ExitCode("plan", "-detailed-exitcode", "-input=false"); code != 2 {
+						t.Errorf("plan after the boot entry was changed by hand exits %d, want 2 (a change)", code)
+					}
+					s.Run("apply", "-auto-approve", "-input=false")
+					if tg.BootEntry() != sys || tg.ProfileSystem() != sys {
+						t.Errorf("after the apply the host boots %s (profile %s), want %s", tg.BootEntry(), tg.ProfileSystem(), sys)
+					}
+					s.WantNoChanges()
+				}
 			})
 		}
 	}
