@@ -530,7 +530,13 @@ func (nr *nodeRun) attempts(ctx context.Context, from int) error {
 				nr.activation = notActivated
 				return leaseLost("the activation", why, "nothing was changed on the host by this deploy")
 			}
-			return leaseLost("the activation's retry", why, "the system profile points at the new system until this run's watchdog points it back")
+			left := "the system profile points at the new system until this run's watchdog points it back"
+			if !nr.watch {
+				// No watchdog (on_failure = keep): nothing points it back,
+				// and a fenced action of this run no longer can.
+				left = "the system profile points at the new system, which the host does not run (no watchdog points it back under on_failure = keep; the boot entry was not made): the next apply deploys the node again"
+			}
+			return leaseLost("the activation's retry", why, left)
 		}
 		switch {
 		case nr.attempt == 1 && exit != 0 && strings.Contains(out, agreement.ProfileFailed):
