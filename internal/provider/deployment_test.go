@@ -405,15 +405,7 @@ func TestDeploymentSystemFromAnotherResource(t *testing.T) {
 			config := strings.Replace(deploymentConfig([]*nixtest.Target{tg}, []string{"SYSTEM"}, ""), `"SYSTEM"`, "terraform_data.build.output", 1)
 			s.WriteConfig(fmt.Sprintf("resource \"terraform_data\" \"build\" {\n  input = %q\n}\n", sys) + config)
 			s.Run("init", "-input=false")
-			plan, _ := s.Run("plan", "-input=false", "-no-color")
-			if !strings.Contains(plan, "actions") || !strings.Contains(plan, "(known after apply)") {
-				t.Errorf("plan:\n%s", plan)
-			}
-			s.Run("apply", "-auto-approve", "-input=false")
-			if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
-				t.Errorf("current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
-			}
-			s.WantNoChanges()
+			appliesWhatWasUnknown(t, s, tg, sys)
 		})
 	}
 }
@@ -453,18 +445,7 @@ resource "fleet_ssh_deployment" "prod" {
 }
 `, tg.Host, sys, tg.HostKey, tg.User, tg.ClientKeyFile, tg.Port))
 			s.Run("init", "-input=false")
-			if _, diags := s.Validate(); len(diags) != 0 {
-				t.Errorf("validate: %v", diags)
-			}
-			plan, _ := s.Run("plan", "-input=false", "-no-color")
-			if !strings.Contains(plan, "actions") || !strings.Contains(plan, "(known after apply)") {
-				t.Errorf("plan:\n%s", plan)
-			}
-			s.Run("apply", "-auto-approve", "-input=false")
-			if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
-				t.Errorf("current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
-			}
-			s.WantNoChanges()
+			appliesWhatWasUnknown(t, s, tg, sys)
 		})
 	}
 }
@@ -982,4 +963,24 @@ func readyOf(t *testing.T, rec map[string]any) map[string]any {
 	}
 	t.Fatalf("no Ready condition in %v", rec)
 	return nil
+}
+
+// appliesWhatWasUnknown checks a deployment (in s, initialised) whose node
+// tg's system sys, or whole node, comes from another resource: validate
+// accepts it, the plan leaves its action to the apply, which switches tg,
+// and the plan after it is empty.
+func appliesWhatWasUnknown(t *testing.T, s *acctest.Session, tg *nixtest.Target, sys string) {
+	t.Helper()
+	if _, diags := s.Validate(); len(diags) != 0 {
+		t.Errorf("validate: %v", diags)
+	}
+	plan, _ := s.Run("plan", "-input=false", "-no-color")
+	if !strings.Contains(plan, "actions") || !strings.Contains(plan, "(known after apply)") {
+		t.Errorf("plan:\n%s", plan)
+	}
+	s.Run("apply", "-auto-approve", "-input=false")
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys {
+		t.Errorf("current %s, boot %s", tg.CurrentSystem(), tg.BootEntry())
+	}
+	s.WantNoChanges()
 }
