@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,7 +14,11 @@ import (
 const ConditionReady = "Ready"
 
 // ConditionTypes is the fixed order of a node's conditions.
-var ConditionTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader), ConditionReady}
+var ConditionTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader), string(CondKeys), ConditionReady}
+
+// stepTypes are the conditions every node has besides Ready, one a step
+// of its deploy; KeysUploaded only a node with keys has (KeysCondition).
+var stepTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader)}
 
 // Reasons of a node's Ready condition when it is not True.
 const (
@@ -47,11 +52,15 @@ func NodePhase(conds []conditions.Condition) Phase {
 // the outcome up (and from which the node's phase is derived).
 func NodeConditions(prev []conditions.Condition, r Result, generation int64, now time.Time) ([]conditions.Condition, error) {
 	if r.Phase == PhaseSucceeded {
-		return SucceededConditions(prev, r.Name, r.Goal, generation, now)
+		conds, err := SucceededConditions(prev, r.Name, r.Goal, generation, now)
+		if err != nil || !r.KeysTouched {
+			return conds, err
+		}
+		return keysConditionOf(conds, r, generation, now)
 	}
 	conds := prev
 	var err error
-	steps := ConditionTypes[:len(ConditionTypes)-1]
+	steps := []string(stepTypes)
 	if r.Phase == PhaseSkipped && hasAll(prev, steps) {
 		// Held: the steps stand as its last deploy left them; Ready says
 		// it is held.
@@ -87,7 +96,41 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 	default:
 		ready.Status, ready.Reason = conditions.Unknown, ReasonNotStarted
 	}
+	if r.KeysTouched {
+		if conds, err = keysConditionOf(conds, r, generation, now); err != nil {
+			return nil, err
+		}
+	}
 	return ConditionTypes.Set(conds, ready, now)
+}
+
+// KeysInPlace is the message of a KeysUploaded condition that is True.
+const KeysInPlace = "every key of the node is in place on the host, as configured"
+
+// keysConditionOf sets KeysUploaded from r's outcome for it.
+func keysConditionOf(conds []conditions.Condition, r Result, generation int64, now time.Time) ([]conditions.Condition, error) {
+	var o *Outcome
+	if out, ok := r.Outcomes[CondKeys]; ok {
+		o = &out
+	}
+	return KeysCondition(conds, r.Name, r.HasKeys, o, generation, now)
+}
+
+// KeysCondition sets a node's KeysUploaded condition from o (nil: the
+// deploy did not reach its keys), or removes it when the node has no keys
+// (hasKeys false).
+func KeysCondition(conds []conditions.Condition, name string, hasKeys bool, o *Outcome, generation int64, now time.Time) ([]conditions.Condition, error) {
+	if !hasKeys {
+		return slices.DeleteFunc(slices.Clone(conds), func(c conditions.Condition) bool { return c.Type == string(CondKeys) }), nil
+	}
+	c := conditions.Condition{Type: string(CondKeys), Status: conditions.Unknown, Reason: "NotReached", Message: "node " + name + ": the deploy did not reach its keys", ObservedGeneration: generation}
+	if o != nil {
+		c.Status, c.Reason, c.Message = conditions.False, o.Reason, o.Message
+		if o.Passed {
+			c.Status = conditions.True
+		}
+	}
+	return ConditionTypes.Set(conds, c, now)
 }
 
 // hasAll says whether conds holds a condition of each of types.
@@ -138,7 +181,7 @@ func SucceededConditions(prev []conditions.Condition, name string, goal Goal, ge
 	}
 	conds := prev
 	var err error
-	for _, t := range ConditionTypes[:len(ConditionTypes)-1] {
+	for _, t := range stepTypes {
 		c := conditions.Condition{Type: t, Status: conditions.Unknown, Reason: "NotReached", Message: "node " + name + ": goal " + string(goal) + " does not take this step", ObservedGeneration: generation}
 		if o, ok := passed[Condition(t)]; ok {
 			c.Status, c.Reason, c.Message = conditions.True, o.reason, o.message

@@ -163,6 +163,16 @@ type Target struct {
 	// host is asked before its system is built here, and one that runs
 	// it is recorded without a build.
 	Unrecorded bool
+	// Keys are the node's keys (see Key): each put in place where the
+	// host lacks it or holds it otherwise, before the activation or after
+	// the verdict as it says. RemovedKeys are paths of keys the node no
+	// longer has: removed from the host.
+	Keys        []Key
+	RemovedKeys []string
+	// KeysOnly says the node's system stands: the deploy puts its keys in
+	// place (and removes RemovedKeys), restarts the units of the keys it
+	// wrote, and activates nothing.
+	KeysOnly bool
 }
 
 // builds reports whether the deploy builds the target's system on this
@@ -225,6 +235,9 @@ type Result struct {
 	// passed its verdict there, but booted another: the deploy made the
 	// system its boot entry, and activated nothing.
 	BootEntryOnly bool
+	// KeysTouched says the deploy had keys to put in place or remove, and
+	// HasKeys that the node has keys (its KeysUploaded condition).
+	KeysTouched, HasKeys bool
 }
 
 // Failed reports whether the node's deploy failed, or did not surely

@@ -2,12 +2,14 @@ package deploy
 
 import (
 	"context"
-
 	"errors"
 	"fmt"
-	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 )
 
 // StepName names a step of a node's deploy, as logs and messages say it.
@@ -96,6 +98,9 @@ type nodeRun struct {
 	sshWorks           bool      // the host still takes logins (false once the verdict's new login failed)
 	silent             bool      // the host stopped answering while the activation was judged: its outcome is settled
 	bootedBefore       string    // what the host booted when read (BootEntryOnly: the system it no longer boots)
+	keysOnly           bool      // the system stands: the deploy puts the keys in place and activates nothing
+	wroteKeys          []string  // the keys written, each with why ("db (missing on the host)")
+	wroteUnits         []string  // the restart_units of the keys written
 }
 
 // activationState is how far the activation got, for the record of an
@@ -114,14 +119,23 @@ const (
 func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begun func()) Result {
 	nr := &nodeRun{d: d, n: n, begun: begun, builds: builds, exit: -1, sshWorks: true,
 		r: Result{Name: n.Name, Host: n.Host, System: n.System, Goal: d.Options.Goal, Phase: PhasePending, Started: time.Now().UTC(), Outcomes: map[Condition]Outcome{}}}
+	if d.Options.Goal != GoalDryActivate && n.keyWork() {
+		nr.r.KeysTouched, nr.r.HasKeys = true, len(n.Keys) > 0
+	}
 	steps := nr.sequence()
 	for i := 0; i < len(steps); i++ {
 		if !nr.step(ctx, steps[i]) {
 			break
 		}
-		if steps[i] == readStep && nr.r.BootEntryOnly {
+		switch {
+		case steps[i] == readStep && nr.keysOnly:
+			steps = append(steps[:i+1:i+1], keysStep, restartStep)
+		case steps[i] == readStep && nr.r.BootEntryOnly:
 			steps = append(steps[:i+1:i+1], bootEntrySteps(steps[i+1:])...)
 		}
+	}
+	if nr.r.Phase == PhaseSucceeded && !nr.keysOnly && len(nr.wroteKeys) > 0 {
+		nr.r.Message += "; keys put in place: " + strings.Join(nr.wroteKeys, ", ")
 	}
 	nr.begun()
 	nr.release()
@@ -136,21 +150,31 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 func (nr *nodeRun) sequence() []*step {
 	head := []*step{connectStep, lockStep, readStep, copyStep}
 	switch {
+	case nr.n.KeysOnly:
+		// The keys alone: readStep goes on with them.
+		return head[:3]
 	case nr.builds.builds(nr.n):
 		head = append([]*step{buildStep}, head...)
 	case nr.n.buildsThere():
 		head = append(head, remoteBuildStep)
 	}
+	var keys, after []*step
+	if nr.r.KeysTouched {
+		keys = []*step{keysStep}
+		if len(nr.keysFor(UploadAfterVerdict)) > 0 {
+			after = []*step{keysAfterStep}
+		}
+	}
 	switch nr.d.Options.Goal {
 	case GoalBoot:
-		return append(head, profileStep, finaliseStep)
+		return slices.Concat(head, keys, []*step{profileStep, finaliseStep}, after)
 	case GoalDryActivate:
 		return append(head, dryActivateStep)
 	case GoalTest:
-		return append(head, activateStep, verdictStep, confirmStep)
+		return slices.Concat(head, keys, []*step{activateStep, verdictStep, confirmStep}, after)
 	case GoalSwitch:
 	}
-	return append(head, activateStep, verdictStep, confirmStep, finaliseStep)
+	return slices.Concat(head, keys, []*step{activateStep, verdictStep, confirmStep, finaliseStep}, after)
 }
 
 // bootEntrySteps are the steps after the read of a node whose host runs

@@ -17,7 +17,7 @@ import (
 var connectStep = &step{
 	name: StepConnect, does: "logging in over SSH", cond: CondReachable,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if !inStore(nr.n.System) && !nr.n.buildsThere() && !nr.builds.hostRan(nr.n) {
+		if !nr.n.KeysOnly && !inStore(nr.n.System) && !nr.n.buildsThere() && !nr.builds.hostRan(nr.n) {
 			return fail(1, "SystemMissing", fmt.Sprintf("system %s does not exist on this machine: build it first, or give the node its derivation", nr.n.System), "")
 		}
 		c, err := nr.d.Transport.Open(ctx, nr.n.Settings)
@@ -58,7 +58,9 @@ var lockStep = &step{
 		// The copy only adds paths to the host's store, which is safe
 		// whoever holds the lock: it runs while the lock is taken, and is
 		// abandoned if the lock is not.
-		nr.copy = nr.d.startCopy(ctx, nr.c, nr.n)
+		if !nr.n.KeysOnly {
+			nr.copy = nr.d.startCopy(ctx, nr.c, nr.n)
+		}
 		l, lines, err := nr.d.takeLock(ctx, nr.c, nr.d.Options.LockTimeout, nr.begun)
 		if err != nil {
 			return err
@@ -89,6 +91,17 @@ var readStep = &step{
 		nr.r.BootSystem = strings.TrimSpace(lines[4])
 		goal := nr.d.Options.Goal
 		switch {
+		case nr.n.KeysOnly && nr.r.KeysTouched:
+			// The system stands (the plan found nothing else to do): the
+			// keys alone, whatever the host runs.
+			nr.keysOnly = true
+			nr.d.note(nr.n.Name, StepRead, "locked; current system %s: putting the node's keys in place, activating nothing", orNone(nr.r.PreviousSystem))
+			return nil
+		case (goal == GoalSwitch || goal == GoalTest) && nr.r.PreviousSystem == nr.n.System && nr.r.VerifiedSystem == nr.n.System && nr.r.KeysTouched &&
+			(goal != GoalSwitch || nr.r.BootSystem == nr.n.System):
+			nr.keysOnly, nr.r.AlreadyCurrent = true, true
+			nr.d.note(nr.n.Name, StepRead, "locked; the host already runs %s, which passed its verdict there: putting the node's keys in place, activating nothing", nr.n.System)
+			return nil
 		case goal == GoalSwitch && nr.r.PreviousSystem == nr.n.System && nr.r.VerifiedSystem == nr.n.System && nr.r.BootSystem != nr.n.System:
 			// Goal switch finishes with the boot entry: a host that runs
 			// the system after a passing verdict (goal test made it so)

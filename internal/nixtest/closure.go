@@ -273,6 +273,11 @@ install_bootloader() {
 
 activate() {
 	log "activating the configuration..."
+	# What a unit the switch starts would read: each key file in place
+	# as the activation begins (its path and content's digest).
+	for f in /run/keys/*; do
+		[ -f "$f" ] && printf '%s %s %s\n' "$action" "$f" "$(sha256sum < "$f" | cut -c1-64)" >> "$state/keys-seen.log"
+	done
 	[ "$delay" = 0.000 ] || nap "$delay"
 	log "setting up /etc..."
 	if [ "$kind" = hang ]; then

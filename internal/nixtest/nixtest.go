@@ -647,6 +647,14 @@ type Event struct {
 	RC     int // end's exit status
 }
 
+// KeysSeen are the key files each activation found in /run/keys as it
+// began, a line each: "ACTION PATH SHA256".
+func (t *Target) KeysSeen() []string { return lines(t.readFile("keys-seen.log")) }
+
+// Restarts are the units systemctl restart was asked to restart, in
+// order.
+func (t *Target) Restarts() []string { return lines(t.readFile("restarts.log")) }
+
 // Events lists what every switch-to-configuration call (test, boot,
 // switch) did on the target, in the order it happened.
 func (t *Target) Events() []Event {

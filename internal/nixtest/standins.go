@@ -239,6 +239,7 @@ while [ "$1" != --nixtest-end ]; do
 	--wait) wait=1 ;;
 	--failed|--state=failed) failed=1 ;;
 	--no-pager|--plain|--no-legend|--full|-l|--all|-a|--system|--no-ask-password|--type=*|--output=*) ;;
+	--) ;;
 	-*) echo "systemctl (nixtest stand-in): unsupported option $1" >&2; exit 1 ;;
 	*) if [ -z "$verb" ]; then verb=$1; else set -- "$@" "$1"; fi ;;
 	esac
@@ -319,6 +320,11 @@ stop|kill)
 			while [ ! -e "$d/exit" ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n + 1)); done
 		fi
 	done
+	exit 0
+	;;
+restart|try-restart)
+	# Restarted units, in order (Target.Restarts).
+	for u in "$@"; do printf '%s\n' "$u" >> "$state/restarts.log"; done
 	exit 0
 	;;
 reset-failed)

@@ -34,9 +34,9 @@ func (r *deploymentResource) Create(ctx context.Context, req resource.CreateRequ
 	timeout, diags := m.Timeouts.Create(ctx, 60*time.Minute)
 	resp.Diagnostics.Append(diags...)
 	m.withOnlyNodes(ctx, req.Config, &resp.Diagnostics)
-	r.apply(ctx, "create", timeout, &m, nil, &resp.Diagnostics)
+	r.apply(ctx, "create", timeout, &m, nil, keyContents(ctx, req.Config, &resp.Diagnostics), &resp.Diagnostics)
 	// Write-only: state holds null.
-	m.OnlyNodes = types.ListNull(types.StringType)
+	m.OnlyNodes, m.KeyContents = types.ListNull(types.StringType), types.MapNull(types.StringType)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
@@ -51,9 +51,9 @@ func (r *deploymentResource) Update(ctx context.Context, req resource.UpdateRequ
 	timeout, diags := m.Timeouts.Update(ctx, 60*time.Minute)
 	resp.Diagnostics.Append(diags...)
 	m.withOnlyNodes(ctx, req.Config, &resp.Diagnostics)
-	r.apply(ctx, "update", timeout, &m, &prior, &resp.Diagnostics)
+	r.apply(ctx, "update", timeout, &m, &prior, keyContents(ctx, req.Config, &resp.Diagnostics), &resp.Diagnostics)
 	// Write-only: state holds null.
-	m.OnlyNodes = types.ListNull(types.StringType)
+	m.OnlyNodes, m.KeyContents = types.ListNull(types.StringType), types.MapNull(types.StringType)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
@@ -134,10 +134,12 @@ func (r *deploymentResource) applyContext(ctx context.Context, op string, timeou
 // everything the plan predicted: Terraform keeps the state an apply
 // returns, errors or not, and a prediction of success left there would
 // keep the next plan from switching what did not switch.
-func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.Duration, m, prior *deploymentModel, diags *diag.Diagnostics) {
+func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.Duration, m, prior *deploymentModel, contents map[string]types.String, diags *diag.Diagnostics) {
 	ctx, stop := r.applyContext(ctx, op, timeout)
 	defer stop()
 	a := r.applyPlanOf(ctx, m, prior, diags)
+	a.keys, _ = keyConfs(ctx, m, contents)
+	a.priorKeys, _ = keyConfs(ctx, prior, nil)
 	results := r.deploy(ctx, m, r.targets(ctx, m, a, diags))
 	a.record(ctx, m, prior, results, time.Now().UTC(), diags)
 }
@@ -151,12 +153,28 @@ type applyPlan struct {
 	hold    map[string]bool
 	only    map[string]bool // nil: every node
 	goal    deploy.Goal
+	// keys are the keys configured now, with their contents; priorKeys
+	// those state has (the hosts have them).
+	keys, priorKeys []keyConf
+	// standing are the nodes whose record the plan kept as state has it
+	// (known in full): their last outcome stands, whatever its action.
+	recordStands map[string]bool
 }
 
 func (r *deploymentResource) applyPlanOf(ctx context.Context, m, prior *deploymentModel, diags *diag.Diagnostics) applyPlan {
 	a := applyPlan{nodes: r.nodes(ctx, m, diags), priors: priorNodes(ctx, prior, diags), planned: map[string]string{}, goal: deploy.Goal(m.Goal.ValueString())}
 	diags.Append(m.Actions.ElementsAs(ctx, &a.planned, false)...)
 	a.hold, _ = stringSet(ctx, m.Hold, diags)
+	a.recordStands = map[string]bool{}
+	if !m.Status.IsNull() && !m.Status.IsUnknown() {
+		for name, e := range m.Status.Elements() {
+			rec, ok := e.(types.Object)
+			if ok && !rec.IsUnknown() && !rec.IsNull() {
+				msg, _ := rec.Attributes()["message"].(types.String)
+				a.recordStands[name] = !msg.IsUnknown()
+			}
+		}
+	}
 	if !m.OnlyNodes.IsNull() {
 		a.only, _ = stringSet(ctx, m.OnlyNodes, diags)
 	}
@@ -178,16 +196,35 @@ func (a applyPlan) switches(n deployNodeModel) bool {
 	return !a.hold[name] && !a.leftOut(n) && (a.planned[name] == actionSwitch || a.planned[name] == actionBootEntry) && needsSwitch(p, known, n.System.ValueString(), a.goal)
 }
 
-// targets are the nodes the apply deploys, in node order.
+// keysOnly says whether the apply puts node n's keys in place alone, as
+// the plan decided (action keys).
+func (a applyPlan) keysOnly(n deployNodeModel) bool {
+	name := n.Name.ValueString()
+	return !a.hold[name] && !a.leftOut(n) && a.planned[name] == actionKeys && !a.recordStands[name]
+}
+
+// targets are the nodes the apply deploys, in node order, each with its
+// keys and the destinations of those it no longer has.
 func (r *deploymentResource) targets(ctx context.Context, m *deploymentModel, a applyPlan, diags *diag.Diagnostics) []deploy.Target {
 	defaults := r.defaults(ctx, m, diags)
 	var targets []deploy.Target
 	for _, n := range a.nodes {
-		if a.switches(n) {
-			p, known := a.priors[n.Name.ValueString()]
-			targets = append(targets, deploy.Target{System: n.System.ValueString(), Derivation: n.Derivation.ValueString(),
-				Settings: r.settings(ctx, defaults, n, p, diags), Unrecorded: !known || p.current == ""})
+		switches, keysOnly := a.switches(n), a.keysOnly(n)
+		if !switches && !keysOnly {
+			continue
 		}
+		name := n.Name.ValueString()
+		p, known := a.priors[name]
+		t := deploy.Target{System: n.System.ValueString(), Derivation: n.Derivation.ValueString(),
+			Settings: r.settings(ctx, defaults, n, p, diags), Unrecorded: !known || p.current == "", KeysOnly: keysOnly}
+		if keysOnly {
+			t.Derivation = "" // nothing is built or copied
+		}
+		if a.goal != deploy.GoalDryActivate {
+			t.Keys = nodeKeys(a.keys, name)
+			t.RemovedKeys = keysOfNode(t.Keys, nodeKeys(a.priorKeys, name), nil, nil).removed
+		}
+		targets = append(targets, t)
 	}
 	return targets
 }
@@ -300,7 +337,7 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 		// back untouched, as the plan showed it, and its action says it
 		// waits.
 		return keptRecord(n, p), actionWaiting, nil
-	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone || p.action == actionBootEntry)):
+	case !ran && known && (a.hold[name] && p.action == actionSkip || !a.hold[name] && (p.action == actionSwitch || p.action == actionNone || p.action == actionBootEntry || p.action == actionKeys)):
 		// Nothing to do, and nothing new to record (still held, or its
 		// last outcome stands): the record is written back untouched, as
 		// the plan showed it.
@@ -324,6 +361,12 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 			Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
 	case res.Phase == deploy.PhasePending:
 		action = actionPending
+	case action == actionKeys:
+		// Its system stands, as the plan said: the record keeps what the
+		// host ran, verified and booted when last read. A failure says
+		// so in KeysUploaded (and Ready): the next plan puts the keys in
+		// place again.
+		res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem, res.BootSystem = p.current, p.previous, p.verified, p.boot
 	case res.Failed():
 		action = actionFailed
 	}

@@ -214,7 +214,7 @@ func TestDeploymentPhaseLadderInThePlan(t *testing.T) {
 		plan := plannedModel(nil)
 		plan.Goal = types.StringValue(string(deploy.GoalSwitch))
 		var diags diag.Diagnostics
-		(&deploymentResource{}).planRecords(context.Background(), plan, nil, nodes, map[string]priorNode{}, actions, map[string]bool{}, true, &diags)
+		(&deploymentResource{}).planRecords(context.Background(), plan, nil, nodes, map[string]priorNode{}, actions, map[string]bool{}, true, keyChanges{}, &diags)
 		if diags.HasError() || plan.Phase.ValueString() != c.phase {
 			t.Errorf("actions %v: the plan's phase %s, want %s (%v)", c.actions, plan.Phase, c.phase, diags)
 		}

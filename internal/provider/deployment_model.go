@@ -71,8 +71,14 @@ type deploymentModel struct {
 	// and state; the plan and the apply read it from the configuration
 	// (withOnlyNodes).
 	OnlyNodes types.List `tfsdk:"only_nodes"`
+	// KeysInput are the keys as written; KeyContents their contents,
+	// write-only: null in every plan and state (the plan and the apply
+	// read it from the configuration: withKeyContents).
+	KeysInput   types.Dynamic `tfsdk:"keys"`
+	KeyContents types.Map     `tfsdk:"key_contents_wo"`
 
 	// The nested inputs, checked and typed by decode.
+	Keys     types.Map    `tfsdk:"-"`
 	Defaults types.Object `tfsdk:"-"`
 	Nodes    types.List   `tfsdk:"-"`
 	Verdict  types.Object `tfsdk:"-"`
@@ -83,7 +89,7 @@ type deploymentModel struct {
 // that a list written as a tuple is no change.
 func (m *deploymentModel) inputs() []attr.Value {
 	return []attr.Value{m.Nodes, m.Defaults, m.Verdict, m.SSHConfigFile, m.KnownHostsFile, m.Goal, m.OnFailure, m.Hold,
-		m.RemoteExecTimeout, m.BootLockAttempts, m.ActivationTimeout, m.LockTimeout}
+		m.RemoteExecTimeout, m.BootLockAttempts, m.ActivationTimeout, m.LockTimeout, m.Keys}
 }
 
 // decode checks the nested inputs and types them; faults go to diags
@@ -93,6 +99,7 @@ func (m *deploymentModel) decode(ctx context.Context, diags *diag.Diagnostics) {
 	m.Defaults = deployDefaultsInput.decodeObject(ctx, m.DefaultsInput, diags)
 	m.Nodes = deployNodesInput.decodeList(ctx, m.NodesInput, diags)
 	m.Verdict = verdictInput.decodeObject(ctx, m.VerdictInput, diags)
+	m.Keys = deployKeysInput.decodeMap(ctx, m.KeysInput, diags)
 }
 
 // getDeployment reads a deployment from a plan, state or configuration

@@ -160,6 +160,30 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 	}
 	priors := priorNodes(ctx, prior, &resp.Diagnostics)
+	allNames := true
+	for _, n := range nodes {
+		allNames = allNames && !n.Name.IsUnknown()
+	}
+	checkKeys(ctx, &plan, req.Config, seen, allNames, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	// Nodes the refresh of this run read were logged in to a moment
+	// ago (and warned about if that failed): they are not probed again.
+	var readNow map[string]deploy.Settings
+	if prior != nil && prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
+		v, _ := r.data.refreshedBy(deploymentKind, prior.ID.ValueString())
+		readNow, _ = v.(map[string]deploy.Settings)
+	}
+	goal := deploy.Goal(plan.Goal.ValueString())
+	keys, keysKnown := keyConfs(ctx, &plan, keyContents(ctx, req.Config, &resp.Diagnostics))
+	priorKeys, _ := keyConfs(ctx, prior, nil)
+	var look map[string]map[string]string
+	if goal != deploy.GoalDryActivate && keysKnown {
+		look = r.keyLook(ctx, &plan, nodes, priors, readNow, held, keys)
+	}
+	needs := map[string]keyNeeds{}
+	var needOrder []string
 	if len(nodes) == 0 {
 		dropped := ""
 		if len(priors) > 0 {
@@ -192,8 +216,20 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 		name := n.Name.ValueString()
 		p, known := priors[name]
-		goal := deploy.Goal(plan.Goal.ValueString())
 		a, keep := nodeAction(n, p, known, sc, goal)
+		if goal != deploy.GoalDryActivate && !a.IsUnknown() && !sc.leaves(name) && !hold[name] {
+			kn := keysOfNode(nodeKeys(keys, name), nodeKeys(priorKeys, name), p.conds, look[name])
+			switch {
+			case !keysKnown && (keep || a.ValueString() == actionNone):
+				a, keep = types.StringUnknown(), false
+			case kn.needed():
+				needs[name] = kn
+				needOrder = append(needOrder, name)
+				if keep || a.ValueString() == actionNone {
+					a, keep = types.StringValue(actionKeys), false
+				}
+			}
+		}
 		actions[name], kept[name] = a, keep
 		bootEntries = bootEntries || a.ValueString() == actionBootEntry && !keep
 		if sc.known && sc.leaves(name) && !n.System.IsUnknown() && !hold[name] && needsSwitch(p, known, n.System.ValueString(), goal) {
@@ -213,6 +249,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 	}
 	plan.Actions = types.MapValueMust(types.StringType, actions)
+	warnKeys(needs, needOrder, &resp.Diagnostics)
 	if len(waiting) > 0 {
 		title, rest, them := "Nodes "+strings.Join(waiting, ", ")+" wait for a later apply", "they keep their records", "them"
 		if len(waiting) == 1 {
@@ -235,18 +272,11 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	// left, unless the refresh found a node drifted (then the apply
 	// switches it back and writes its record anew) or booting another
 	// system (the apply makes its boot entry).
-	if prior == nil || !req.Plan.Raw.Equal(req.State.Raw) || !plan.Actions.Equal(prior.Actions) || bootEntries {
-		r.planRecords(ctx, &plan, prior, nodes, priors, actions, kept, allKnown, &resp.Diagnostics)
+	if prior == nil || !req.Plan.Raw.Equal(req.State.Raw) || !plan.Actions.Equal(prior.Actions) || bootEntries || len(needs) > 0 {
+		r.planRecords(ctx, &plan, prior, nodes, priors, actions, kept, allKnown, keyChanges{keys: keys, prior: priorKeys, needs: needs}, &resp.Diagnostics)
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 	if !resp.Diagnostics.HasError() {
-		// Nodes the refresh of this run read were logged in to a moment
-		// ago (and warned about if that failed): they are not probed again.
-		var readNow map[string]deploy.Settings
-		if prior != nil && prior.SSHConfigFile.Equal(plan.SSHConfigFile) && prior.KnownHostsFile.Equal(plan.KnownHostsFile) {
-			v, _ := r.data.refreshedBy(deploymentKind, prior.ID.ValueString())
-			readNow, _ = v.(map[string]deploy.Settings)
-		}
 		r.probe(ctx, &plan, nodes, priors, readNow, held, actions, kept, &resp.Diagnostics)
 	}
 }
@@ -566,7 +596,7 @@ func nodeAction(n deployNodeModel, p priorNode, known bool, sc scope, goal deplo
 		return types.StringValue(actionBootEntry), false
 	case needsSwitch(p, known, n.System.ValueString(), goal):
 		return types.StringValue(actionSwitch), false
-	case p.action == actionSwitch || p.action == actionNone || p.action == actionBootEntry:
+	case p.action == actionSwitch || p.action == actionNone || p.action == actionBootEntry || p.action == actionKeys:
 		return types.StringValue(p.action), true // nothing to do: the last outcome stands
 	}
 	return types.StringValue(actionNone), false
@@ -631,7 +661,7 @@ func stringSet(ctx context.Context, l types.List, diags *diag.Diagnostics) (map[
 // summaries and the deployment's phase and condition are known when every
 // node's outcome is.
 func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
-	actions map[string]attr.Value, kept map[string]bool, allKnown bool, diags *diag.Diagnostics) {
+	actions map[string]attr.Value, kept map[string]bool, allKnown bool, kc keyChanges, diags *diag.Diagnostics) {
 	goal := deploy.Goal(plan.Goal.ValueString())
 	records := make(map[string]attr.Value, len(nodes))
 	planned := make([]deployStatusModel, 0, len(nodes))
@@ -648,6 +678,7 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 		rec := keptRecord(n, p)
 		if !kept[name] {
 			rec = r.successRecord(ctx, plan, n, p, a.ValueString(), goal)
+			rec.Conditions = kc.planned(ctx, rec.Conditions, name, a.ValueString(), goal, plan.Generation)
 		}
 		if !known {
 			// A new node's conditions all begin at the apply: a line, not
@@ -726,6 +757,10 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 	case actionSkip:
 		rec.Phase = types.StringValue(string(deploy.PhaseSkipped))
 		rec.HostKeySeen = unknown
+	case actionKeys:
+		// Its system stands: what the host ran, verified and booted, as
+		// last read, stays the record's.
+		rec.CurrentSystem, rec.VerifiedSystem, rec.BootSystem, rec.PreviousSystem = types.StringValue(p.current), types.StringValue(p.verified), types.StringValue(p.boot), types.StringValue(p.previous)
 	case actionNone:
 		// Not deployed: the record's key stands (at the same host).
 		rec.CurrentSystem, rec.VerifiedSystem, rec.BootSystem = types.StringValue(p.current), types.StringValue(p.verified), types.StringValue(p.boot)

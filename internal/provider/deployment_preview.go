@@ -161,7 +161,8 @@ func endSessions(nodes map[string]heldNode) {
 
 // endUnasked ends the sessions this run's refresh kept for deployment
 // configuration m that its plan will not use: those of nodes whose action
-// is known and is not a switch (nodeAction, as the plan decides it). The
+// is known and is not a switch (nodeAction, as the plan decides it), and
+// that have no keys (the plan asks their hosts about them). The
 // refresh's set is the one whose every node is in m with the settings it
 // logged in with; while a part of m that decides is unknown, nothing
 // ends before the plan.
@@ -181,6 +182,10 @@ func (r *deploymentResource) endUnasked(ctx context.Context, m *deploymentModel,
 	}
 	// The goal's default is the schema's: a plan sees it set.
 	goal := deploy.Goal(orStr(m.Goal.ValueString(), string(deploy.GoalSwitch)))
+	keys, keysKnown := keyConfs(ctx, m, nil)
+	if !keysKnown {
+		return
+	}
 	byName := map[string]deployNodeModel{}
 	for _, n := range nodes {
 		if !fullyKnownNode(n) {
@@ -196,6 +201,9 @@ func (r *deploymentResource) endUnasked(ctx context.Context, m *deploymentModel,
 				return nil, false
 			}
 			p, known := priors[name]
+			if len(nodeKeys(keys, name)) > 0 && goal != deploy.GoalDryActivate {
+				continue // the plan asks its host about its keys (keyLook)
+			}
 			if a, kept := nodeAction(n, p, known, sc, goal); kept || a.ValueString() != actionSwitch {
 				unasked = append(unasked, name)
 			}

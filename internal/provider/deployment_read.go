@@ -55,6 +55,15 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		sess *deploy.Session
 		err  error
 		done bool
+		// keys are the node's keys, as state has them, and what its host
+		// has at their destinations (keysErr: that could not be read).
+		keys    []deploy.Key
+		states  []deploy.KeyState
+		keysErr error
+	}
+	keyConfsNow, _ := keyConfs(ctx, &m, nil)
+	if deploy.Goal(m.Goal.ValueString()) == deploy.GoalDryActivate {
+		keyConfsNow = nil
 	}
 	reads := make([]read, len(records))
 	var todo []int // records to read
@@ -77,6 +86,10 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		i := todo[k]
 		sess, err := d.OpenSession(ctx, settings[i])
 		reads[i] = read{sess: sess, err: err, done: true}
+		if keys := nodeKeys(keyConfsNow, records[i].Name.ValueString()); err == nil && len(keys) > 0 {
+			reads[i].keys = keys
+			reads[i].states, reads[i].keysErr = sess.KeyStates(ctx, keys)
+		}
 	})
 	for _, i := range todo[started:] {
 		reads[i] = read{err: fmt.Errorf("interrupted before the host was read"), done: true}
@@ -125,7 +138,7 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 			// the action it recorded stands (a drift job must not see a
 			// change after every deploy).
 			switch {
-			case current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone || actions[name] == actionBootEntry):
+			case current.System != sys && (actions[name] == actionSwitch || actions[name] == actionNone || actions[name] == actionBootEntry || actions[name] == actionKeys):
 				actions[name] = actionDrift // switched by hand since
 			case actions[name] == actionDrift && current.System == sys && current.Succeeded == sys:
 				// Back on the system the last deploy left, which passed its
@@ -169,6 +182,11 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 					settled = true
 				}
 			}
+		}
+		if reads[i].keysErr != nil {
+			resp.Diagnostics.AddWarning("Node "+name+" keys not read", fmt.Sprintf("node %s: %s; its KeysUploaded condition stands", name, reads[i].keysErr))
+		} else if len(reads[i].keys) > 0 {
+			keysRead(&records[i], reads[i].keys, reads[i].states, r.data.clock.Now().UTC())
 		}
 	}
 	m.Status = statusMap(ctx, records, &resp.Diagnostics)
@@ -313,8 +331,15 @@ func settleDeployment(ctx context.Context, m *deploymentModel, records []deployS
 	m.Phase = deploymentPhase(conds)
 }
 
-// Delete forgets the deployment; hosts keep running what they run.
-func (r *deploymentResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {
+// Delete forgets the deployment and removes its keys from the hosts;
+// hosts keep running what they run.
+func (r *deploymentResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var m deploymentModel
+	getDeployment(ctx, req.State.Get, &m, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	r.removeKeys(ctx, &m, &resp.Diagnostics)
 }
 
 // underProbeBound runs f(0) … f(n-1) at once, at most probe_concurrency

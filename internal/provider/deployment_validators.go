@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -131,5 +132,59 @@ func (derivationValidator) ValidateString(_ context.Context, req validator.Strin
 	if v := req.ConfigValue.ValueString(); !strings.HasPrefix(v, "/nix/store/") || !strings.HasSuffix(v, ".drv") {
 		resp.Diagnostics.AddAttributeError(req.Path, "Not a derivation",
 			fmt.Sprintf("%s: %q is not a derivation in the Nix store (/nix/store/...-nixos-system-....drv): give the derivation fleet_nixos_systems reads (systems[name].derivation)", req.Path, v))
+	}
+}
+
+// keyDestinationValidator accepts where a key is written on its host: an
+// absolute path to a file, outside the Nix store (which every user of the
+// host can read).
+type keyDestinationValidator struct{}
+
+func (keyDestinationValidator) Description(context.Context) string {
+	return "an absolute path to a file outside /nix/store"
+}
+func (v keyDestinationValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+func (keyDestinationValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if why := keyDestinationFault(req.ConfigValue.ValueString()); why != "" {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid key destination", fmt.Sprintf("%s: %s", req.Path, why))
+	}
+}
+
+// keyDestinationFault says what is wrong with a key's destination, or "".
+func keyDestinationFault(p string) string {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Sprintf("%q is not an absolute path: give the file's full path on the host, such as /run/keys/db-password", p)
+	case strings.HasSuffix(p, "/") || path.Clean(p) != p:
+		return fmt.Sprintf("%q is not a clean path to a file (write it as %s)", p, path.Clean(p))
+	case p == "/nix/store" || strings.HasPrefix(p, "/nix/store/"):
+		return fmt.Sprintf("%q lies under /nix/store, which every user of the host can read: put keys under /run/keys (gone at a reboot) or /var/lib", p)
+	case strings.ContainsAny(p, "\n\x00"):
+		return "a destination cannot hold a newline"
+	}
+	return ""
+}
+
+// permissionsValidator accepts a file mode in octal ("0400", "640").
+type permissionsValidator struct{}
+
+func (permissionsValidator) Description(context.Context) string {
+	return "a file mode in octal, such as 0400 or 0640"
+}
+func (v permissionsValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+func (permissionsValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if !deploy.ValidMode(req.ConfigValue.ValueString()) {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid permissions",
+			fmt.Sprintf("%s: %q is not a file mode in octal: write it as chmod takes it, such as \"0400\" (the owner reads) or \"0440\" (the owner and the group read)", req.Path, req.ConfigValue.ValueString()))
 	}
 }

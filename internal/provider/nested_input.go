@@ -75,6 +75,11 @@ func (in nestedInput) decodeObject(ctx context.Context, v types.Dynamic, diags *
 	return o
 }
 
+func (in nestedInput) decodeMap(ctx context.Context, v types.Dynamic, diags *diag.Diagnostics) types.Map {
+	m, _ := in.decode(ctx, v, diags).(types.Map)
+	return m
+}
+
 func (in nestedInput) decodeList(ctx context.Context, v types.Dynamic, diags *diag.Diagnostics) types.List {
 	l, _ := in.decode(ctx, v, diags).(types.List)
 	return l

@@ -89,6 +89,18 @@ var (
 		"ssh_opts":         sshOptsAttribute("Bare OpenSSH options `Key=Value`; replaces the defaults' list."),
 		"use_sudo":         schema.BoolAttribute{Optional: true, MarkdownDescription: useSudoDescription},
 	}}}, hints: sshOptHints}
+	deployKeysInput = nestedInput{name: "keys", decl: schema.MapNestedAttribute{NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+		"destination": optionalString("Where the key is written on the host: an absolute path outside `/nix/store`. Default `/run/keys/<name>` (a tmpfs on NixOS: gone at a reboot; the next refresh sees it missing and the next apply puts it back). "+
+			"A missing directory is created, mode 0755.", keyDestinationValidator{}),
+		"user":        optionalString("The key file's owner on the host. Default `root`. A user the host lacks fails the node before it activates, naming it."),
+		"group":       optionalString("The key file's group on the host. Default `root`."),
+		"permissions": optionalString("The key file's mode, in octal. Default `0400`.", permissionsValidator{}),
+		"upload": optionalString("When the key is put in place: `before-activation` (default: a unit the switch starts can read it) or `after-verdict` (only once the new system passed its verdict).",
+			stringvalidator.OneOf(string(deploy.UploadBeforeActivation), string(deploy.UploadAfterVerdict))),
+		"nodes": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "The nodes whose hosts get the key. Default: every node. A name not in `nodes` is refused.",
+			Validators: []validator.List{listvalidator.UniqueValues()}},
+		"restart_units": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units restarted after a change of this key alone (no new system): `[\"postgresql.service\"]`. A switch restarts what its activation restarts."},
+	}}}}
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),
 		"private_key_file": optionalString(keyFileDescription),
@@ -195,6 +207,12 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 					"and `terraform apply -var 'only_nodes=[\"web1\"]'`. Default `null`: every node. A name not in `nodes` is refused. " +
 					"Write-only (Terraform 1.11, OpenTofu 1.11 or later): an instruction for one run, never kept in state or in a saved plan, so that a plan without it after an apply that used it shows no change on a fleet with nothing left to deploy.",
 				Validators: []validator.List{listvalidator.UniqueValues(), listvalidator.ValueStringsAre(stringvalidator.LengthAtLeast(1))}},
+			"keys": input(deployKeysInput, false, "Secret files put on the nodes' hosts, by name (`/` is refused in a name), as colmena's `deployment.keys`: each written atomically with its owner, group and mode, from `key_contents_wo`. "+
+				"Neither the content nor a digest of it is kept in state or a plan: a plan asks each host for its key files' digest, owner, group and mode, and plans the action `keys` for a node whose host lacks a key, holds another content or owner or mode, or holds a key no longer configured (removed). "+
+				"A node that switches gets its keys in the same deploy, before the activation or after the verdict as `upload` says. Destroying the deployment removes its keys from the hosts."),
+			"key_contents_wo": schema.MapAttribute{Optional: true, Sensitive: true, WriteOnly: true, ElementType: types.StringType,
+				MarkdownDescription: "The keys' contents, by the names in `keys`: one for each key, and none other. Write-only (Terraform 1.11, OpenTofu 1.11 or later): never in state or a saved plan; it may come from an ephemeral resource or an ephemeral variable. " +
+					"It reaches each host over the SSH session's standard input, never a command line."},
 			"activation_timeout": optionalString("How long an activation may take, as a Go duration of at least 1s. Default `5m`.", durationValidator{least: time.Second}),
 			"lock_timeout":       optionalString("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder.", durationValidator{}),
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
@@ -283,7 +301,12 @@ func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.Va
 		return
 	}
 	nodes := r.nodes(ctx, &m, &resp.Diagnostics)
-	checkNodes(nodes, &resp.Diagnostics)
+	seen := checkNodes(nodes, &resp.Diagnostics)
+	allNames := true
+	for _, n := range nodes {
+		allNames = allNames && !n.Name.IsUnknown()
+	}
+	checkKeys(ctx, &m, req.Config, seen, allNames, &resp.Diagnostics)
 	if !resp.Diagnostics.HasError() {
 		// Terraform validates the configuration again just before it
 		// plans: the logins of this run's refresh that the plan will not
@@ -336,7 +359,7 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 		}
 		m := deploymentModel{deploymentState: old.deploymentState, deploymentStatus: old.deploymentStatus,
 			DefaultsInput: old.DefaultsInput, NodesInput: old.NodesInput, VerdictInput: old.VerdictInput, PlanDryActivate: old.PlanDryActivate,
-			OnlyNodes: types.ListNull(types.StringType)}
+			OnlyNodes: types.ListNull(types.StringType), KeysInput: types.DynamicNull(), KeyContents: types.MapNull(types.StringType)}
 		m.Status = keyedStatus(recordsWithGeneration(old.Status, &resp.Diagnostics), &resp.Diagnostics)
 		resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	}
@@ -347,6 +370,7 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 			return
 		}
 		m.OnlyNodes = types.ListNull(types.StringType)
+		m.KeyContents = types.MapNull(types.StringType)
 		m.Status = withBootSystem(m.Status, &resp.Diagnostics)
 		resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	}
@@ -372,7 +396,7 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 			}
 			m := deploymentModel{deploymentState: old.deploymentState, deploymentStatus: old.deploymentStatus,
 				DefaultsInput: writtenValue(old.Defaults), NodesInput: writtenValue(old.Nodes), VerdictInput: writtenValue(verdict),
-				OnlyNodes: types.ListNull(types.StringType)}
+				OnlyNodes: types.ListNull(types.StringType), KeysInput: types.DynamicNull(), KeyContents: types.MapNull(types.StringType)}
 			m.Status = keyedStatus(recordsWithGeneration(old.Status, &resp.Diagnostics), &resp.Diagnostics)
 			m.decode(ctx, &diag.Diagnostics{})
 			completeStatus(ctx, &m, &resp.Diagnostics)

@@ -1,0 +1,466 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+)
+
+// actionKeys: in a plan and in state, the node's system stands and its
+// keys are put in place (or removed) alone, then the units of the keys
+// that changed are restarted.
+const actionKeys = "keys"
+
+type deployKeyModel struct {
+	Destination  types.String `tfsdk:"destination"`
+	User         types.String `tfsdk:"user"`
+	Group        types.String `tfsdk:"group"`
+	Permissions  types.String `tfsdk:"permissions"`
+	Upload       types.String `tfsdk:"upload"`
+	Nodes        types.List   `tfsdk:"nodes"`
+	RestartUnits types.List   `tfsdk:"restart_units"`
+}
+
+// keyConf is a configured key and the nodes that get it (nil: every
+// node).
+type keyConf struct {
+	deploy.Key
+	nodes map[string]bool
+}
+
+// keyConfs are m's keys, by name, with their contents where contents
+// holds them (nil contents: not known here, as in state). known is false
+// while a part that decides which node gets which key is not known.
+func keyConfs(ctx context.Context, m *deploymentModel, contents map[string]types.String) (confs []keyConf, known bool) {
+	if m == nil || m.Keys.IsNull() {
+		return nil, true
+	}
+	if !fullyKnown(m.Keys) {
+		return nil, false
+	}
+	var byName map[string]deployKeyModel
+	var diags diag.Diagnostics
+	diags.Append(m.Keys.ElementsAs(ctx, &byName, false)...)
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		k := byName[name]
+		c := keyConf{Key: deploy.Key{Name: name, Path: orStr(k.Destination.ValueString(), "/run/keys/"+name), User: orStr(k.User.ValueString(), "root"),
+			Group: orStr(k.Group.ValueString(), "root"), Mode: orStr(k.Permissions.ValueString(), "0400"),
+			Upload: deploy.KeyUpload(orStr(k.Upload.ValueString(), string(deploy.UploadBeforeActivation)))}}
+		if !k.RestartUnits.IsNull() {
+			c.RestartUnits = stringsOf(ctx, k.RestartUnits, &diags)
+		}
+		if !k.Nodes.IsNull() {
+			c.nodes, _ = stringSet(ctx, k.Nodes, &diags)
+		}
+		if v, ok := contents[name]; ok && !v.IsUnknown() && !v.IsNull() {
+			c.Content, c.ContentKnown = []byte(v.ValueString()), true
+		}
+		confs = append(confs, c)
+	}
+	return confs, true
+}
+
+// nodeKeys are the keys of confs node name gets, by name.
+func nodeKeys(confs []keyConf, name string) []deploy.Key {
+	var out []deploy.Key
+	for _, c := range confs {
+		if c.nodes == nil || c.nodes[name] {
+			out = append(out, c.Key)
+		}
+	}
+	return out
+}
+
+// keyContents are the keys' contents in the configuration, where a
+// write-only attribute's value is; nil when none are set.
+func keyContents(ctx context.Context, config tfsdk.Config, diags *diag.Diagnostics) map[string]types.String {
+	var v types.Map
+	diags.Append(config.GetAttribute(ctx, path.Root("key_contents_wo"), &v)...)
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	out := map[string]types.String{}
+	for name, e := range v.Elements() {
+		if s, ok := e.(types.String); ok {
+			out[name] = s
+		}
+	}
+	return out
+}
+
+// checkKeys refuses what the keys show wrong before any host is asked: a
+// name that cannot be a file's, a node a key names that nodes lacks (seen
+// holds the names known, nodesKnown whether they all are), a content for
+// a key not configured, a key with none, two keys at one destination.
+func checkKeys(ctx context.Context, m *deploymentModel, config tfsdk.Config, seen map[string]bool, nodesKnown bool, diags *diag.Diagnostics) {
+	if m.Keys.IsUnknown() {
+		return
+	}
+	var byName map[string]deployKeyModel
+	if !m.Keys.IsNull() {
+		diags.Append(m.Keys.ElementsAs(ctx, &byName, false)...)
+	}
+	at := func(name string) path.Path { return path.Root("keys").AtMapKey(name) }
+	dests := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		k := byName[name]
+		switch {
+		case name == "" || name == "." || name == "..":
+			diags.AddAttributeError(at(name), "Invalid key name", fmt.Sprintf("keys[%q]: a key's name names its file (/run/keys/<name> by default): give it a name such as db-password", name))
+		case strings.ContainsAny(name, "/\n\x00"):
+			diags.AddAttributeError(at(name), "Invalid key name", fmt.Sprintf("keys[%q]: a key's name cannot hold a slash: set destination for a path of its own, and name the key without one", name))
+		}
+		if dest := orStr(k.Destination.ValueString(), "/run/keys/"+name); !k.Destination.IsUnknown() {
+			if other, ok := dests[dest]; ok {
+				diags.AddAttributeError(at(name), "Two keys at one destination", fmt.Sprintf("keys[%q] and keys[%q] are both written to %s: give one a destination of its own", other, name, dest))
+			}
+			dests[dest] = name
+		}
+		if nodesKnown && fullyKnown(k.Nodes) && !k.Nodes.IsNull() {
+			var ignored diag.Diagnostics
+			for _, n := range stringsOf(ctx, k.Nodes, &ignored) {
+				if !seen[n] {
+					diags.AddAttributeError(at(name).AtName("nodes"), "Unknown node in a key's nodes",
+						fmt.Sprintf("keys[%q].nodes names %q, which is not in nodes (%s): correct the name, or leave nodes unset to give the key to every node", name, n, list(slices.Sorted(maps.Keys(seen)))))
+				}
+			}
+		}
+	}
+	var contents types.Map
+	diags.Append(config.GetAttribute(ctx, path.Root("key_contents_wo"), &contents)...)
+	if contents.IsUnknown() || m.Keys.IsNull() && contents.IsNull() {
+		return
+	}
+	given := contents.Elements()
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		if _, ok := given[name]; !ok {
+			diags.AddAttributeError(path.Root("key_contents_wo"), "Key without content",
+				fmt.Sprintf("keys[%q] has no content: key_contents_wo needs an entry %q (key_contents_wo = { %q = var.%s }, or an ephemeral resource's value)", name, name, name, strings.ReplaceAll(name, "-", "_")))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(given)) {
+		if _, ok := byName[name]; !ok {
+			keys := "keys is empty"
+			if len(byName) > 0 {
+				keys = "keys has " + list(slices.Sorted(maps.Keys(byName)))
+			}
+			diags.AddAttributeError(path.Root("key_contents_wo"), "Content for no key",
+				fmt.Sprintf("key_contents_wo has a content for %q, which keys does not name (%s): add keys[%q] (where and whose the file is), or correct the name", name, keys, name))
+		}
+	}
+}
+
+// keyNeeds is why a node's keys need the apply, as the plan decides it:
+// from the configuration, from state (its KeysUploaded condition, which
+// the refresh sets False for a key missing or owned otherwise on the
+// host) and from the plan's look at the host (a key holding another
+// content there). Empty: its keys are in place.
+type keyNeeds struct {
+	whys    []string // "db-password: missing on the host"
+	removed []string // destinations of keys the node no longer has
+}
+
+func (k keyNeeds) needed() bool { return len(k.whys) > 0 || len(k.removed) > 0 }
+
+// keysOfNode compares a node's keys now (want) with those state has
+// (had) and its KeysUploaded condition; look holds what the plan's look
+// at the host found wrong with a key, by name.
+func keysOfNode(want, had []deploy.Key, conds []conditions.Condition, look map[string]string) keyNeeds {
+	var k keyNeeds
+	before := map[string]deploy.Key{}
+	for _, h := range had {
+		before[h.Name] = h
+	}
+	for _, w := range want {
+		h, ok := before[w.Name]
+		switch {
+		case !ok:
+			k.whys = append(k.whys, w.Name+": new")
+		case h.Path != w.Path || h.User != w.User || h.Group != w.Group || h.Mode != w.Mode:
+			k.whys = append(k.whys, w.Name+": its destination, owner or mode changed")
+		case look[w.Name] != "":
+			k.whys = append(k.whys, w.Name+": "+look[w.Name])
+		case !w.ContentKnown:
+			k.whys = append(k.whys, w.Name+": its content is not known until the apply, which compares it with the host's and uploads it only where they differ")
+		}
+	}
+	if c, ok := conditions.Find(conds, string(deploy.CondKeys)); ok && c.Status != conditions.True && len(want) > 0 && len(k.whys) == 0 {
+		k.whys = append(k.whys, c.Message)
+	}
+	for _, h := range had {
+		if !slices.ContainsFunc(want, func(w deploy.Key) bool { return w.Path == h.Path }) {
+			k.removed = append(k.removed, h.Path)
+		}
+	}
+	return k
+}
+
+// anotherContent is what deploy.Key.Why says of a key file in place but
+// for its content.
+const anotherContent = "another content on the host"
+
+// keyLook asks each node's host, over the login this run's refresh kept
+// for the plan, about the files of its keys whose content is known here,
+// and returns, by node and key name, the keys whose file there is in
+// place but holds another content (the content is compared by digest,
+// computed on the host, in memory here). A key missing or owned otherwise
+// is the refresh's to find (state's KeysUploaded condition), so that the
+// apply's own plan, which no refresh precedes, decides it alike. A node
+// the refresh did not read (-refresh=false, the apply's own plan) is asked
+// over a login of its own.
+func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
+	readNow map[string]deploy.Settings, held map[string]heldNode, confs []keyConf) map[string]map[string]string {
+	if len(confs) == 0 || !fullyKnown(m.Defaults) {
+		return nil
+	}
+	var nd diag.Diagnostics
+	defaults := r.defaults(ctx, m, &nd)
+	type job struct {
+		name     string
+		settings deploy.Settings
+		sess     *deploy.Session // the refresh's login; nil: log in now
+		keys     []deploy.Key
+		out      map[string]string
+	}
+	var jobs []*job
+	for _, n := range nodes {
+		if !fullyKnownNode(n) {
+			continue
+		}
+		name := n.Name.ValueString()
+		var keys []deploy.Key
+		for _, k := range nodeKeys(confs, name) {
+			if k.ContentKnown {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		j := &job{name: name, keys: keys, settings: r.settings(ctx, defaults, n, priors[name], &nd)}
+		h, ok := held[name]
+		if read, readOK := readNow[name]; ok && readOK && h.sess != nil && reflect.DeepEqual(read, j.settings) && reflect.DeepEqual(h.settings, j.settings) {
+			j.sess = h.sess
+		}
+		jobs = append(jobs, j)
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	d, cleanup, err := r.deployer(ctx, m)
+	if err != nil {
+		return nil
+	}
+	defer cleanup()
+	r.underProbeBound(ctx, len(jobs), func(i int) {
+		j := jobs[i]
+		lctx, cancel := context.WithTimeout(ctx, previewTimeout)
+		defer cancel()
+		var states []deploy.KeyState
+		var err error
+		if j.sess != nil {
+			states, err = j.sess.KeyStates(lctx, j.keys)
+		} else {
+			// Not read by this run's refresh (-refresh=false, or the
+			// apply's own plan): asked over a login of its own.
+			states, err = d.KeyStatesOf(lctx, j.settings, j.keys)
+		}
+		if err != nil {
+			tflog.Debug(ctx, "a node's key files could not be read", map[string]any{"node": j.name, "error": err.Error()})
+			return
+		}
+		for i, k := range j.keys {
+			if k.Why(states[i]) == anotherContent {
+				if j.out == nil {
+					j.out = map[string]string{}
+				}
+				j.out[k.Name] = anotherContent
+			}
+		}
+	})
+	out := map[string]map[string]string{}
+	for _, j := range jobs {
+		if j.out != nil {
+			out[j.name] = j.out
+		}
+	}
+	return out
+}
+
+// warnKeys says, once for each key and why, which nodes' hosts the apply
+// puts it on, and which keys it removes from which hosts.
+func warnKeys(needs map[string]keyNeeds, order []string, diags *diag.Diagnostics) {
+	byWhy := map[string][]string{}
+	var whys []string
+	removed := map[string][]string{}
+	var paths []string
+	for _, name := range order {
+		for _, why := range needs[name].whys {
+			if byWhy[why] == nil {
+				whys = append(whys, why)
+			}
+			byWhy[why] = append(byWhy[why], name)
+		}
+		for _, p := range needs[name].removed {
+			if removed[p] == nil {
+				paths = append(paths, p)
+			}
+			removed[p] = append(removed[p], name)
+		}
+	}
+	for _, why := range whys {
+		key, reason, _ := strings.Cut(why, ": ")
+		names := byWhy[why]
+		title := "Key " + key + " will be put on " + nodesPhrase(names)
+		if strings.HasPrefix(why, "key ") {
+			// The refresh's word (the KeysUploaded condition's message).
+			title, reason = "Keys will be put back on "+nodesPhrase(names), why
+		}
+		diags.AddAttributeWarning(path.Root("keys"), title, fmt.Sprintf("%s: %s.", strings.Join(names, ", "), strings.TrimRight(reason, ".")))
+	}
+	for _, p := range paths {
+		names := removed[p]
+		diags.AddAttributeWarning(path.Root("keys"), "Key "+p+" will be removed from "+nodesPhrase(names),
+			fmt.Sprintf("No key of the configuration is written to %s on %s any more: the apply removes the file from the host.", p, strings.Join(names, ", ")))
+	}
+}
+
+// nodesPhrase names nodes for a title: "node db1", "3 nodes".
+func nodesPhrase(names []string) string {
+	if len(names) == 1 {
+		return "node " + names[0]
+	}
+	return fmt.Sprintf("%d nodes", len(names))
+}
+
+// keyChanges are what a plan found of the keys: configured now (keys),
+// in state (prior), and what each node's need (needs).
+type keyChanges struct {
+	keys, prior []keyConf
+	needs       map[string]keyNeeds
+}
+
+// planned are the conditions a node's success records, with its
+// KeysUploaded as the apply sets it: True when the node has keys and the
+// deploy puts them in place (goal dry-activate puts none), gone when it
+// has none and the deploy removed its last ones, else as they were.
+func (kc keyChanges) planned(ctx context.Context, conds types.List, name, action string, goal deploy.Goal, generation types.Int64) types.List {
+	if conds.IsUnknown() || generation.IsUnknown() || goal == deploy.GoalDryActivate || action == actionSkip {
+		return conds
+	}
+	want, had := nodeKeys(kc.keys, name), nodeKeys(kc.prior, name)
+	if len(want) == 0 && len(had) == 0 {
+		return conds
+	}
+	cs, d := nodeConditionsFrom(ctx, conds, generation)
+	if d.HasError() {
+		return types.ListUnknown(nodeConditionObjectType)
+	}
+	cs, err := deploy.KeysCondition(cs, name, len(want) > 0, &deploy.Outcome{Passed: true, Reason: "Uploaded", Message: deploy.KeysInPlace}, generation.ValueInt64(), time.Time{})
+	if err != nil {
+		return types.ListUnknown(nodeConditionObjectType)
+	}
+	return nodeConditionsValue(cs, true)
+}
+
+// reasonKeysNotInPlace is the reason of a KeysUploaded condition a
+// refresh set False: a key missing, or owned otherwise, on the host.
+const reasonKeysNotInPlace = "NotInPlace"
+
+// keysRead records what a refresh found at a node's key destinations
+// (keys as state has them: their contents are not known here, so only
+// whether each is there, whose and of which mode): KeysUploaded False
+// when one is not in place, naming it and why (the next plan puts it
+// back: action keys), and True again once every key is, after a refresh
+// had found one was not. Unchanged otherwise, so that a refresh of a
+// fleet with its keys in place writes nothing.
+func keysRead(rec *deployStatusModel, keys []deploy.Key, states []deploy.KeyState, now time.Time) {
+	var whys []string
+	for i, k := range keys {
+		if why := k.Why(states[i]); why != "" {
+			whys = append(whys, fmt.Sprintf("key %s: %s", k.Name, why))
+		}
+	}
+	base, d := nodeConditionsFrom(context.Background(), rec.Conditions, rec.ObservedGeneration)
+	if d.HasError() {
+		return
+	}
+	c, had := conditions.Find(base, string(deploy.CondKeys))
+	var o *deploy.Outcome
+	switch {
+	case len(whys) > 0:
+		// The plan says it (warnKeys), with what the apply does.
+		o = &deploy.Outcome{Reason: reasonKeysNotInPlace, Message: strings.Join(whys, "; ")}
+	case had && c.Status == conditions.False && c.Reason == reasonKeysNotInPlace:
+		o = &deploy.Outcome{Passed: true, Reason: "Uploaded", Message: deploy.KeysInPlace}
+	default:
+		return
+	}
+	if had && c.Status == conditions.False && c.Message == o.Message {
+		return // read the same again: nothing new
+	}
+	conds, err := deploy.KeysCondition(base, rec.Name.ValueString(), true, o, rec.ObservedGeneration.ValueInt64(), now)
+	if err != nil {
+		return
+	}
+	rec.Conditions = nodeConditionsValue(conds, false)
+}
+
+// removeKeys removes a destroyed deployment's keys from its hosts, each
+// under its host's deploy lock. A host where that fails is warned about,
+// naming the files left: the deployment is gone all the same.
+func (r *deploymentResource) removeKeys(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) {
+	confs, _ := keyConfs(ctx, m, nil)
+	if len(confs) == 0 || r.data == nil {
+		return
+	}
+	defaults := r.defaults(ctx, m, diags)
+	priors := priorNodes(ctx, m, diags)
+	var targets []deploy.Target
+	for _, n := range r.nodes(ctx, m, diags) {
+		name := n.Name.ValueString()
+		var paths []string
+		for _, k := range nodeKeys(confs, name) {
+			paths = append(paths, k.Path)
+		}
+		if len(paths) == 0 {
+			continue
+		}
+		targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, priors[name], diags), KeysOnly: true, RemovedKeys: paths})
+	}
+	if len(targets) == 0 {
+		return
+	}
+	ctx, stop := r.applyContext(ctx, "delete", 10*time.Minute)
+	defer stop()
+	left := func(t deploy.Target, why string) {
+		diags.AddWarning("Node "+t.Name+" keys not removed",
+			fmt.Sprintf("node %s: %s, so its keys stay on the host (%s): remove them by hand (rm -f), as the deployment that put them there is gone.", t.Name, strings.TrimRight(why, "."), strings.Join(t.RemovedKeys, ", ")))
+	}
+	d, cleanup, err := r.deployer(ctx, m)
+	if err != nil {
+		for _, t := range targets {
+			left(t, "the deployment could not reach it: "+err.Error())
+		}
+		return
+	}
+	defer cleanup()
+	for i, res := range d.Deploy(ctx, targets, nil) {
+		if res.Failed() || res.Phase != deploy.PhaseSucceeded {
+			left(targets[i], res.Message)
+		}
+	}
+}

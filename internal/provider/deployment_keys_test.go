@@ -1,0 +1,264 @@
+package provider_test
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// secretValue is a secret no other test or file holds.
+func secretValue(t *testing.T) string {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "s3cr3t-" + hex.EncodeToString(b)
+}
+
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// keysConfig is deploymentConfig with keys: db-password (read at
+// activation, owned by nobody:nogroup, 0440, restarting postgresql.service
+// when it changes alone) on every node, from an ephemeral variable, and
+// api-token (after the verdict) on n1 and n2, unless extra says otherwise.
+func keysConfig(tgs []*nixtest.Target, systems []string, keys, contents string) string {
+	return `
+variable "db_password" {
+  type      = string
+  sensitive = true
+  ephemeral = true
+}
+variable "api_token" {
+  type      = string
+  sensitive = true
+  ephemeral = true
+}
+` + deploymentConfig(tgs, systems, "  keys = {\n"+keys+"  }\n  key_contents_wo = {\n"+contents+"  }\n")
+}
+
+const (
+	dbKey       = `    "db-password" = { user = "nobody", group = "nogroup", permissions = "0440", restart_units = ["postgresql.service"] }` + "\n"
+	apiKey      = `    "api-token"   = { upload = "after-verdict", nodes = ["n1", "n2"] }` + "\n"
+	dbContent   = `    "db-password" = var.db_password` + "\n"
+	apiContent  = `    "api-token"   = var.api_token` + "\n"
+	dbKeyPath   = "/run/keys/db-password"
+	apiKeyPath  = "/run/keys/api-token"
+	restartUnit = "postgresql.service"
+)
+
+// keyFile is the content, owner and mode of a target's key file; ok false
+// when it is missing.
+func keyFile(t *testing.T, tg *nixtest.Target, path string) (content, owner string, mode os.FileMode, ok bool) {
+	t.Helper()
+	b, err := os.ReadFile(tg.Path(path))
+	if os.IsNotExist(err) {
+		return "", "", 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(tg.Path(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return string(b), fmt.Sprintf("%d:%d", st.Uid, st.Gid), fi.Mode().Perm(), true
+}
+
+// sampleArgs reads every process's argument list until stop is closed,
+// and says whether any held secret.
+func sampleArgs(secret string) (stop func() (seen bool, samples int)) {
+	done := make(chan struct{})
+	var found atomic.Bool
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range procs {
+				if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), secret) {
+					found.Store(true)
+				}
+			}
+			n.Add(1)
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	return func() (bool, int) {
+		close(done)
+		wg.Wait()
+		return found.Load(), int(n.Load())
+	}
+}
+
+// Keys through both CLIs (issue 38), on 6 NixOS-like hosts switched to a
+// new system: a before-activation key is in place, as configured, when
+// the activation begins; an after-verdict key only after it, on its nodes
+// alone; a converged fleet plans nothing; a key deleted on one host (as a
+// reboot does) plans that host's keys alone, and the apply puts it back
+// and restarts its unit without a switch; a rotated content plans every
+// node that holds the key and nothing else; a key removed from the
+// configuration is removed from its hosts; destroying the deployment
+// removes the rest. The secrets are found in no state, saved plan, TRACE
+// log, output or process argument list.
+func TestDeploymentKeysReachTheHosts(t *testing.T) {
+	t.Parallel()
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			var tgs []*nixtest.Target
+			var systems []string
+			for range 6 {
+				tg := nixtest.NewTarget(t)
+				tg.Boot(t, old)
+				tgs = append(tgs, tg)
+				systems = append(systems, sys)
+			}
+			db, api := secretValue(t), secretValue(t)
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.Setenv("TF_VAR_db_password", db)
+			s.Setenv("TF_VAR_api_token", api)
+			logPath := filepath.Join(t.TempDir(), "trace.log")
+			s.Setenv("TF_LOG", "TRACE")
+			s.Setenv("TF_LOG_PATH", logPath)
+			s.WriteConfig(keysConfig(tgs, systems, dbKey+apiKey, dbContent+apiContent))
+			var outputs strings.Builder
+			run := func(args ...string) string {
+				t.Helper()
+				out, errOut := s.Run(args...)
+				outputs.WriteString(out + errOut)
+				return out + errOut
+			}
+			planFile := filepath.Join(s.Dir, "keys.tfplan")
+			run("plan", "-input=false", "-out="+planFile)
+			stop := sampleArgs(db)
+			run("apply", "-input=false", planFile)
+			if seen, samples := stop(); seen || samples < 3 {
+				t.Errorf("the secret was in a process's argument list during the apply: %v (%d samples)", seen, samples)
+			}
+			for i, tg := range tgs {
+				name := fmt.Sprintf("n%d", i+1)
+				if tg.CurrentSystem() != sys {
+					t.Fatalf("%s runs %s, want %s", name, tg.CurrentSystem(), sys)
+				}
+				content, owner, mode, ok := keyFile(t, tg, dbKeyPath)
+				if !ok || content != db || owner != "65534:65534" || mode != 0o440 {
+					t.Errorf("%s: %s ok=%v owner %s mode %o (content right: %v), want nobody:nogroup (65534) 0440", name, dbKeyPath, ok, owner, mode, content == db)
+				}
+				seen := strings.Join(tg.KeysSeen(), "\n")
+				if !strings.Contains(seen, dbKeyPath+" "+digest(db)) {
+					t.Errorf("%s: the activation did not find db-password in place as it began: %q", name, seen)
+				}
+				if strings.Contains(seen, apiKeyPath) {
+					t.Errorf("%s: the activation found the after-verdict key already: %q", name, seen)
+				}
+				content, _, mode, ok = keyFile(t, tg, apiKeyPath)
+				if wantAPI := i < 2; ok != wantAPI || ok && (content != api || mode != 0o400) {
+					t.Errorf("%s: %s present %v (want %v), mode %o", name, apiKeyPath, ok, wantAPI, mode)
+				}
+				rec := nodeRecordOf(t, s.Values("fleet_ssh_deployment.prod"), name)
+				if c := conditionOf(rec, "KeysUploaded"); c == nil || c["status"] != "True" {
+					t.Errorf("%s: KeysUploaded %v, want True", name, c)
+				}
+			}
+			s.WantNoChanges()
+
+			// A reboot empties /run/keys: here one host's key goes.
+			calls := len(tgs[1].Calls())
+			if err := os.Remove(tgs[1].Path(dbKeyPath)); err != nil {
+				t.Fatal(err)
+			}
+			plan := run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, `"n2" = "switch" -> "keys"`) || strings.Count(plan, `-> "keys"`) != 2 {
+				t.Errorf("the plan after n2 lost its key does not plan n2's keys alone:\n%s", plan)
+			}
+			if !strings.Contains(plan, "db-password: missing on the host") {
+				t.Errorf("the plan does not say why:\n%s", plan)
+			}
+			run("apply", "-auto-approve", "-input=false")
+			if content, _, _, ok := keyFile(t, tgs[1], dbKeyPath); !ok || content != db {
+				t.Errorf("n2's key not put back")
+			}
+			if got := tgs[1].Calls()[calls:]; len(got) != 0 {
+				t.Errorf("n2 was switched again for its key: %q", got)
+			}
+			if got := tgs[1].Restarts(); len(got) != 1 || got[0] != restartUnit {
+				t.Errorf("n2 restarted %q, want %s once", got, restartUnit)
+			}
+			s.WantNoChanges()
+
+			// A rotated content: every node that holds the key, nothing
+			// else.
+			db2 := secretValue(t)
+			s.Setenv("TF_VAR_db_password", db2)
+			plan = run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, "n1, n2, n3, n4, n5, n6: another content on the host") || strings.Contains(plan, "will switch") {
+				t.Errorf("a rotated key does not plan the keys of every node alone:\n%s", plan)
+			}
+			run("apply", "-auto-approve", "-input=false")
+			for i, tg := range tgs {
+				if content, _, _, _ := keyFile(t, tg, dbKeyPath); content != db2 {
+					t.Errorf("n%d: the rotated key is not on the host", i+1)
+				}
+			}
+			s.WantNoChanges()
+
+			// A key removed from the configuration goes from its hosts.
+			s.WriteConfig(keysConfig(tgs, systems, dbKey, dbContent))
+			plan = run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, "Key "+apiKeyPath+" will be removed from 2 nodes") || !strings.Contains(plan, `~ "n2" = {`) || strings.Contains(plan, `~ "n3" = {`) {
+				t.Errorf("the plan does not remove api-token from n1 and n2:\n%s", plan)
+			}
+			run("apply", "-auto-approve", "-input=false")
+			for i, tg := range tgs[:2] {
+				if _, _, _, ok := keyFile(t, tg, apiKeyPath); ok {
+					t.Errorf("n%d still has %s", i+1, apiKeyPath)
+				}
+			}
+			s.WantNoChanges()
+
+			state := string(s.State())
+			run("destroy", "-auto-approve", "-input=false")
+			for i, tg := range tgs {
+				if _, _, _, ok := keyFile(t, tg, dbKeyPath); ok {
+					t.Errorf("n%d keeps %s after the destroy", i+1, dbKeyPath)
+				}
+			}
+			plans, _ := os.ReadFile(planFile)
+			trace, _ := os.ReadFile(logPath)
+			if len(trace) < 1000 {
+				t.Fatalf("the TRACE log is %d bytes: not a log to search", len(trace))
+			}
+			for what, text := range map[string]string{"the state": state, "the saved plan": string(plans), "the TRACE log": string(trace), "the CLI's output": outputs.String()} {
+				for _, secret := range []string{db, db2, api, digest(db), digest(db2)} {
+					if strings.Contains(text, secret) {
+						t.Errorf("%s holds a secret or its digest", what)
+					}
+				}
+			}
+		})
+	}
+}
