@@ -262,7 +262,14 @@ func (nr *nodeRun) putKeys(ctx context.Context, action string, keys []Key, remov
 	}
 	if _, why, ok := strings.Cut(out, agreement.KeyFailed); ok {
 		why, _, _ = strings.Cut(why, "\n")
-		return fail(exit, "KeyUploadFailed", "key "+strings.TrimSpace(why), "fix the host (or the key's destination, user or group), then apply again: the next apply puts the keys in place")
+		path, reason, _ := strings.Cut(strings.TrimSpace(why), ": ")
+		what := "key at " + path
+		for _, k := range writes {
+			if k.Path == path {
+				what = k.String()
+			}
+		}
+		return fail(exit, "KeyUploadFailed", what+": "+reason, "fix the host (or the key's destination, user or group), then apply again: the next apply puts the keys in place")
 	}
 	return fail(exit, "KeyUploadFailed", "the keys could not be put on the host: "+msg, "")
 }
@@ -280,7 +287,12 @@ var keysStep = &step{
 		if err := nr.holdsLock(); err != nil {
 			return err
 		}
-		if err := nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), nr.n.RemovedKeys); err != nil {
+		err := nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), nr.n.RemovedKeys)
+		var f *failure
+		if errors.As(err, &f) && !nr.keysOnly {
+			f.message += "; the new system was not activated: the host runs " + orNone(nr.r.PreviousSystem)
+		}
+		if err != nil {
 			return err
 		}
 		if nr.keysOnly || len(nr.keysFor(UploadAfterVerdict)) == 0 {

@@ -171,6 +171,10 @@ func checkKeys(ctx context.Context, m *deploymentModel, config tfsdk.Config, see
 type keyNeeds struct {
 	whys    []string // "db-password: missing on the host"
 	removed []string // destinations of keys the node no longer has
+	// unknown are keys whose content is not known at plan: the apply's
+	// own plan, which knows it, decides (the action is unknown until
+	// then, unless something else decides it).
+	unknown []string
 }
 
 func (k keyNeeds) needed() bool { return len(k.whys) > 0 || len(k.removed) > 0 }
@@ -194,7 +198,7 @@ func keysOfNode(want, had []deploy.Key, conds []conditions.Condition, look map[s
 		case look[w.Name] != "":
 			k.whys = append(k.whys, w.Name+": "+look[w.Name])
 		case !w.ContentKnown:
-			k.whys = append(k.whys, w.Name+": its content is not known until the apply, which compares it with the host's and uploads it only where they differ")
+			k.unknown = append(k.unknown, w.Name)
 		}
 	}
 	if c, ok := conditions.Find(conds, string(deploy.CondKeys)); ok && c.Status != conditions.True && len(want) > 0 && len(k.whys) == 0 {
@@ -463,4 +467,26 @@ func (r *deploymentResource) removeKeys(ctx context.Context, m *deploymentModel,
 			left(targets[i], res.Message)
 		}
 	}
+}
+
+// warnKeysDestroyed says which keys destroying a deployment removes from
+// which hosts.
+func warnKeysDestroyed(confs []keyConf, nodes []deployNodeModel, diags *diag.Diagnostics) {
+	var lines []string
+	for _, c := range confs {
+		var names []string
+		for _, n := range nodes {
+			if c.nodes == nil || c.nodes[n.Name.ValueString()] {
+				names = append(names, n.Name.ValueString())
+			}
+		}
+		if len(names) > 0 {
+			lines = append(lines, fmt.Sprintf("%s (%s) from %s", c.Name, c.Path, strings.Join(names, ", ")))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	diags.AddAttributeWarning(path.Root("keys"), "Deployment destroyed: its keys will be removed from the hosts",
+		"Destroying the deployment removes the keys it put on its hosts, each under its host's deploy lock; a host that cannot be reached keeps its keys, and the destroy warns naming them:\n  "+strings.Join(lines, "\n  "))
 }

@@ -3,9 +3,11 @@ package provider_test
 import (
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -259,6 +261,117 @@ func TestDeploymentKeysReachTheHosts(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// A key that cannot be put in place fails its node alone, before the
+// node activates, naming the path and why (a user the host lacks, a
+// directory that cannot be written); the other nodes switch. Through both
+// CLIs.
+func TestDeploymentKeyThatCannotBeWrittenFailsItsNodeBeforeActivation(t *testing.T) {
+	t.Parallel()
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := []*nixtest.Target{nixtest.NewTarget(t), nixtest.NewTarget(t), nixtest.NewTarget(t)}
+			for _, tg := range tgs {
+				tg.Boot(t, old)
+			}
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(deploymentConfig(tgs, []string{sys, sys, sys}, `  keys = {
+    "db"    = {}
+    "odd"   = { user = "no-such-user-fleet", nodes = ["n2"] }
+    "proc"  = { destination = "/proc/fleet-keys/proc", nodes = ["n3"] }
+  }
+  key_contents_wo = { "db" = "a", "odd" = "b", "proc" = "c" }
+`))
+			s.Run("init", "-input=false")
+			_, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color")
+			if code == 0 {
+				t.Fatal("the apply succeeded")
+			}
+			errs := strings.Join(strings.Fields(errOut), " ")
+			for _, want := range []string{"DEPLOY FAILED for n2", "no-such-user-fleet", "DEPLOY FAILED for n3", "/proc/fleet-keys/proc"} {
+				if !strings.Contains(errs, want) {
+					t.Errorf("the apply's errors do not say %q:\n%s", want, errs)
+				}
+			}
+			if strings.Contains(errs, "DEPLOY FAILED for n1") || tgs[0].CurrentSystem() != sys {
+				t.Errorf("n1 did not switch: it runs %s\n%s", tgs[0].CurrentSystem(), errs)
+			}
+			v := s.Values("fleet_ssh_deployment.prod")
+			for i, tg := range tgs[1:] {
+				name := fmt.Sprintf("n%d", i+2)
+				if tg.CurrentSystem() != old || len(tg.Calls()) != 0 {
+					t.Errorf("%s activated: runs %s, switch-to-configuration calls %q", name, tg.CurrentSystem(), tg.Calls())
+				}
+				rec := nodeRecordOf(t, v, name)
+				if c := conditionOf(rec, "KeysUploaded"); c == nil || c["status"] != "False" || c["reason"] != "KeyUploadFailed" {
+					t.Errorf("%s: KeysUploaded %v, want False KeyUploadFailed", name, c)
+				}
+				if rec["phase"] != "Failed" {
+					t.Errorf("%s: phase %v", name, rec["phase"])
+				}
+			}
+			if _, _, _, ok := keyFile(t, tgs[1], "/run/keys/db"); !ok {
+				t.Errorf("n2's good key is not in place (its keys are written in order, db first)")
+			}
+		})
+	}
+}
+
+// The deployment guide's keys configuration (examples/guides/keys),
+// applied from an empty state in one go through both CLIs on two hosts,
+// its secrets from the environment: each key where, whose and as the
+// guide says, and a plan after it is empty.
+func TestDeploymentKeysGuideAppliesInOneGo(t *testing.T) {
+	t.Parallel()
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.CLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := []*nixtest.Target{nixtest.NewTarget(t), nixtest.NewTarget(t)}
+			var nodes []map[string]any
+			for i, tg := range tgs {
+				tg.Boot(t, old)
+				nodes = append(nodes, map[string]any{"name": fmt.Sprintf("web%d", i+1), "host": tg.Host, "host_key": tg.HostKey, "system": sys,
+					"user": tg.User, "private_key_file": tg.ClientKeyFile, "ssh_opts": []string{fmt.Sprintf("Port=%d", tg.Port), "IdentitiesOnly=yes"}})
+			}
+			s := acctest.NewBinarySession(t, cli, binary)
+			if err := os.CopyFS(s.Dir, os.DirFS("../../examples/guides/keys")); err != nil {
+				t.Fatal(err)
+			}
+			vars, err := json.Marshal(map[string]any{"nodes": nodes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(s.Dir, "terraform.tfvars.json"), vars, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			db, api := secretValue(t), secretValue(t)
+			s.Setenv("TF_VAR_db_password", db)
+			s.Setenv("TF_VAR_api_token", api)
+			s.Run("apply", "-auto-approve", "-input=false")
+			pg, err := user.Lookup("postgres")
+			if err != nil {
+				t.Fatalf("the guide's key is owned by postgres, which this machine lacks (scripts/setup.sh installs postgresql): %v", err)
+			}
+			for i, tg := range tgs {
+				content, owner, mode, ok := keyFile(t, tg, "/run/keys/db-password")
+				if !ok || content != db || owner != pg.Uid+":"+pg.Gid || mode != 0o440 {
+					t.Errorf("web%d: db-password present %v, owner %s (want %s:%s), mode %o", i+1, ok, owner, pg.Uid, pg.Gid, mode)
+				}
+				content, _, _, ok = keyFile(t, tg, "/run/api/token")
+				if want := i == 0; ok != want || ok && content != api {
+					t.Errorf("web%d: api-token present %v, want %v", i+1, ok, want)
+				}
+			}
+			s.WantNoChanges()
 		})
 	}
 }

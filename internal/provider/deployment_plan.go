@@ -125,6 +125,8 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 			var prior deploymentModel
 			getDeployment(ctx, req.State.Get, &prior, &resp.Diagnostics)
 			warnDestroyed(priorNodes(ctx, &prior, &resp.Diagnostics), &resp.Diagnostics)
+			confs, _ := keyConfs(ctx, &prior, nil)
+			warnKeysDestroyed(confs, r.nodes(ctx, &prior, &resp.Diagnostics), &resp.Diagnostics)
 		}
 		return
 	}
@@ -222,6 +224,12 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 			switch {
 			case !keysKnown && (keep || a.ValueString() == actionNone):
 				a, keep = types.StringUnknown(), false
+			case !kn.needed() && len(kn.unknown) > 0 && (keep || a.ValueString() == actionNone):
+				// Whether the host holds the content is known once the
+				// content is: the apply's own plan decides.
+				a, keep = types.StringUnknown(), false
+				resp.Diagnostics.AddAttributeWarning(path.Root("key_contents_wo"), "Keys of node "+name+" not known yet",
+					fmt.Sprintf("The content of %s is not known until the apply: node %s's action is known then; the apply compares each content with the host's and puts a key in place only where they differ.", strings.Join(kn.unknown, ", "), name))
 			case kn.needed():
 				needs[name] = kn
 				needOrder = append(needOrder, name)

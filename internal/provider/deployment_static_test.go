@@ -92,6 +92,25 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 			[]string{"Invalid ssh_opts item", `nodes[1].ssh_opts[1]: ssh_opts item "-o IdentitiesOnly=yes" is not a bare OpenSSH option Key=Value`, `Drop the -o: write "IdentitiesOnly=yes".`}},
 		{"a bad ssh_opts item in defaults", resource("defaults = { ssh_opts = [\"Port 2222\"] }\nnodes = [" + node("") + "]"), "validate",
 			[]string{"Invalid ssh_opts item", `defaults.ssh_opts[0]: ssh_opts item "Port 2222" is not a bare OpenSSH option Key=Value`, `Join key and value with =: write "Port=2222".`}},
+		// Issue 38: keys refused at validate, naming the attribute.
+		{"a relative key destination", resource("nodes = [" + node("") + "]\nkeys = { db = { destination = \"keys/db\" } }\nkey_contents_wo = { db = \"x\" }"), "validate",
+			[]string{"Invalid key destination", `keys["db"].destination: "keys/db" is not an absolute path`}},
+		{"a key in the store", resource("nodes = [" + node("") + "]\nkeys = { db = { destination = \"/nix/store/db\" } }\nkey_contents_wo = { db = \"x\" }"), "validate",
+			[]string{"Invalid key destination", "lies under /nix/store, which every user of the host can read"}},
+		{"a key name with a slash", resource("nodes = [" + node("") + "]\nkeys = { \"db/pw\" = {} }\nkey_contents_wo = { \"db/pw\" = \"x\" }"), "validate",
+			[]string{"Invalid key name", `keys["db/pw"]: a key's name cannot hold a slash`}},
+		{"permissions in words", resource("nodes = [" + node("") + "]\nkeys = { db = { permissions = \"rw-r-----\" } }\nkey_contents_wo = { db = \"x\" }"), "validate",
+			[]string{"Invalid permissions", `keys["db"].permissions: "rw-r-----" is not a file mode in octal`}},
+		{"a misspelt key setting", resource("nodes = [" + node("") + "]\nkeys = { db = { owner = \"postgres\" } }\nkey_contents_wo = { db = \"x\" }"), "validate",
+			[]string{`"owner" is not expected in keys["db"]`}},
+		{"a key without content", resource("nodes = [" + node("") + "]\nkeys = { db = {} }"), "validate",
+			[]string{"Key without content", `keys["db"] has no content: key_contents_wo needs an entry "db"`}},
+		{"a content for no key", resource("nodes = [" + node("") + "]\nkeys = { db = {} }\nkey_contents_wo = { db = \"x\", dv = \"y\" }"), "validate",
+			[]string{"Content for no key", `key_contents_wo has a content for "dv", which keys does not name (keys has db)`}},
+		{"a key for a node not in nodes", resource("nodes = [" + node("") + "]\nkeys = { db = { nodes = [\"n9\"] } }\nkey_contents_wo = { db = \"x\" }"), "validate",
+			[]string{"Unknown node in a key's nodes", `keys["db"].nodes names "n9", which is not in nodes (n1)`}},
+		{"two keys at one destination", resource("nodes = [" + node("") + "]\nkeys = { a = { destination = \"/run/keys/x\" }, b = { destination = \"/run/keys/x\" } }\nkey_contents_wo = { a = \"x\", b = \"y\" }"), "validate",
+			[]string{"Two keys at one destination", `keys["a"] and keys["b"] are both written to /run/keys/x`}},
 	}
 	for _, cli := range acctest.CLIs(t) {
 		t.Run(cli.Name, func(t *testing.T) {

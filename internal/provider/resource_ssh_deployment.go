@@ -219,7 +219,8 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"timeouts":           timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true}),
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `none`: nothing was to do, the host ran the system after a passing verdict, `failed`: the next plan retries it (a node whose outcome is not known too), `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`); `boot-entry` (goal `switch`), in a plan and in state: the host runs the node's system after a passing verdict but boots another, and the apply makes the system its boot entry, activating nothing (see `boot_system`); " +
-					"`waiting`, in a plan and in state: `only_nodes` left the node, which would switch, for a later apply (its record as it was), and the next plan without `only_nodes` switches it."},
+					"`waiting`, in a plan and in state: `only_nodes` left the node, which would switch, for a later apply (its record as it was), and the next plan without `only_nodes` switches it; " +
+					"`keys`, in a plan and in state: the node's system stands and its keys alone are put in place or removed (see `keys`), then the units of the keys that changed are restarted."},
 			"status": schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, by name, its record (`status[\"web1\"].phase`). A node added, removed or renamed changes its own record only.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"host": computedStr("Host."), "action": computedStr("Action of the last apply."),
@@ -281,7 +282,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 	return s
 }
 
-const nodeConditionKinds = "`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`"
+const nodeConditionKinds = "`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `KeysUploaded` (a node with keys only), `Ready`"
 
 func (r *deploymentResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.data = configuredData(req.ProviderData, &resp.Diagnostics)
