@@ -14,10 +14,11 @@ import (
 const ConditionReady = "Ready"
 
 // ConditionTypes is the fixed order of a node's conditions.
-var ConditionTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader), string(CondKeys), ConditionReady}
+var ConditionTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader), ConditionReady, string(CondKeys)}
 
 // stepTypes are the conditions every node has besides Ready, one a step
-// of its deploy; KeysUploaded only a node with keys has (KeysCondition).
+// of its deploy; KeysUploaded only a node with keys has (KeysCondition),
+// last, so that a node's first key adds a condition and changes none.
 var stepTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader)}
 
 // Reasons of a node's Ready condition when it is not True.
@@ -117,10 +118,13 @@ func keysConditionOf(conds []conditions.Condition, r Result, generation int64, n
 }
 
 // KeysCondition sets a node's KeysUploaded condition from o (nil: the
-// deploy did not reach its keys), or removes it when the node has no keys
-// (hasKeys false).
+// deploy did not reach its keys): False (or Unknown) while a key of the
+// node is not in place, saying why. A node whose keys are all in place
+// (o passed), or that has none (hasKeys false), has no such condition:
+// the deployment's KeysUploaded says it (DeploymentKeysCondition), so
+// that keys added to many nodes plan a line or two a node.
 func KeysCondition(conds []conditions.Condition, name string, hasKeys bool, o *Outcome, generation int64, now time.Time) ([]conditions.Condition, error) {
-	if !hasKeys {
+	if !hasKeys || o != nil && o.Passed {
 		return slices.DeleteFunc(slices.Clone(conds), func(c conditions.Condition) bool { return c.Type == string(CondKeys) }), nil
 	}
 	c := conditions.Condition{Type: string(CondKeys), Status: conditions.Unknown, Reason: "NotReached", Message: "node " + name + ": the deploy did not reach its keys", ObservedGeneration: generation}
@@ -195,7 +199,24 @@ func SucceededConditions(prev []conditions.Condition, name string, goal Goal, ge
 
 // DeploymentConditionTypes is the fixed order of a deployment's own
 // conditions.
-var DeploymentConditionTypes = conditions.Types{ConditionReady}
+var DeploymentConditionTypes = conditions.Types{ConditionReady, string(CondKeys)}
+
+// DeploymentKeysCondition sets a deployment's KeysUploaded: True when
+// every node's keys are in place, False naming the nodes whose are not
+// (notInPlace: those with a KeysUploaded condition of their own); none
+// for a deployment without keys.
+func DeploymentKeysCondition(conds []conditions.Condition, hasKeys bool, notInPlace []string, generation int64, now time.Time) ([]conditions.Condition, error) {
+	if !hasKeys {
+		return slices.DeleteFunc(slices.Clone(conds), func(c conditions.Condition) bool { return c.Type == string(CondKeys) }), nil
+	}
+	c := conditions.Condition{Type: string(CondKeys), Status: conditions.True, Reason: "AllKeysInPlace",
+		Message: "every node's keys are in place on its host, as configured", ObservedGeneration: generation}
+	if len(notInPlace) > 0 {
+		c.Status, c.Reason = conditions.False, "KeysNotInPlace"
+		c.Message = fmt.Sprintf("the keys of %d nodes are not all in place (see each node's KeysUploaded): %s", len(notInPlace), strings.Join(notInPlace, ", "))
+	}
+	return DeploymentConditionTypes.Set(conds, c, now)
+}
 
 // DeploymentPhases is the ladder the deployment's phase is derived from:
 // Succeeded when every node is, Failed when one failed or was not

@@ -311,6 +311,9 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 		m.ObservedGeneration = prior.ObservedGeneration
 	}
 	conds, err := deploy.DeploymentConditions(priorConds, names, phases, generation, now)
+	if err == nil {
+		conds, err = deploymentKeysCondition(ctx, conds, m, statuses, generation, now)
+	}
 	if err != nil {
 		diags.AddError("Deployment conditions not written", err.Error()+"; the deployment's last conditions stand.")
 		conds = priorConds
@@ -361,11 +364,21 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 			Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
 	case res.Phase == deploy.PhasePending:
 		action = actionPending
+	case action == actionKeys && res.Phase == deploy.PhaseSucceeded:
+		// Its system stands, as the plan said: the record of its last
+		// deploy stays, with this apply's action, generation and
+		// conditions.
+		rec, err := a.resultRecord(n, res, action, generation, now)
+		if err != nil {
+			return rec, action, err
+		}
+		rec = keysRecord(p.record, rec.Conditions, types.StringValue(res.Message+" (at "+timeString(res.Finished)+")"))
+		rec.HostKeySeen = types.StringValue(keySeen(n, p, res.HostKeySeen))
+		return rec, action, nil
 	case action == actionKeys:
-		// Its system stands, as the plan said: the record keeps what the
-		// host ran, verified and booted when last read. A failure says
-		// so in KeysUploaded (and Ready): the next plan puts the keys in
-		// place again.
+		// A failure says so in KeysUploaded (and Ready): the next plan
+		// puts the keys in place again. The record keeps what the host
+		// ran, verified and booted when last read.
 		res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem, res.BootSystem = p.current, p.previous, p.verified, p.boot
 	case res.Failed():
 		action = actionFailed

@@ -388,10 +388,11 @@ const reasonKeysNotInPlace = "NotInPlace"
 // (keys as state has them: their contents are not known here, so only
 // whether each is there, whose and of which mode): KeysUploaded False
 // when one is not in place, naming it and why (the next plan puts it
-// back: action keys), and True again once every key is, after a refresh
+// back: action keys), and gone again once every key is, after a refresh
 // had found one was not. Unchanged otherwise, so that a refresh of a
-// fleet with its keys in place writes nothing.
-func keysRead(rec *deployStatusModel, keys []deploy.Key, states []deploy.KeyState, now time.Time) {
+// fleet with its keys in place writes nothing. It says whether it changed
+// the record.
+func keysRead(rec *deployStatusModel, keys []deploy.Key, states []deploy.KeyState, now time.Time) bool {
 	var whys []string
 	for i, k := range keys {
 		if why := k.Why(states[i]); why != "" {
@@ -400,7 +401,7 @@ func keysRead(rec *deployStatusModel, keys []deploy.Key, states []deploy.KeyStat
 	}
 	base, d := nodeConditionsFrom(context.Background(), rec.Conditions, rec.ObservedGeneration)
 	if d.HasError() {
-		return
+		return false
 	}
 	c, had := conditions.Find(base, string(deploy.CondKeys))
 	var o *deploy.Outcome
@@ -411,16 +412,31 @@ func keysRead(rec *deployStatusModel, keys []deploy.Key, states []deploy.KeyStat
 	case had && c.Status == conditions.False && c.Reason == reasonKeysNotInPlace:
 		o = &deploy.Outcome{Passed: true, Reason: "Uploaded", Message: deploy.KeysInPlace}
 	default:
-		return
+		return false
 	}
 	if had && c.Status == conditions.False && c.Message == o.Message {
-		return // read the same again: nothing new
+		return false // read the same again: nothing new
 	}
 	conds, err := deploy.KeysCondition(base, rec.Name.ValueString(), true, o, rec.ObservedGeneration.ValueInt64(), now)
 	if err != nil {
-		return
+		return false
 	}
 	rec.Conditions = nodeConditionsValue(conds, false)
+	return true
+}
+
+// deploymentKeysCondition sets the deployment's KeysUploaded from its
+// records (deploy.DeploymentKeysCondition): none while m has no keys.
+func deploymentKeysCondition(ctx context.Context, conds []conditions.Condition, m *deploymentModel, records []deployStatusModel, generation int64, now time.Time) ([]conditions.Condition, error) {
+	hasKeys := !m.Keys.IsNull() && !m.Keys.IsUnknown() && len(m.Keys.Elements()) > 0
+	var notInPlace []string
+	for _, rec := range records {
+		cs, _ := nodeConditionsFrom(ctx, rec.Conditions, rec.ObservedGeneration)
+		if _, ok := conditions.Find(cs, string(deploy.CondKeys)); ok {
+			notInPlace = append(notInPlace, rec.Name.ValueString())
+		}
+	}
+	return deploy.DeploymentKeysCondition(conds, hasKeys, notInPlace, generation, now)
 }
 
 // removeKeys removes a destroyed deployment's keys from its hosts, each
@@ -489,4 +505,17 @@ func warnKeysDestroyed(confs []keyConf, nodes []deployNodeModel, diags *diag.Dia
 	}
 	diags.AddAttributeWarning(path.Root("keys"), "Deployment destroyed: its keys will be removed from the hosts",
 		"Destroying the deployment removes the keys it put on its hosts, each under its host's deploy lock; a host that cannot be reached keeps its keys, and the destroy warns naming them:\n  "+strings.Join(lines, "\n  "))
+}
+
+// keysRecord is the record of a node whose keys alone an apply puts in
+// place (action keys): its last deploy's record, which stands (what the
+// host runs, the times and generation of that deploy), with the action,
+// conditions (a KeysUploaded of its own gone, now that its keys are in
+// place) and message (which keys it wrote, and when; unknown in a plan,
+// which is also how the apply tells it from a record that stands) of this
+// apply. A plan shows it as a few lines.
+func keysRecord(last deployStatusModel, conds types.List, message types.String) deployStatusModel {
+	rec := last
+	rec.Action, rec.Conditions, rec.Message = types.StringValue(actionKeys), conds, message
+	return rec
 }

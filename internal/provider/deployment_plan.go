@@ -718,10 +718,13 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 	}
 	// A condition whose status changes gets the apply's time: unknown now.
 	conds, err := deploy.DeploymentConditions(priorConds, names, phases, plan.Generation.ValueInt64(), time.Time{})
+	if err == nil {
+		conds, err = deploymentKeysCondition(ctx, conds, plan, planned, plan.Generation.ValueInt64(), time.Time{})
+	}
 	if c, ok := conditions.Find(conds, deploy.ConditionReady); err != nil || !ok || c.LastTransitionTime.IsZero() {
 		plan.Conditions = types.ListUnknown(conditionObjectType)
 	} else {
-		plan.Conditions = conditionsValue(conds)
+		plan.Conditions = conditionsList(conds, true, true)
 	}
 	plan.Phase = deploymentPhase(conds)
 }
@@ -766,9 +769,11 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 		rec.Phase = types.StringValue(string(deploy.PhaseSkipped))
 		rec.HostKeySeen = unknown
 	case actionKeys:
-		// Its system stands: what the host ran, verified and booted, as
-		// last read, stays the record's.
-		rec.CurrentSystem, rec.VerifiedSystem, rec.BootSystem, rec.PreviousSystem = types.StringValue(p.current), types.StringValue(p.verified), types.StringValue(p.boot), types.StringValue(p.previous)
+		// Its system stands: the record of its last deploy (systems,
+		// message, times) stays; its action, generation and KeysUploaded
+		// say what this apply does (keysRecord).
+		rec = keysRecord(p.record, rec.Conditions, types.StringUnknown())
+		rec.HostKeySeen = r.plannedKeySeen(ctx, plan, n, p)
 	case actionNone:
 		// Not deployed: the record's key stands (at the same host).
 		rec.CurrentSystem, rec.VerifiedSystem, rec.BootSystem = types.StringValue(p.current), types.StringValue(p.verified), types.StringValue(p.boot)

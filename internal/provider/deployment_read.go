@@ -186,7 +186,9 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		if reads[i].keysErr != nil {
 			resp.Diagnostics.AddWarning("Node "+name+" keys not read", fmt.Sprintf("node %s: %s; its KeysUploaded condition stands", name, reads[i].keysErr))
 		} else if len(reads[i].keys) > 0 {
-			keysRead(&records[i], reads[i].keys, reads[i].states, r.data.clock.Now().UTC())
+			if keysRead(&records[i], reads[i].keys, reads[i].states, r.data.clock.Now().UTC()) {
+				settled = true
+			}
 		}
 	}
 	m.Status = statusMap(ctx, records, &resp.Diagnostics)
@@ -323,6 +325,9 @@ func settleDeployment(ctx context.Context, m *deploymentModel, records []deployS
 	}
 	prior, _ := conditionsFrom(ctx, m.Conditions)
 	conds, err := deploy.DeploymentConditions(prior, names, phases, m.ObservedGeneration.ValueInt64(), now)
+	if err == nil {
+		conds, err = deploymentKeysCondition(ctx, conds, m, records, m.ObservedGeneration.ValueInt64(), now)
+	}
 	if err != nil {
 		diags.AddWarning("Deployment conditions not settled", err.Error()+"; the deployment's last conditions stand.")
 		return
