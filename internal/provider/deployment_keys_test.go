@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/systemdtest"
 )
 
 // secretValue is a secret no other test or file holds.
@@ -440,3 +441,63 @@ const (
 	maxKeyPlanLines        = 60
 	maxKeyPlanLinesPerNode = 6
 )
+
+// Keys on a real systemd host (a Debian container booted with
+// systemd-nspawn), through one CLI (AlternateCLIs): the new system's unit
+// reads its key each time it starts, so the switch succeeds only with the
+// key in place before the activation; the key's file is as configured;
+// once it is deleted (as a reboot empties /run/keys), the plan names it
+// and the apply puts it back and restarts the unit, which reads it again,
+// with real systemctl.
+func TestDeploymentKeysOnARealSystemdHost(t *testing.T) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			tg := systemdtest.NewTarget(t)
+			old := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
+			tg.Boot(t, old)
+			const keyPath = "/run/keys/app-token"
+			sys := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed, ReadsKey: keyPath})
+			token := secretValue(t)
+			keys := fmt.Sprintf(`  keys = { "app-token" = { restart_units = [%q] } }
+  key_contents_wo = { "app-token" = %q }
+`, systemdtest.DefaultUnit, token)
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(systemdDeploymentConfig(tg, sys, keys))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			read := func() string {
+				out, code := tg.Exec(t, "cat", systemdtest.KeyReadPath)
+				if code != 0 {
+					return ""
+				}
+				return strings.Fields(out + " ")[0]
+			}
+			if tg.CurrentSystem() != sys || read() != digest(token) {
+				t.Fatalf("after the switch: runs %s, the unit read %q (want the key's digest %s)", tg.CurrentSystem(), read(), digest(token))
+			}
+			if out, _ := tg.Exec(t, "stat", "-c", "%U:%G %a", keyPath); strings.TrimSpace(out) != "root:root 400" {
+				t.Errorf("%s is %q, want root:root 400", keyPath, out)
+			}
+			s.WantNoChanges()
+
+			if _, code := tg.Exec(t, "rm", "-f", keyPath, systemdtest.KeyReadPath); code != 0 {
+				t.Fatal("rm failed")
+			}
+			plan, _ := s.Run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, `"ct1" = "switch" -> "keys"`) || !strings.Contains(plan, "key app-token: missing on the host") {
+				t.Errorf("the plan does not put the key back:\n%s", plan)
+			}
+			calls := len(tg.Calls())
+			s.Run("apply", "-auto-approve", "-input=false")
+			if read() != digest(token) || len(tg.Calls()) != calls {
+				t.Errorf("after the apply: the unit read %q, switch-to-configuration calls %q (want none new)", read(), tg.Calls()[calls:])
+			}
+			if svc := tg.Service(t, systemdtest.DefaultUnit); svc.ActiveState != "active" {
+				t.Errorf("%s after its key came back: %+v", systemdtest.DefaultUnit, svc)
+			}
+			s.WantNoChanges()
+		})
+	}
+}

@@ -75,9 +75,19 @@ type Behaviour struct {
 	// Delay makes an activation take this long (after it records its
 	// call, before it switches), so a test can act while one is running.
 	Delay time.Duration
+	// ReadsKey is a key file (/run/keys/...) the unit reads each time it
+	// starts, as a service reads its password: it records the content's
+	// digest in KeyReadPath, and fails to start when the file is missing.
+	ReadsKey string
 }
 
+// KeyReadPath is where a unit that reads a key (Behaviour.ReadsKey)
+// records, each start, the digest of what it read.
+const KeyReadPath = StateDir + "/key-read"
+
 var servicePattern = regexp.MustCompile(`^[A-Za-z0-9@._:-]+\.service$`)
+
+var keyPathPattern = regexp.MustCompile(`^/run/keys/[A-Za-z0-9._-]+$`)
 
 func (b Behaviour) unit() string {
 	if b.Unit == "" {
@@ -89,6 +99,9 @@ func (b Behaviour) unit() string {
 func (b Behaviour) check() error {
 	if b.Kind.slug() == "" {
 		return fmt.Errorf("unknown kind %v", b.Kind)
+	}
+	if b.ReadsKey != "" && !keyPathPattern.MatchString(b.ReadsKey) {
+		return fmt.Errorf("ReadsKey %q: want a path under /run/keys such as /run/keys/token", b.ReadsKey)
 	}
 	if !servicePattern.MatchString(b.unit()) {
 		return fmt.Errorf("unit %q: want a service name such as webapp.service", b.Unit)
@@ -221,7 +234,11 @@ esac
 // unitFile is the unit b installs: its description names the system it
 // belongs to (@out@, filled in by the activation).
 func (b Behaviour) unitFile() string {
-	return fmt.Sprintf("[Unit]\nDescription=systemdtest %s of @out@\n\n[Service]\n%s", b.unit(), b.Kind.service())
+	pre := ""
+	if b.ReadsKey != "" {
+		pre = fmt.Sprintf("ExecStartPre=/bin/sh -c 'sha256sum < %s > %s'\n", b.ReadsKey, KeyReadPath)
+	}
+	return fmt.Sprintf("[Unit]\nDescription=systemdtest %s of @out@\n\n[Service]\n%s%s", b.unit(), pre, b.Kind.service())
 }
 
 // systemTools are the commands a system closure's sw/bin links, as a NixOS
