@@ -140,7 +140,13 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 	a := r.applyPlanOf(ctx, m, prior, diags)
 	a.keys, _ = keyConfs(ctx, m, contents)
 	a.priorKeys, _ = keyConfs(ctx, prior, nil)
-	results := r.deploy(ctx, m, r.targets(ctx, m, a, diags))
+	targets := r.targets(ctx, m, a, diags)
+	leaving := r.leavingKeys(ctx, prior, a)
+	results := r.deploy(ctx, m, append(targets, leaving...))
+	if len(leaving) > 0 {
+		warnKeysLeft(leaving, results[len(targets):], diags)
+		results = results[:len(targets)]
+	}
 	a.record(ctx, m, prior, results, time.Now().UTC(), diags)
 }
 

@@ -439,49 +439,99 @@ func deploymentKeysCondition(ctx context.Context, conds []conditions.Condition, 
 	return deploy.DeploymentKeysCondition(conds, hasKeys, notInPlace, generation, now)
 }
 
-// removeKeys removes a destroyed deployment's keys from its hosts, each
-// under its host's deploy lock. A host where that fails is warned about,
-// naming the files left: the deployment is gone all the same.
-func (r *deploymentResource) removeKeys(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) {
+// removalTargets are the deploys that remove the keys state says m put on
+// the hosts of its nodes that keep (nil: all of them): each under its
+// host's deploy lock, with the settings m has for it.
+func (r *deploymentResource) removalTargets(ctx context.Context, m *deploymentModel, keep func(name string) bool) []deploy.Target {
 	confs, _ := keyConfs(ctx, m, nil)
 	if len(confs) == 0 || r.data == nil {
-		return
+		return nil
 	}
-	defaults := r.defaults(ctx, m, diags)
-	priors := priorNodes(ctx, m, diags)
+	var diags diag.Diagnostics
+	defaults := r.defaults(ctx, m, &diags)
+	priors := priorNodes(ctx, m, &diags)
 	var targets []deploy.Target
-	for _, n := range r.nodes(ctx, m, diags) {
+	for _, n := range r.nodes(ctx, m, &diags) {
 		name := n.Name.ValueString()
 		var paths []string
 		for _, k := range nodeKeys(confs, name) {
 			paths = append(paths, k.Path)
 		}
-		if len(paths) == 0 {
+		if len(paths) == 0 || n.Name.IsUnknown() || keep != nil && !keep(name) {
 			continue
 		}
-		targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, priors[name], diags), KeysOnly: true, RemovedKeys: paths})
+		targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, priors[name], &diags), KeysOnly: true, RemovedKeys: paths})
 	}
+	return targets
+}
+
+// leavingKeys are the deploys that remove their keys from the hosts of
+// the nodes state has and the configuration no longer lists.
+func (r *deploymentResource) leavingKeys(ctx context.Context, prior *deploymentModel, a applyPlan) []deploy.Target {
+	if prior == nil {
+		return nil
+	}
+	now := map[string]bool{}
+	for _, n := range a.nodes {
+		now[n.Name.ValueString()] = true
+	}
+	return r.removalTargets(ctx, prior, func(name string) bool { return !now[name] })
+}
+
+// warnKeysLeft warns, for each removal that did not succeed, that its
+// host keeps the keys, naming them: the node's record goes all the same.
+func warnKeysLeft(targets []deploy.Target, results []deploy.Result, diags *diag.Diagnostics) {
+	for i, t := range targets {
+		if i < len(results) && results[i].Phase == deploy.PhaseSucceeded {
+			continue
+		}
+		why := "it was not reached"
+		if i < len(results) {
+			why = strings.TrimRight(results[i].Message, ".")
+		}
+		diags.AddWarning("Node "+t.Name+" keys not removed",
+			fmt.Sprintf("node %s: %s, so its host keeps its keys (%s): remove them by hand (rm -f), as this deployment no longer has the node.", t.Name, why, strings.Join(t.RemovedKeys, ", ")))
+	}
+}
+
+// removeKeys removes a destroyed deployment's keys from its hosts. A host
+// where that fails is warned about, naming the files left: the deployment
+// is gone all the same.
+func (r *deploymentResource) removeKeys(ctx context.Context, m *deploymentModel, diags *diag.Diagnostics) {
+	targets := r.removalTargets(ctx, m, nil)
 	if len(targets) == 0 {
 		return
 	}
 	ctx, stop := r.applyContext(ctx, "delete", 10*time.Minute)
 	defer stop()
-	left := func(t deploy.Target, why string) {
-		diags.AddWarning("Node "+t.Name+" keys not removed",
-			fmt.Sprintf("node %s: %s, so its keys stay on the host (%s): remove them by hand (rm -f), as the deployment that put them there is gone.", t.Name, strings.TrimRight(why, "."), strings.Join(t.RemovedKeys, ", ")))
-	}
 	d, cleanup, err := r.deployer(ctx, m)
 	if err != nil {
-		for _, t := range targets {
-			left(t, "the deployment could not reach it: "+err.Error())
-		}
+		warnKeysLeft(targets, nil, diags)
 		return
 	}
 	defer cleanup()
-	for i, res := range d.Deploy(ctx, targets, nil) {
-		if res.Failed() || res.Phase != deploy.PhaseSucceeded {
-			left(targets[i], res.Message)
+	warnKeysLeft(targets, d.Deploy(ctx, targets, nil), diags)
+}
+
+// warnKeysLeaving says which keys the apply removes from the hosts of the
+// nodes that leave the deployment (in state, not in seen).
+func warnKeysLeaving(priorKeys []keyConf, priors map[string]priorNode, seen map[string]bool, diags *diag.Diagnostics) {
+	var lines []string
+	for _, name := range slices.Sorted(maps.Keys(priors)) {
+		if seen[name] {
+			continue
 		}
+		var paths []string
+		for _, k := range nodeKeys(priorKeys, name) {
+			paths = append(paths, k.Path)
+		}
+		if len(paths) > 0 {
+			lines = append(lines, name+": "+strings.Join(paths, ", "))
+		}
+	}
+	if len(lines) > 0 {
+		diags.AddAttributeWarning(path.Root("keys"), "Keys will be removed from the nodes that leave",
+			"The apply removes the keys this deployment put on the hosts of the nodes it no longer has, under each host's deploy lock (a host it cannot reach keeps them, with a warning):\n  "+strings.Join(lines, "\n  "))
 	}
 }
 

@@ -254,8 +254,23 @@ func TestDeploymentKeysReachTheHosts(t *testing.T) {
 			}
 			s.WantNoChanges()
 
+			// A node that leaves the deployment takes its keys with it.
+			s.WriteConfig(keysConfig(tgs[:5], systems[:5], dbKey, dbContent))
+			plan = run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, "Keys will be removed from the nodes that leave") || !strings.Contains(plan, "n6: "+dbKeyPath) {
+				t.Errorf("the plan does not remove n6's key:\n%s", plan)
+			}
+			run("apply", "-auto-approve", "-input=false")
+			if _, _, _, ok := keyFile(t, tgs[5], dbKeyPath); ok || tgs[5].CurrentSystem() != sys {
+				t.Errorf("n6 keeps its key after it left the deployment (or was switched: it runs %s)", tgs[5].CurrentSystem())
+			}
+			s.WantNoChanges()
+
 			state := string(s.State())
-			run("destroy", "-auto-approve", "-input=false")
+			destroy := run("destroy", "-auto-approve", "-input=false")
+			if !strings.Contains(destroy, "Deployment destroyed: its keys will be removed from the hosts") {
+				t.Errorf("the destroy does not say it removes the keys:\n%s", destroy)
+			}
 			for i, tg := range tgs {
 				if _, _, _, ok := keyFile(t, tg, dbKeyPath); ok {
 					t.Errorf("n%d keeps %s after the destroy", i+1, dbKeyPath)

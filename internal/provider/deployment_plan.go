@@ -186,6 +186,9 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	}
 	needs := map[string]keyNeeds{}
 	var needOrder []string
+	if allNames {
+		warnKeysLeaving(priorKeys, priors, seen, &resp.Diagnostics)
+	}
 	if len(nodes) == 0 {
 		dropped := ""
 		if len(priors) > 0 {
