@@ -569,3 +569,13 @@ func keysRecord(last deployStatusModel, conds types.List, message types.String) 
 	rec.Action, rec.Conditions, rec.Message = types.StringValue(actionKeys), conds, message
 	return rec
 }
+
+// namesKnown says whether every node's name is known.
+func namesKnown(nodes []deployNodeModel) bool {
+	for _, n := range nodes {
+		if n.Name.IsUnknown() {
+			return false
+		}
+	}
+	return true
+}

@@ -162,10 +162,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		}
 	}
 	priors := priorNodes(ctx, prior, &resp.Diagnostics)
-	allNames := true
-	for _, n := range nodes {
-		allNames = allNames && !n.Name.IsUnknown()
-	}
+	allNames := namesKnown(nodes)
 	checkKeys(ctx, &plan, req.Config, seen, allNames, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return

@@ -303,10 +303,7 @@ func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.Va
 	}
 	nodes := r.nodes(ctx, &m, &resp.Diagnostics)
 	seen := checkNodes(nodes, &resp.Diagnostics)
-	allNames := true
-	for _, n := range nodes {
-		allNames = allNames && !n.Name.IsUnknown()
-	}
+	allNames := namesKnown(nodes)
 	checkKeys(ctx, &m, req.Config, seen, allNames, &resp.Diagnostics)
 	if !resp.Diagnostics.HasError() {
 		// Terraform validates the configuration again just before it
