@@ -162,6 +162,12 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 		}
 		panic("unreachable")
 	}
+	keysAttr := deployKeysInput.attribute(false, "Secret files put on the nodes' hosts, by name (`/` is refused in a name), as colmena's `deployment.keys`: each written atomically with its owner, group and mode, from `key_contents_wo`. "+
+		"Neither the content nor a digest of it is kept in state or a plan: a plan asks each host for its key files' digest, owner, group and mode, and plans the action `keys` for a node whose host lacks a key, holds another content or owner or mode, or holds a key no longer configured (removed). "+
+		"A node that switches gets its keys in the same deploy, before the activation or after the verdict as `upload` says. Destroying the deployment removes its keys from the hosts.")
+	keyContentsAttr := schema.MapAttribute{Optional: true, Sensitive: true, WriteOnly: true, ElementType: types.StringType,
+		MarkdownDescription: "The keys' contents, by the names in `keys`: one for each key, and none other. Write-only (Terraform 1.11, OpenTofu 1.11 or later): never in state or a saved plan; it may come from an ephemeral resource or an ephemeral variable. " +
+			"It reaches each host over the SSH session's standard input, never a command line."}
 	s := schema.Schema{
 		Version: version,
 		MarkdownDescription: "Rolls NixOS system closures onto existing hosts over SSH with the system OpenSSH client and `nix-copy-closure`, " +
@@ -207,12 +213,6 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 					"and `terraform apply -var 'only_nodes=[\"web1\"]'`. Default `null`: every node. A name not in `nodes` is refused. " +
 					"Write-only (Terraform 1.11, OpenTofu 1.11 or later): an instruction for one run, never kept in state or in a saved plan, so that a plan without it after an apply that used it shows no change on a fleet with nothing left to deploy.",
 				Validators: []validator.List{listvalidator.UniqueValues(), listvalidator.ValueStringsAre(stringvalidator.LengthAtLeast(1))}},
-			"keys": input(deployKeysInput, false, "Secret files put on the nodes' hosts, by name (`/` is refused in a name), as colmena's `deployment.keys`: each written atomically with its owner, group and mode, from `key_contents_wo`. "+
-				"Neither the content nor a digest of it is kept in state or a plan: a plan asks each host for its key files' digest, owner, group and mode, and plans the action `keys` for a node whose host lacks a key, holds another content or owner or mode, or holds a key no longer configured (removed). "+
-				"A node that switches gets its keys in the same deploy, before the activation or after the verdict as `upload` says. Destroying the deployment removes its keys from the hosts."),
-			"key_contents_wo": schema.MapAttribute{Optional: true, Sensitive: true, WriteOnly: true, ElementType: types.StringType,
-				MarkdownDescription: "The keys' contents, by the names in `keys`: one for each key, and none other. Write-only (Terraform 1.11, OpenTofu 1.11 or later): never in state or a saved plan; it may come from an ephemeral resource or an ephemeral variable. " +
-					"It reaches each host over the SSH session's standard input, never a command line."},
 			"activation_timeout": optionalString("How long an activation may take, as a Go duration of at least 1s. Default `5m`.", durationValidator{least: time.Second}),
 			"lock_timeout":       optionalString("How long to wait for another deployment's lock on a host, as a Go duration. Default `0s`: fail at once, naming the holder.", durationValidator{}),
 			"verdict":            input(verdictInput, false, "What a passing verdict needs besides a clean activation, a new SSH login and `/run/current-system` pointing at the new system."),
@@ -254,6 +254,14 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"observed_generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` the last apply deployed."},
 			"conditions":          conditionsAttribute("`Ready`"),
 		},
+	}
+	if version >= 3 {
+		// Added in version 5 with no change of version, as plan-time
+		// inputs: null in the states of versions 3 to 5 written before
+		// them (versions 0 to 2 are upgraded by hand, with their own
+		// models).
+		s.Attributes["keys"] = keysAttr
+		s.Attributes["key_contents_wo"] = keyContentsAttr
 	}
 	if version < 5 {
 		rec, _ := s.Attributes["status"].(schema.MapNestedAttribute)
