@@ -31,7 +31,9 @@ fleet_t=
 fleet_d=$(dirname -- "$1")
 [ -d "$fleet_d" ] || mkdir -p -m 0755 -- "$fleet_d" 2>/dev/null || fleet_key_fail "$1" "its directory $fleet_d cannot be created"
 fleet_t=$(mktemp -- "$fleet_d/.fleet-key.XXXXXX" 2>/dev/null) || { fleet_t=; fleet_key_fail "$1" "its directory $fleet_d is not writable"; }
-chown -- "$2:$3" "$fleet_t" 2>/dev/null || fleet_key_fail "$1" "chown $2:$3 failed: the host has no user $2 or no group $3 (or the login is not root: set use_sudo)"
+id -u -- "$2" >/dev/null 2>&1 || fleet_key_fail "$1" "the host has no user $2"
+getent group -- "$3" >/dev/null 2>&1 || fleet_key_fail "$1" "the host has no group $3"
+chown -- "$2:$3" "$fleet_t" 2>/dev/null || fleet_key_fail "$1" "chown $2:$3 failed (the login is not root: set use_sudo)"
 chmod -- "$4" "$fleet_t" 2>/dev/null || fleet_key_fail "$1" "chmod $4 failed"
 IFS= read -r fleet_c || fleet_key_fail "$1" "its content did not arrive"
 printf '%s' "$fleet_c" | base64 -d > "$fleet_t" 2>/dev/null || fleet_key_fail "$1" "its content could not be written"

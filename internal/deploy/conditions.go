@@ -61,11 +61,16 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 	}
 	conds := prev
 	var err error
-	steps := []string(stepTypes)
-	if r.Phase == PhaseSkipped && hasAll(prev, steps) {
+	steps := slices.Clone([]string(stepTypes))
+	switch {
+	case r.Phase == PhaseSkipped && hasAll(prev, steps):
 		// Held: the steps stand as its last deploy left them; Ready says
 		// it is held.
 		steps = nil
+	case r.KeysOnly && hasAll(prev, steps):
+		// Its keys alone: the system's steps stand, but for one it
+		// reached (logging in).
+		steps = slices.DeleteFunc(steps, func(t string) bool { _, ok := r.Outcomes[Condition(t)]; return !ok })
 	}
 	for _, t := range steps {
 		c := conditions.Condition{Type: t, Status: conditions.Unknown, Reason: "NotReached", Message: "node " + r.Name + ": the deploy did not reach this step", ObservedGeneration: generation}
@@ -213,7 +218,7 @@ func DeploymentKeysCondition(conds []conditions.Condition, hasKeys bool, notInPl
 		Message: "every node's keys are in place on its host, as configured", ObservedGeneration: generation}
 	if len(notInPlace) > 0 {
 		c.Status, c.Reason = conditions.False, "KeysNotInPlace"
-		c.Message = fmt.Sprintf("the keys of %d nodes are not all in place (see each node's KeysUploaded): %s", len(notInPlace), strings.Join(notInPlace, ", "))
+		c.Message = fmt.Sprintf("the keys of %s are not all in place (see each node's KeysUploaded): %s", plural(len(notInPlace), "node"), strings.Join(notInPlace, ", "))
 	}
 	return DeploymentConditionTypes.Set(conds, c, now)
 }
@@ -248,4 +253,12 @@ func DeploymentConditions(prev []conditions.Condition, nodes []string, phases []
 		c.Status, c.Reason, c.Message = conditions.Unknown, "NodesHeld", fmt.Sprintf("%d of %d nodes are held: %s", len(held), len(nodes), strings.Join(held, ", "))
 	}
 	return DeploymentConditionTypes.Set(prev, c, now)
+}
+
+// plural is n and noun, in the plural unless n is 1: "1 node", "3 nodes".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -238,6 +238,10 @@ type Result struct {
 	// KeysTouched says the deploy had keys to put in place or remove, and
 	// HasKeys that the node has keys (its KeysUploaded condition).
 	KeysTouched, HasKeys bool
+	// KeysOnly says the deploy put the node's keys in place alone (or
+	// would have): its system's conditions stand, but for a step it
+	// reached (Reachable).
+	KeysOnly bool
 }
 
 // Failed reports whether the node's deploy failed, or did not surely
@@ -352,7 +356,8 @@ func (d *Deployer) Deploy(ctx context.Context, nodes []Target, onResult func(Res
 // an interrupt or the failure budget stopped the rollout before it, or the
 // deployment could not start at all. It is Pending; nothing was done.
 func NotStarted(n Target, why string) Result {
-	return Result{Name: n.Name, Host: n.Host, Phase: PhasePending, Message: "not started: " + why}
+	return Result{Name: n.Name, Host: n.Host, Phase: PhasePending, Message: "not started: " + why,
+		KeysOnly: n.KeysOnly, KeysTouched: n.keyWork(), HasKeys: len(n.Keys) > 0}
 }
 
 // ExitInterrupted is a node's exit code when an interrupt or an expired

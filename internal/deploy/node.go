@@ -134,6 +134,7 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 			steps = append(steps[:i+1:i+1], bootEntrySteps(steps[i+1:])...)
 		}
 	}
+	nr.r.KeysOnly = nr.keysOnly || n.KeysOnly
 	if nr.r.Phase == PhaseSucceeded && !nr.keysOnly && len(nr.wroteKeys) > 0 {
 		nr.r.Message += "; keys put in place: " + strings.Join(nr.wroteKeys, ", ")
 	}

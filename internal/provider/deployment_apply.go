@@ -291,7 +291,7 @@ func (a applyPlan) record(ctx context.Context, m, prior *deploymentModel, result
 	}
 	if len(pending) > 0 {
 		diags.AddAttributeError(path.Root("nodes"), "Deployment stopped: "+strings.Join(pending, ", ")+" not started",
-			pendingCause(byName, pending)+". They were not touched, and the next plan switches them.")
+			pendingCause(byName, pending)+". They were not touched, and the next plan deploys them.")
 	}
 	if diags.HasError() {
 		// Terraform and OpenTofu evaluate no output that reads a resource
@@ -368,12 +368,9 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 		// system, which passed its verdict there.
 		res = deploy.Result{Name: name, System: n.System.ValueString(), Goal: a.goal, Phase: deploy.PhaseSucceeded, CurrentSystem: p.current, PreviousSystem: p.previous, VerifiedSystem: p.verified, BootSystem: p.boot,
 			Message: fmt.Sprintf("nothing to do: the host runs %s, which passed its verdict there", n.System.ValueString())}
-	case res.Phase == deploy.PhasePending:
-		action = actionPending
-	case action == actionKeys && res.Phase == deploy.PhaseSucceeded:
+	case action == actionKeys && res.Phase == deploy.PhaseSucceeded && deploy.Phase(p.phase) == deploy.PhaseSucceeded:
 		// Its system stands, as the plan said: the record of its last
-		// deploy stays, with this apply's action, generation and
-		// conditions.
+		// deploy stays, with this apply's action and conditions.
 		rec, err := a.resultRecord(n, res, action, generation, now)
 		if err != nil {
 			return rec, action, err
@@ -382,10 +379,14 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 		rec.HostKeySeen = types.StringValue(keySeen(n, p, res.HostKeySeen))
 		return rec, action, nil
 	case action == actionKeys:
-		// A failure says so in KeysUploaded (and Ready): the next plan
-		// puts the keys in place again. The record keeps what the host
+		// A record of its own (after a failure or an interrupt, whose
+		// record it mends; or its own failure, which KeysUploaded and
+		// Ready say, and which the next plan puts right again: its action
+		// stays keys). Its system stands: the record keeps what the host
 		// ran, verified and booted when last read.
 		res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem, res.BootSystem = p.current, p.previous, p.verified, p.boot
+	case res.Phase == deploy.PhasePending:
+		action = actionPending
 	case res.Failed():
 		action = actionFailed
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
@@ -35,34 +36,48 @@ type deployKeyModel struct {
 }
 
 // keyConf is a configured key and the nodes that get it (nil: every
-// node).
+// node). A key a part of which is not known yet (from another resource)
+// has unknown set; nodesUnknown when which nodes get it is not known.
 type keyConf struct {
 	deploy.Key
-	nodes map[string]bool
+	nodes                 map[string]bool
+	unknown, nodesUnknown bool
 }
 
 // keyConfs are m's keys, by name, with their contents where contents
 // holds them (nil contents: not known here, as in state). known is false
-// while a part that decides which node gets which key is not known.
+// while the keys as a whole are not known.
 func keyConfs(ctx context.Context, m *deploymentModel, contents map[string]types.String) (confs []keyConf, known bool) {
 	if m == nil || m.Keys.IsNull() {
 		return nil, true
 	}
-	if !fullyKnown(m.Keys) {
+	if m.Keys.IsUnknown() {
 		return nil, false
 	}
-	var byName map[string]deployKeyModel
+	elems := m.Keys.Elements()
 	var diags diag.Diagnostics
-	diags.Append(m.Keys.ElementsAs(ctx, &byName, false)...)
-	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		k := byName[name]
-		c := keyConf{Key: deploy.Key{Name: name, Path: orStr(k.Destination.ValueString(), "/run/keys/"+name), User: orStr(k.User.ValueString(), "root"),
+	for _, name := range slices.Sorted(maps.Keys(elems)) {
+		obj, ok := elems[name].(types.Object)
+		if !ok || obj.IsNull() {
+			continue
+		}
+		c := keyConf{Key: deploy.Key{Name: name}}
+		if obj.IsUnknown() {
+			c.unknown, c.nodesUnknown = true, true
+			confs = append(confs, c)
+			continue
+		}
+		var k deployKeyModel
+		diags.Append(obj.As(ctx, &k, basetypes.ObjectAsOptions{UnhandledUnknownAsEmpty: true})...)
+		c.Key = deploy.Key{Name: name, Path: orStr(k.Destination.ValueString(), "/run/keys/"+name), User: orStr(k.User.ValueString(), "root"),
 			Group: orStr(k.Group.ValueString(), "root"), Mode: orStr(k.Permissions.ValueString(), "0400"),
-			Upload: deploy.KeyUpload(orStr(k.Upload.ValueString(), string(deploy.UploadBeforeActivation)))}}
-		if !k.RestartUnits.IsNull() {
+			Upload: deploy.KeyUpload(orStr(k.Upload.ValueString(), string(deploy.UploadBeforeActivation)))}
+		c.unknown = k.Destination.IsUnknown() || k.User.IsUnknown() || k.Group.IsUnknown() || k.Permissions.IsUnknown() || k.Upload.IsUnknown() || !fullyKnown(k.RestartUnits)
+		c.nodesUnknown = !fullyKnown(k.Nodes)
+		if !k.RestartUnits.IsNull() && fullyKnown(k.RestartUnits) {
 			c.RestartUnits = stringsOf(ctx, k.RestartUnits, &diags)
 		}
-		if !k.Nodes.IsNull() {
+		if !k.Nodes.IsNull() && !c.nodesUnknown {
 			c.nodes, _ = stringSet(ctx, k.Nodes, &diags)
 		}
 		if v, ok := contents[name]; ok && !v.IsUnknown() && !v.IsNull() {
@@ -77,11 +92,22 @@ func keyConfs(ctx context.Context, m *deploymentModel, contents map[string]types
 func nodeKeys(confs []keyConf, name string) []deploy.Key {
 	var out []deploy.Key
 	for _, c := range confs {
-		if c.nodes == nil || c.nodes[name] {
+		if !c.nodesUnknown && (c.nodes == nil || c.nodes[name]) {
 			out = append(out, c.Key)
 		}
 	}
 	return out
+}
+
+// nodeKeysKnown says whether which keys node name gets, and where and
+// whose each is, is known.
+func nodeKeysKnown(confs []keyConf, name string) bool {
+	for _, c := range confs {
+		if c.nodesUnknown || c.unknown && (c.nodes == nil || c.nodes[name]) {
+			return false
+		}
+	}
+	return true
 }
 
 // keyContents are the keys' contents in the configuration, where a
@@ -109,9 +135,17 @@ func checkKeys(ctx context.Context, m *deploymentModel, config tfsdk.Config, see
 	if m.Keys.IsUnknown() {
 		return
 	}
-	var byName map[string]deployKeyModel
+	byName := map[string]deployKeyModel{}
 	if !m.Keys.IsNull() {
-		diags.Append(m.Keys.ElementsAs(ctx, &byName, false)...)
+		for name, e := range m.Keys.Elements() {
+			var k deployKeyModel
+			if obj, ok := e.(types.Object); ok && !obj.IsUnknown() && !obj.IsNull() {
+				diags.Append(obj.As(ctx, &k, basetypes.ObjectAsOptions{})...)
+			} else {
+				k = deployKeyModel{Destination: types.StringUnknown(), Nodes: types.ListUnknown(types.StringType)}
+			}
+			byName[name] = k
+		}
 	}
 	at := func(name string) path.Path { return path.Root("keys").AtMapKey(name) }
 	dests := map[string]string{}
@@ -146,6 +180,10 @@ func checkKeys(ctx context.Context, m *deploymentModel, config tfsdk.Config, see
 	}
 	given := contents.Elements()
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		if v, ok := given[name]; ok && v.IsNull() {
+			diags.AddAttributeError(path.Root("key_contents_wo"), "Key without content",
+				fmt.Sprintf("key_contents_wo[%q] is null: a key's content cannot be left out (an empty file is written only for \"\"); give it a value, or remove keys[%q]", name, name))
+		}
 		if _, ok := given[name]; !ok {
 			diags.AddAttributeError(path.Root("key_contents_wo"), "Key without content",
 				fmt.Sprintf("keys[%q] has no content: key_contents_wo needs an entry %q (key_contents_wo = { %q = var.%s }, or an ephemeral resource's value)", name, name, name, strings.ReplaceAll(name, "-", "_")))
@@ -212,19 +250,14 @@ func keysOfNode(want, had []deploy.Key, conds []conditions.Condition, look map[s
 	return k
 }
 
-// anotherContent is what deploy.Key.Why says of a key file in place but
-// for its content.
-const anotherContent = "another content on the host"
-
 // keyLook asks each node's host, over the login this run's refresh kept
 // for the plan, about the files of its keys whose content is known here,
-// and returns, by node and key name, the keys whose file there is in
-// place but holds another content (the content is compared by digest,
-// computed on the host, in memory here). A key missing or owned otherwise
-// is the refresh's to find (state's KeysUploaded condition), so that the
-// apply's own plan, which no refresh precedes, decides it alike. A node
-// the refresh did not read (-refresh=false, the apply's own plan) is asked
-// over a login of its own.
+// and returns, by node and key name, why a key's file there is not as
+// configured: missing, owned otherwise, of another mode, or holding
+// another content (compared by digest, computed on the host, in memory
+// here). A node the refresh did not read (-refresh=false, and the apply's
+// own plan, which must decide as the plan did) is asked over a login of
+// its own.
 func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
 	readNow map[string]deploy.Settings, held map[string]heldNode, confs []keyConf) map[string]map[string]string {
 	if len(confs) == 0 || !fullyKnown(m.Defaults) {
@@ -287,11 +320,11 @@ func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, no
 			return
 		}
 		for i, k := range j.keys {
-			if k.Why(states[i]) == anotherContent {
+			if why := k.Why(states[i]); why != "" {
 				if j.out == nil {
 					j.out = map[string]string{}
 				}
-				j.out[k.Name] = anotherContent
+				j.out[k.Name] = why
 			}
 		}
 	})
@@ -331,7 +364,7 @@ func warnKeys(needs map[string]keyNeeds, order []string, diags *diag.Diagnostics
 		title := "Key " + key + " will be put on " + nodesPhrase(names)
 		if strings.HasPrefix(why, "key ") {
 			// The refresh's word (the KeysUploaded condition's message).
-			title, reason = "Keys will be put back on "+nodesPhrase(names), why
+			title, reason = "Keys will be put in place on "+nodesPhrase(names), why
 		}
 		diags.AddAttributeWarning(path.Root("keys"), title, fmt.Sprintf("%s: %s.", strings.Join(names, ", "), strings.TrimRight(reason, ".")))
 	}

@@ -209,7 +209,7 @@ func TestDeploymentKeysReachTheHosts(t *testing.T) {
 			if !strings.Contains(plan, `"n2" = "switch" -> "keys"`) || strings.Count(plan, `-> "keys"`) != 2 {
 				t.Errorf("the plan after n2 lost its key does not plan n2's keys alone:\n%s", plan)
 			}
-			if !strings.Contains(plan, "db-password: missing on the host") {
+			if !strings.Contains(plan, "Key db-password will be put on node n2") || !strings.Contains(plan, "n2: missing on the host") {
 				t.Errorf("the plan does not say why:\n%s", plan)
 			}
 			run("apply", "-auto-approve", "-input=false")
@@ -346,6 +346,53 @@ func TestDeploymentKeyThatCannotBeWrittenFailsItsNodeBeforeActivation(t *testing
 			if _, _, _, ok := keyFile(t, tgs[1], "/run/keys/db"); !ok {
 				t.Errorf("n2's good key is not in place (its keys are written in order, db first)")
 			}
+
+			// Fixed: the next apply switches n2 and n3 with their keys.
+			good := `  keys = {
+    "db"    = {}
+    "odd"   = { user = "nobody", nodes = ["n2"] }
+    "proc"  = { destination = "/run/keys/proc", nodes = ["n3"] }
+  }
+  key_contents_wo = { "db" = "a", "odd" = "b", "proc" = "c" }
+`
+			s.WriteConfig(deploymentConfig(tgs, []string{sys, sys, sys}, good))
+			s.Run("apply", "-auto-approve", "-input=false")
+			wantConverged := func(when string) {
+				t.Helper()
+				v := s.Values("fleet_ssh_deployment.prod")
+				if v["phase"] != "Succeeded" || fmt.Sprint(v["failed_nodes"]) != "[]" {
+					t.Errorf("%s: the deployment is %v, failed_nodes %v", when, v["phase"], v["failed_nodes"])
+				}
+				for i := range tgs {
+					rec := nodeRecordOf(t, v, fmt.Sprintf("n%d", i+1))
+					if rec["phase"] != "Succeeded" || conditionOf(rec, "KeysUploaded") != nil {
+						t.Errorf("%s: n%d is %v, KeysUploaded %v", when, i+1, rec["phase"], conditionOf(rec, "KeysUploaded"))
+					}
+					for _, c := range []string{"ClosureCopied", "Activated", "VerdictPassed", "BootloaderFinalized", "Ready"} {
+						if cond := conditionOf(rec, c); cond == nil || cond["status"] != "True" {
+							t.Errorf("%s: n%d's %s is %v", when, i+1, c, cond)
+						}
+					}
+				}
+				s.WantNoChanges()
+			}
+			wantConverged("after the fix")
+
+			// A key that fails alone (the system stands) fails its node
+			// without touching its system's conditions; fixed, the node
+			// is Succeeded again.
+			s.WriteConfig(deploymentConfig(tgs, []string{sys, sys, sys}, strings.Replace(good, `user = "nobody"`, `user = "no-such-user-fleet"`, 1)))
+			if _, errOut, code := s.ExitCode("apply", "-auto-approve", "-input=false", "-no-color"); code == 0 || !strings.Contains(errOut, "the host has no user no-such-user-fleet") {
+				t.Fatalf("a key with a user the host lacks: exit %d\n%s", code, errOut)
+			}
+			v = s.Values("fleet_ssh_deployment.prod")
+			rec := nodeRecordOf(t, v, "n2")
+			if rec["phase"] != "Failed" || rec["action"] != "keys" || conditionOf(rec, "VerdictPassed")["status"] != "True" {
+				t.Errorf("n2 after its key failed alone: phase %v, action %v, VerdictPassed %v", rec["phase"], rec["action"], conditionOf(rec, "VerdictPassed"))
+			}
+			s.WriteConfig(deploymentConfig(tgs, []string{sys, sys, sys}, good))
+			s.Run("apply", "-auto-approve", "-input=false")
+			wantConverged("after the key that failed alone was fixed")
 		})
 	}
 }
@@ -501,7 +548,7 @@ func TestDeploymentKeysOnARealSystemdHost(t *testing.T) {
 				t.Fatal("rm failed")
 			}
 			plan, _ := s.Run("plan", "-input=false", "-no-color")
-			if !strings.Contains(plan, `"ct1" = "switch" -> "keys"`) || !strings.Contains(plan, "key app-token: missing on the host") {
+			if !strings.Contains(plan, `"ct1" = "switch" -> "keys"`) || !strings.Contains(plan, "Key app-token will be put on node ct1") {
 				t.Errorf("the plan does not put the key back:\n%s", plan)
 			}
 			calls := len(tg.Calls())

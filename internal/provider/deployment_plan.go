@@ -182,7 +182,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		look = r.keyLook(ctx, &plan, nodes, priors, readNow, held, keys)
 	}
 	needs := map[string]keyNeeds{}
-	var needOrder []string
+	var needOrder, unknownKeys []string
 	if allNames {
 		warnKeysLeaving(priorKeys, priors, seen, &resp.Diagnostics)
 	}
@@ -222,14 +222,16 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		if goal != deploy.GoalDryActivate && !a.IsUnknown() && !sc.leaves(name) && !hold[name] {
 			kn := keysOfNode(nodeKeys(keys, name), nodeKeys(priorKeys, name), p.conds, look[name])
 			switch {
-			case !keysKnown && (keep || a.ValueString() == actionNone):
+			case (!keysKnown || !nodeKeysKnown(keys, name)) && (keep || a.ValueString() == actionNone):
+				// Which keys it gets, or where, is known at apply: its
+				// own plan decides.
 				a, keep = types.StringUnknown(), false
+				unknownKeys = append(unknownKeys, name)
 			case !kn.needed() && len(kn.unknown) > 0 && (keep || a.ValueString() == actionNone):
 				// Whether the host holds the content is known once the
 				// content is: the apply's own plan decides.
 				a, keep = types.StringUnknown(), false
-				resp.Diagnostics.AddAttributeWarning(path.Root("key_contents_wo"), "Keys of node "+name+" not known yet",
-					fmt.Sprintf("The content of %s is not known until the apply: node %s's action is known then; the apply compares each content with the host's and puts a key in place only where they differ.", strings.Join(kn.unknown, ", "), name))
+				unknownKeys = append(unknownKeys, name)
 			case kn.needed():
 				needs[name] = kn
 				needOrder = append(needOrder, name)
@@ -258,6 +260,10 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	}
 	plan.Actions = types.MapValueMust(types.StringType, actions)
 	warnKeys(needs, needOrder, &resp.Diagnostics)
+	if len(unknownKeys) > 0 {
+		resp.Diagnostics.AddAttributeWarning(path.Root("keys"), "Keys of "+nodesPhrase(unknownKeys)+" not known yet",
+			fmt.Sprintf("A part of the keys (a content, a destination, the nodes that get one) is known only at the apply: the action of %s is known then. The apply compares each key with the host's and puts it in place only where they differ.", strings.Join(unknownKeys, ", ")))
+	}
 	if len(waiting) > 0 {
 		title, rest, them := "Nodes "+strings.Join(waiting, ", ")+" wait for a later apply", "they keep their records", "them"
 		if len(waiting) == 1 {
@@ -769,11 +775,16 @@ func (r *deploymentResource) successRecord(ctx context.Context, plan *deployment
 		rec.Phase = types.StringValue(string(deploy.PhaseSkipped))
 		rec.HostKeySeen = unknown
 	case actionKeys:
-		// Its system stands: the record of its last deploy (systems,
-		// message, times) stays; its action, generation and KeysUploaded
-		// say what this apply does (keysRecord).
-		rec = keysRecord(p.record, rec.Conditions, types.StringUnknown())
-		rec.HostKeySeen = r.plannedKeySeen(ctx, plan, n, p)
+		// Its system stands: what the host ran, verified and booted, as
+		// last read. After a deploy that succeeded, its record (message,
+		// times) stays, with this apply's action and KeysUploaded
+		// (keysRecord); after one that did not, the apply writes a record
+		// of its own.
+		rec.CurrentSystem, rec.VerifiedSystem, rec.BootSystem, rec.PreviousSystem = types.StringValue(p.current), types.StringValue(p.verified), types.StringValue(p.boot), types.StringValue(p.previous)
+		if deploy.Phase(p.phase) == deploy.PhaseSucceeded {
+			rec = keysRecord(p.record, rec.Conditions, types.StringUnknown())
+			rec.HostKeySeen = r.plannedKeySeen(ctx, plan, n, p)
+		}
 	case actionNone:
 		// Not deployed: the record's key stands (at the same host).
 		rec.CurrentSystem, rec.VerifiedSystem, rec.BootSystem = types.StringValue(p.current), types.StringValue(p.verified), types.StringValue(p.boot)

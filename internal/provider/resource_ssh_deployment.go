@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"maps"
+	"regexp"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -71,6 +72,22 @@ var sshOptHints = map[string]string{
 	"host_key_fingerprint": `The deployment takes the host's public key line in host_key (ssh-keyscan prints it); OpenSSH cannot check a fingerprint.`,
 }
 
+// keyHints say where colmena's and NixOps' key settings go.
+var keyHints = map[string]string{
+	"destDir":    `destination takes the file's whole path: destination = "/run/keys/<name>".`,
+	"dest_dir":   `destination takes the file's whole path: destination = "/run/keys/<name>".`,
+	"name":       `The key's name is its key in keys; destination takes the file's whole path.`,
+	"owner":      `Did you mean "user"?`,
+	"uploadAt":   `upload takes "before-activation" or "after-verdict".`,
+	"text":       `A key's content goes in key_contents_wo, by the key's name: key_contents_wo = { "<name>" = var.<name> }.`,
+	"keyFile":    `A key's content goes in key_contents_wo, by the key's name: key_contents_wo = { "<name>" = file("<path>") }.`,
+	"keyCommand": `A key's content goes in key_contents_wo, by the key's name: an ephemeral resource's value, or a variable.`,
+	"content":    `A key's content goes in key_contents_wo, by the key's name: key_contents_wo = { "<name>" = var.<name> }.`,
+}
+
+// unitNamePattern is what a systemd unit's name may hold.
+var unitNamePattern = regexp.MustCompile(`^[A-Za-z0-9@._:\\-]+$`)
+
 // The deployment's nested inputs, checked key by key (see nestedInput).
 var (
 	deployNodesInput = nestedInput{name: "nodes", decl: schema.ListNestedAttribute{NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
@@ -99,8 +116,9 @@ var (
 			stringvalidator.OneOf(string(deploy.UploadBeforeActivation), string(deploy.UploadAfterVerdict))),
 		"nodes": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "The nodes whose hosts get the key. Default: every node. A name not in `nodes` is refused.",
 			Validators: []validator.List{listvalidator.UniqueValues()}},
-		"restart_units": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units restarted after a change of this key alone (no new system): `[\"postgresql.service\"]`. A switch restarts what its activation restarts."},
-	}}}}
+		"restart_units": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units restarted after a change of this key alone (no new system): `[\"postgresql.service\"]`. A switch restarts what its activation restarts.",
+			Validators: []validator.List{listvalidator.ValueStringsAre(stringvalidator.RegexMatches(unitNamePattern, "a systemd unit name, such as postgresql.service"))}},
+	}}}, hints: keyHints}
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),
 		"private_key_file": optionalString(keyFileDescription),
@@ -220,7 +238,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"actions": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				MarkdownDescription: "Per node, the action: `switch`, `none` or `skip` in a plan; in state, the last outcome (`switch` done, `none`: nothing was to do, the host ran the system after a passing verdict, `failed`: the next plan retries it (a node whose outcome is not known too), `pending`: not started, stopped by an interrupt, the failure budget or a deployment that could not start on this machine, the next plan switches it, `drift`: the host was changed outside, `skip`); `boot-entry` (goal `switch`), in a plan and in state: the host runs the node's system after a passing verdict but boots another, and the apply makes the system its boot entry, activating nothing (see `boot_system`); " +
 					"`waiting`, in a plan and in state: `only_nodes` left the node, which would switch, for a later apply (its record as it was), and the next plan without `only_nodes` switches it; " +
-					"`keys`, in a plan and in state: the node's system stands and its keys alone are put in place or removed (see `keys`), then the units of the keys that changed are restarted."},
+					"`keys`, in a plan and in state: the node's system stands and its keys alone are put in place or removed (see `keys`), then the units of the keys that changed are restarted (a node whose keys failed keeps it, its phase `Failed`, and the next plan puts them in place again)."},
 			"status": schema.MapNestedAttribute{Computed: true, MarkdownDescription: "Per node, by name, its record (`status[\"web1\"].phase`). A node added, removed or renamed changes its own record only.",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
 					"host": computedStr("Host."), "action": computedStr("Action of the last apply."),
@@ -252,7 +270,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "Starts at 1 and increases by one whenever an input changes what the deployment does " +
 				"(`nodes`, `defaults`, `verdict`, `goal`, `hold`, the timeouts and files); each node's record says the generation of that node's last deploy (its `observed_generation`)."},
 			"observed_generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` the last apply deployed."},
-			"conditions":          conditionsAttribute("`Ready`"),
+			"conditions":          conditionsAttribute("`Ready`, and `KeysUploaded` for a deployment with keys (True when every node's keys are in place, else False naming the nodes whose are not)"),
 		},
 	}
 	if version >= 3 {
@@ -290,7 +308,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 	return s
 }
 
-const nodeConditionKinds = "`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `KeysUploaded` (a node with keys only), `Ready`"
+const nodeConditionKinds = "`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`, and `KeysUploaded` while a node's keys are not all in place"
 
 func (r *deploymentResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.data = configuredData(req.ProviderData, &resp.Diagnostics)
@@ -306,13 +324,17 @@ func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.Va
 		return
 	}
 	m.decode(ctx, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() || m.Nodes.IsUnknown() {
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if m.Nodes.IsUnknown() {
+		// The keys' own faults are known without the nodes.
+		checkKeys(ctx, &m, req.Config, nil, false, &resp.Diagnostics)
 		return
 	}
 	nodes := r.nodes(ctx, &m, &resp.Diagnostics)
 	seen := checkNodes(nodes, &resp.Diagnostics)
-	allNames := namesKnown(nodes)
-	checkKeys(ctx, &m, req.Config, seen, allNames, &resp.Diagnostics)
+	checkKeys(ctx, &m, req.Config, seen, namesKnown(nodes), &resp.Diagnostics)
 	if !resp.Diagnostics.HasError() {
 		// Terraform validates the configuration again just before it
 		// plans: the logins of this run's refresh that the plan will not
