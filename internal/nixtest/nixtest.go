@@ -160,6 +160,13 @@ func WithSSHDOptions(opts ...sshtest.SSHDOption) Option {
 // Target is a NixOS-like host reached over SSH at Host:Port (a gate in front
 // of its sshd, so the host can cut itself off, see CutSSH).
 type Target struct {
+	// RebootDown is how long a reboot keeps the target away (new
+	// connections reset) before it boots its boot entry; zero means a
+	// second. RebootNever keeps it away for good, as a host that does not
+	// come back. Set them before the reboot is asked for.
+	RebootDown  time.Duration
+	RebootNever bool
+
 	Host string // "127.0.0.1"
 	Port int
 	User string // the user sshd logs in: the current user, root, unless WithLoginUser
@@ -229,6 +236,8 @@ func NewTarget(tb TB, opts ...Option) *Target {
 		"mount -t tmpfs -o mode=0700 nixtest-home " + shell.Quote(u.HomeDir),
 		"mkdir -p /run/sshd", // sshd's privilege separation directory
 		"ln -s " + shell.Quote(t.StateDir) + " " + stateLink,
+		// A boot id of its own, which a reboot changes.
+		"mount --bind " + shell.Quote(filepath.Join(t.StateDir, "boot-id")) + " /proc/sys/kernel/random/boot_id",
 	}
 	if cfg.systemd {
 		setup = append(setup, "mkdir -p /run/systemd/system")
@@ -263,6 +272,7 @@ func NewTarget(tb TB, opts ...Option) *Target {
 	t.ClientKeyFile = t.SSHD.ClientKey.WriteFile(tb, tb.TempDir())
 	t.Gate = sshtest.NewGate(tb, t.SSHD.Addr, sshtest.WithModeFunc(t.gateMode))
 	t.Port = t.Gate.Port
+	t.watchReboots(tb)
 	return t
 }
 
@@ -299,6 +309,7 @@ func (t *Target) writeState(tb TB, cfg config) {
 		{"activation.log", "", 0o644},
 		{"systemctl.log", "", 0o644},
 		{"failed-units", "", 0o644},
+		{"boot-id", newBootID() + "\n", 0o644},
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(t.StateDir, f.rel), []byte(f.text), f.mode); err != nil {

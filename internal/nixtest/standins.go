@@ -322,6 +322,12 @@ stop|kill)
 	done
 	exit 0
 	;;
+reboot)
+	# The harness reboots the target (Target's reboot stand-in), as
+	# systemd does once this returns.
+	printf 'reboot\n' > "$state/reboot-request"
+	exit 0
+	;;
 restart|try-restart)
 	# Restarted units, in order (Target.Restarts).
 	for u in "$@"; do printf '%s\n' "$u" >> "$state/restarts.log"; done

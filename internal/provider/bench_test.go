@@ -95,3 +95,49 @@ func readAll(b *testing.B, args [][]string, want string, slots int) {
 		return err
 	})
 }
+
+// BenchmarkDeploymentPlanKeys plans the same converged fleet of n
+// NixOS-like hosts twice in each round, side by side: a deployment with no
+// keys, and one with a key on every host, whose refresh reads each key's
+// file and whose plan asks each host for its digest. It reports
+// keys_ratio = the plan with keys / the plan without (target: at most 1.3,
+// the key look riding on the refresh's logins), and the logins per host
+// of the plan with keys (target: 1).
+func BenchmarkDeploymentPlanKeys(b *testing.B) {
+	b.Setenv("NIX_CONFIG", nixtest.NixConfig)
+	binary := acctest.ProviderBinary(b)
+	cli := acctest.CLIs(b)[0]
+	const n = 24
+	sys := nixtest.Closure(b, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tgs := make([]*nixtest.Target, n)
+	systems := make([]string, n)
+	for i := range tgs {
+		tgs[i] = nixtest.NewTarget(b)
+		tgs[i].Boot(b, sys)
+		systems[i] = sys
+	}
+	plain := acctest.NewBinarySession(b, cli, binary)
+	plain.WriteConfig(deploymentConfig(tgs, systems, "  parallelism = 10\n"))
+	plain.Run("apply", "-auto-approve", "-input=false")
+	keyed := acctest.NewBinarySession(b, cli, binary)
+	keyed.WriteConfig(deploymentConfig(tgs, systems, "  parallelism = 10\n  keys = { \"db-password\" = {} }\n  key_contents_wo = { \"db-password\" = \"bench\" }\n"))
+	keyed.Run("apply", "-auto-approve", "-input=false")
+	var withKeys, without time.Duration
+	var logins int
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		plain.Run("plan", "-input=false", "-detailed-exitcode")
+		without += time.Since(start)
+		before := acceptedBy(tgs)
+		start = time.Now()
+		keyed.Run("plan", "-input=false", "-detailed-exitcode")
+		withKeys += time.Since(start)
+		logins += acceptedBy(tgs) - before
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) / float64(b.N) }
+	b.ReportMetric(ms(without), "plan_ms")
+	b.ReportMetric(ms(withKeys), "plan_keys_ms")
+	b.ReportMetric(withKeys.Seconds()/without.Seconds(), "keys_ratio")
+	b.ReportMetric(float64(logins)/float64(b.N*n), "logins_per_host")
+}

@@ -1,0 +1,65 @@
+package nixtest
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The reboot stand-in (issue 39): `systemctl reboot` takes the target away
+// (its sessions drop, new connections are reset), empties /run, and boots
+// its boot entry with a new boot id: /run/current-system and
+// /run/booted-system are the entry's system, and a failing system's units
+// are failed again; a target that never comes back stays away.
+func TestReboot(t *testing.T) {
+	t.Parallel()
+	tg, d, old, next := booted(t, Behaviour{Kind: FailUnits, FailedUnits: []string{"db.service"}})
+	if _, code := d.switchTo(next, "boot"); code != 0 {
+		t.Fatal("boot entry not made")
+	}
+	d.must("mkdir -p /run/keys && echo x > /run/keys/k")
+	before := tg.BootID()
+	if got := strings.TrimSpace(d.must("cat /proc/sys/kernel/random/boot_id")); got != before {
+		t.Fatalf("the target's boot id is %q, its own %q", got, before)
+	}
+	tg.RebootDown = 1500 * time.Millisecond
+	_, _ = d.ssh("", "systemctl reboot; sleep 10")
+	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 0 && tg.BootID() == before && tg.readFileQuiet("ssh-cut") != "" }) {
+		t.Fatal("the target did not go away")
+	}
+	if _, code := d.ssh("", "true"); code != 255 {
+		t.Errorf("a login while the target is away: exit %d, want 255", code)
+	}
+	if !eventually(10*time.Second, func() bool { return len(tg.Boots()) == 1 }) {
+		t.Fatal("the target did not come back")
+	}
+	b := tg.Boots()[0]
+	if b.ID == before || b.System != next || !b.Up.After(b.Down) || b.Up.Sub(b.Down) < time.Second {
+		t.Errorf("boot %+v: want a new id, %s, away for 1.5s", b, next)
+	}
+	if got := strings.TrimSpace(d.must("cat /proc/sys/kernel/random/boot_id")); got != b.ID {
+		t.Errorf("boot id after the reboot %q, want %q", got, b.ID)
+	}
+	if tg.CurrentSystem() != next || tg.BootedSystem() != next {
+		t.Errorf("after the reboot: current %s, booted %s, want %s (it ran %s)", tg.CurrentSystem(), tg.BootedSystem(), next, old)
+	}
+	if tg.Exists("/run/keys/k") {
+		t.Error("/run survived the reboot")
+	}
+	if out, _ := d.ssh("", "systemctl is-system-running"); strings.TrimSpace(out) != "degraded" {
+		t.Errorf("a system whose units fail booted %q, want degraded", out)
+	}
+
+	tg.RebootNever = true
+	_, _ = d.ssh("", "systemctl reboot; sleep 10")
+	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 2 }) {
+		t.Fatal("the second reboot was not logged")
+	}
+	if b := tg.Boots()[1]; !b.Up.IsZero() {
+		t.Errorf("a target that never comes back came back: %+v", b)
+	}
+	time.Sleep(2 * time.Second)
+	if _, code := d.ssh("", "true"); code != 255 {
+		t.Errorf("a login to a target that never came back: exit %d, want 255", code)
+	}
+}
