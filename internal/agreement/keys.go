@@ -93,3 +93,10 @@ func RestartScript(run string, units []string) string {
 	}
 	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " restart\nsystemctl restart -- " + strings.Join(quoted, " ") + "\n")
 }
+
+// RebootScript is run's reboot action: fenced, it asks systemd to reboot
+// the host. The lease ends with the host's sessions; whatever comes after
+// is another run's.
+func RebootScript(run string) string {
+	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " reboot\nsystemctl reboot\n")
+}

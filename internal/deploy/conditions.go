@@ -14,7 +14,7 @@ import (
 const ConditionReady = "Ready"
 
 // ConditionTypes is the fixed order of a node's conditions.
-var ConditionTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader), ConditionReady, string(CondKeys)}
+var ConditionTypes = conditions.Types{string(CondReachable), string(CondCopied), string(CondActivated), string(CondVerdict), string(CondBootloader), ConditionReady, string(CondKeys), string(CondRebooted)}
 
 // stepTypes are the conditions every node has besides Ready, one a step
 // of its deploy; KeysUploaded only a node with keys has (KeysCondition),
@@ -54,10 +54,13 @@ func NodePhase(conds []conditions.Condition) Phase {
 func NodeConditions(prev []conditions.Condition, r Result, generation int64, now time.Time) ([]conditions.Condition, error) {
 	if r.Phase == PhaseSucceeded {
 		conds, err := SucceededConditions(prev, r.Name, r.Goal, generation, now)
-		if err != nil || !r.KeysTouched {
-			return conds, err
+		if err == nil && r.KeysTouched {
+			conds, err = keysConditionOf(conds, r, generation, now)
 		}
-		return keysConditionOf(conds, r, generation, now)
+		if err == nil {
+			conds, err = rebootedCondition(conds, r, generation, now)
+		}
+		return conds, err
 	}
 	conds := prev
 	var err error
@@ -107,7 +110,29 @@ func NodeConditions(prev []conditions.Condition, r Result, generation int64, now
 			return nil, err
 		}
 	}
+	if conds, err = rebootedCondition(conds, r, generation, now); err != nil {
+		return nil, err
+	}
 	return ConditionTypes.Set(conds, ready, now)
+}
+
+// rebootedCondition sets a node's Rebooted condition from r: the last
+// deploy that rebooted its host says how the reboot went (a node never
+// rebooted by a deploy has none; one switched live since keeps it).
+func rebootedCondition(conds []conditions.Condition, r Result, generation int64, now time.Time) ([]conditions.Condition, error) {
+	o, ok := r.Outcomes[CondRebooted]
+	switch {
+	case r.RebootTried && ok:
+		c := conditions.Condition{Type: string(CondRebooted), Status: conditions.False, Reason: o.Reason, Message: o.Message, ObservedGeneration: generation}
+		if o.Passed {
+			c.Status = conditions.True
+		}
+		return ConditionTypes.Set(conds, c, now)
+	case r.RebootTried:
+		return ConditionTypes.Set(conds, conditions.Condition{Type: string(CondRebooted), Status: conditions.Unknown, Reason: "NotKnown",
+			Message: "node " + r.Name + ": the host was asked to reboot; whether it came back is not known", ObservedGeneration: generation}, now)
+	}
+	return conds, nil
 }
 
 // KeysInPlace is the message of a KeysUploaded condition that is True.

@@ -82,6 +82,11 @@ type VerdictSpec struct {
 type Options struct {
 	Goal              Goal
 	Keep              bool // on_failure = "keep": a failing verdict leaves the new system active
+	// Reboot says when a switch boots its host into the new system
+	// instead of activating it live (goal switch); RebootTimeout bounds
+	// how long the host may take to come back (default 10 minutes).
+	Reboot        RebootPolicy
+	RebootTimeout time.Duration
 	BootLockAttempts  int
 	BootLockInterval  time.Duration
 	ActivationTimeout time.Duration
@@ -242,6 +247,9 @@ type Result struct {
 	// would have): its system's conditions stand, but for a step it
 	// reached (Reachable).
 	KeysOnly bool
+	// RebootTried says the deploy rebooted the host into the new system
+	// (or began to): its Rebooted condition says how that went.
+	RebootTried bool
 }
 
 // Failed reports whether the node's deploy failed, or did not surely

@@ -101,6 +101,9 @@ type nodeRun struct {
 	keysOnly           bool      // the system stands: the deploy puts the keys in place and activates nothing
 	wroteKeys          []string  // the keys written, each with why ("db (missing on the host)")
 	wroteUnits         []string  // the restart_units of the keys written
+	rebooting          bool      // the new system is booted into, not activated live
+	rebootWhy          string    // why ("kernel, initrd changed", "reboot = always")
+	bootIDBefore       string    // the host's boot id before the reboot
 }
 
 // activationState is how far the activation got, for the record of an
@@ -132,6 +135,8 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 			steps = append(steps[:i+1:i+1], keysStep, restartStep)
 		case steps[i] == readStep && nr.r.BootEntryOnly:
 			steps = append(steps[:i+1:i+1], bootEntrySteps(steps[i+1:])...)
+		case steps[i] == rebootCheckStep && nr.rebooting:
+			steps = append(steps[:i+1:i+1], rebootSteps(steps[i+1:])...)
 		}
 	}
 	nr.r.KeysOnly = nr.keysOnly || n.KeysOnly
@@ -174,6 +179,9 @@ func (nr *nodeRun) sequence() []*step {
 	case GoalTest:
 		return slices.Concat(head, keys, []*step{activateStep, verdictStep, confirmStep}, after)
 	case GoalSwitch:
+	}
+	if r := nr.d.Options.Reboot; r == RebootWhenRequired || r == RebootAlways {
+		keys = append(keys, rebootCheckStep)
 	}
 	return slices.Concat(head, keys, []*step{activateStep, verdictStep, confirmStep, finaliseStep}, after)
 }

@@ -923,7 +923,7 @@ var finaliseStep = &step{
 func (nr *nodeRun) finalise(ctx context.Context) error {
 	d := nr.d
 	kept := nr.n.System + " is active and confirmed"
-	if d.Options.Goal == GoalBoot {
+	if d.Options.Goal == GoalBoot || nr.rebooting {
 		kept = "the system profile points at " + nr.n.System
 	}
 	relocked := false
@@ -936,7 +936,8 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 		}
 		// Goal boot judged nothing: the host does not record the system
 		// as one that passed a verdict there.
-		out, err := output(nr.c.Command(ctx, agreement.BootScript(nr.run(), nr.n.System, attempt, d.bootBound().Seconds(), d.Options.Goal != GoalBoot)))
+		// A system booted into is judged after the reboot (bootVerdictStep).
+		out, err := output(nr.c.Command(ctx, agreement.BootScript(nr.run(), nr.n.System, attempt, d.bootBound().Seconds(), d.Options.Goal != GoalBoot && !nr.rebooting)))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -974,6 +975,11 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 			default:
 				return unknown(fmt.Sprintf("%s; the boot entry's update had not ended when this deployer stopped asking", kept))
 			}
+		}
+		if exit == 0 && nr.rebooting {
+			nr.pass(CondBootloader, "BootDefault", "the boot entry points at the new system")
+			nr.r.BootSystem = nr.n.System
+			return nil
 		}
 		if exit == 0 {
 			nr.pass(CondBootloader, "BootDefault", "the boot entry points at the new system")
@@ -1040,7 +1046,7 @@ func (nr *nodeRun) relock(ctx context.Context, kept string) error {
 	if len(lines) > 0 {
 		current = strings.TrimSpace(lines[0])
 	}
-	if nr.d.Options.Goal != GoalBoot && current != nr.n.System {
+	if nr.d.Options.Goal != GoalBoot && !nr.rebooting && current != nr.n.System {
 		l.Release()
 		nr.r.CurrentSystem = current
 		return leaseLost("the boot entry", fmt.Sprintf("this deployer's lease on its deploy lock had ended, and the host runs %s now, not %s: something switched it since", orNone(current), nr.n.System),
