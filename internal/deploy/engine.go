@@ -80,13 +80,13 @@ type VerdictSpec struct {
 
 // Options are a deployment's settings.
 type Options struct {
-	Goal              Goal
-	Keep              bool // on_failure = "keep": a failing verdict leaves the new system active
+	Goal Goal
+	Keep bool // on_failure = "keep": a failing verdict leaves the new system active
 	// Reboot says when a switch boots its host into the new system
 	// instead of activating it live (goal switch); RebootTimeout bounds
 	// how long the host may take to come back (default 10 minutes).
-	Reboot        RebootPolicy
-	RebootTimeout time.Duration
+	Reboot            RebootPolicy
+	RebootTimeout     time.Duration
 	BootLockAttempts  int
 	BootLockInterval  time.Duration
 	ActivationTimeout time.Duration
