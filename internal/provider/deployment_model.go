@@ -76,6 +76,10 @@ type deploymentModel struct {
 	// read it from the configuration: withKeyContents).
 	KeysInput   types.Dynamic `tfsdk:"keys"`
 	KeyContents types.Map     `tfsdk:"key_contents_wo"`
+	// Reboot and RebootTimeout: when a switch boots its host into the
+	// new system (null: never), and how long the host may take.
+	Reboot        types.String `tfsdk:"reboot"`
+	RebootTimeout types.String `tfsdk:"reboot_timeout"`
 
 	// The nested inputs, checked and typed by decode.
 	Keys     types.Map    `tfsdk:"-"`
@@ -89,7 +93,7 @@ type deploymentModel struct {
 // that a list written as a tuple is no change.
 func (m *deploymentModel) inputs() []attr.Value {
 	return []attr.Value{m.Nodes, m.Defaults, m.Verdict, m.SSHConfigFile, m.KnownHostsFile, m.Goal, m.OnFailure, m.Hold,
-		m.RemoteExecTimeout, m.BootLockAttempts, m.ActivationTimeout, m.LockTimeout, m.Keys}
+		m.RemoteExecTimeout, m.BootLockAttempts, m.ActivationTimeout, m.LockTimeout, m.Keys, m.Reboot, m.RebootTimeout}
 }
 
 // decode checks the nested inputs and types them; faults go to diags
@@ -412,6 +416,8 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 		ActivationTimeout: dur(m.ActivationTimeout.ValueString(), 5*time.Minute),
 		LockTimeout:       dur(m.LockTimeout.ValueString(), 0),
 		Holder:            holder(m.ID.ValueString()),
+		Reboot:            deploy.RebootPolicy(orStr(m.Reboot.ValueString(), string(deploy.RebootNever))),
+		RebootTimeout:     dur(m.RebootTimeout.ValueString(), 0),
 		Log: func(e deploy.Event) {
 			fields := map[string]any{"node": e.Node}
 			if e.Step != "" {

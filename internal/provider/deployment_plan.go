@@ -164,6 +164,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	priors := priorNodes(ctx, prior, &resp.Diagnostics)
 	allNames := namesKnown(nodes)
 	checkKeys(ctx, &plan, req.Config, seen, allNames, &resp.Diagnostics)
+	checkReboot(&plan, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -514,6 +515,17 @@ func (r *deploymentResource) probe(ctx context.Context, m *deploymentModel, node
 		title := deploy.Heading(g.previews)
 		diags.AddAttributeWarning(path.Root("nodes").AtListIndex(g.at), title, title+":\n"+deploy.Together(g.previews))
 	}
+	previewed := map[string]deploy.Preview{}
+	var switching []string
+	for _, p := range todo {
+		if p.err == nil {
+			switching = append(switching, p.node.Name.ValueString())
+		}
+		if p.preview != nil && p.unknown == nil {
+			previewed[p.node.Name.ValueString()] = *p.preview
+		}
+	}
+	warnReboots(m, previewed, switching, diags)
 }
 
 // plannedKeySeen is the key a successful switch of n records as
@@ -693,6 +705,11 @@ func (r *deploymentResource) planRecords(ctx context.Context, plan, prior *deplo
 		if !kept[name] {
 			rec = r.successRecord(ctx, plan, n, p, a.ValueString(), goal)
 			rec.Conditions = kc.planned(ctx, rec.Conditions, name, a.ValueString(), goal, plan.Generation)
+			if rebooting(plan, a.ValueString()) {
+				// Whether it reboots (its Rebooted condition) is decided
+				// at apply.
+				rec.Conditions = types.ListUnknown(nodeConditionObjectType)
+			}
 		}
 		if !known {
 			// A new node's conditions all begin at the apply: a line, not

@@ -280,6 +280,14 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 		// models).
 		s.Attributes["keys"] = keysAttr
 		s.Attributes["key_contents_wo"] = keyContentsAttr
+		s.Attributes["reboot"] = optionalString("When a switch boots its host into the new system instead of activating it live (goal `switch` only): `never` (the default, also when unset: "+
+			"a system that needs a reboot fails its verdict with exit 100, unless `verdict.allow_reboot_required`), `when-required` (the new system's kernel, initrd or kernel modules differ from those the host booted) or `always`. "+
+			"Such a node's boot entry is made under the host's deploy lock (the system before stays the fallback entry), the host is rebooted and waited for (a new boot id within `reboot_timeout`), "+
+			"and the verdict judges the booted host (`/run/booted-system` and `/run/current-system` the new system, then the usual checks); a failing verdict puts the boot entry back and reboots into the system before (`RolledBack`). "+
+			"Reboots follow `parallelism`, `max_failures`, `hold` and `only_nodes`; the plan names each node that will reboot and why; the node's `Rebooted` condition says how its last reboot went.",
+			stringvalidator.OneOf(string(deploy.RebootNever), string(deploy.RebootWhenRequired), string(deploy.RebootAlways)))
+		s.Attributes["reboot_timeout"] = optionalString("How long a host may take to come back from a reboot (`reboot`), as a Go duration of at least 10s. Default `10m`: a host not back by then is recorded `Unknown`, and the next refresh reads what it runs.",
+			durationValidator{least: 10 * time.Second})
 	}
 	if version < 5 {
 		rec, _ := s.Attributes["status"].(schema.MapNestedAttribute)
@@ -335,6 +343,7 @@ func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.Va
 	nodes := r.nodes(ctx, &m, &resp.Diagnostics)
 	seen := checkNodes(nodes, &resp.Diagnostics)
 	checkKeys(ctx, &m, req.Config, seen, namesKnown(nodes), &resp.Diagnostics)
+	checkReboot(&m, &resp.Diagnostics)
 	if !resp.Diagnostics.HasError() {
 		// Terraform validates the configuration again just before it
 		// plans: the logins of this run's refresh that the plan will not
@@ -387,7 +396,7 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 		}
 		m := deploymentModel{deploymentState: old.deploymentState, deploymentStatus: old.deploymentStatus,
 			DefaultsInput: old.DefaultsInput, NodesInput: old.NodesInput, VerdictInput: old.VerdictInput, PlanDryActivate: old.PlanDryActivate,
-			OnlyNodes: types.ListNull(types.StringType), KeysInput: types.DynamicNull(), KeyContents: types.MapNull(types.StringType)}
+			OnlyNodes: types.ListNull(types.StringType), KeysInput: types.DynamicNull(), KeyContents: types.MapNull(types.StringType), Reboot: types.StringNull(), RebootTimeout: types.StringNull()}
 		m.Status = keyedStatus(recordsWithGeneration(old.Status, &resp.Diagnostics), &resp.Diagnostics)
 		resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 	}
@@ -424,7 +433,7 @@ func (r *deploymentResource) UpgradeState(ctx context.Context) map[int64]resourc
 			}
 			m := deploymentModel{deploymentState: old.deploymentState, deploymentStatus: old.deploymentStatus,
 				DefaultsInput: writtenValue(old.Defaults), NodesInput: writtenValue(old.Nodes), VerdictInput: writtenValue(verdict),
-				OnlyNodes: types.ListNull(types.StringType), KeysInput: types.DynamicNull(), KeyContents: types.MapNull(types.StringType)}
+				OnlyNodes: types.ListNull(types.StringType), KeysInput: types.DynamicNull(), KeyContents: types.MapNull(types.StringType), Reboot: types.StringNull(), RebootTimeout: types.StringNull()}
 			m.Status = keyedStatus(recordsWithGeneration(old.Status, &resp.Diagnostics), &resp.Diagnostics)
 			m.decode(ctx, &diag.Diagnostics{})
 			completeStatus(ctx, &m, &resp.Diagnostics)
