@@ -78,4 +78,3 @@ func warnReboots(m *deploymentModel, previews map[string]deploy.Preview, switchi
 				strings.Join(names, ", "), why))
 	}
 }
-
