@@ -66,24 +66,28 @@ type KeyState struct {
 	Mode    string // octal, as stat prints it: "400"
 }
 
-// Why says why the host's file (s) is not k as configured: missing,
-// wrongly owned, of another mode, or (when the content is known) holding
-// another content; empty when it is in place. The content is compared by
-// digest, in memory.
+// Why says why the host's file (s) is not k as configured: missing, or
+// each way it differs (owned otherwise, of another mode and, when the
+// content is known, holding another content); empty when it is in place.
+// The content is compared by digest, in memory.
 func (k Key) Why(s KeyState) string {
 	switch {
 	case s.Other:
 		return "something other than a file is at " + k.Path
 	case !s.Present:
 		return "missing on the host"
-	case s.User != k.User || s.Group != k.Group:
-		return fmt.Sprintf("owned by %s:%s on the host, not %s:%s", s.User, s.Group, k.User, k.Group)
-	case !sameMode(s.Mode, k.Mode):
-		return fmt.Sprintf("mode %s on the host, not %s", octal(s.Mode), octal(k.Mode))
-	case k.ContentKnown && s.Digest != contentDigest(k.Content):
-		return "another content on the host"
 	}
-	return ""
+	var whys []string
+	if k.ContentKnown && s.Digest != contentDigest(k.Content) {
+		whys = append(whys, "another content on the host")
+	}
+	if s.User != k.User || s.Group != k.Group {
+		whys = append(whys, fmt.Sprintf("owned by %s:%s on the host, not %s:%s", s.User, s.Group, k.User, k.Group))
+	}
+	if !sameMode(s.Mode, k.Mode) {
+		whys = append(whys, fmt.Sprintf("mode %s on the host, not %s", octal(s.Mode), octal(k.Mode)))
+	}
+	return strings.Join(whys, "; ")
 }
 
 // contentDigest is what the host's sha256sum prints of content.

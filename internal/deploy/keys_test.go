@@ -30,6 +30,7 @@ func TestKeyWhy(t *testing.T) {
 		{deploy.KeyState{Present: true, Digest: pw, User: "postgres", Group: "postgres", Mode: "400"}, "mode 0400 on the host, not 0440"},
 		{deploy.KeyState{Present: true, Digest: "00", User: "postgres", Group: "postgres", Mode: "440"}, "another content on the host"},
 		{deploy.KeyState{Present: true, Digest: pw, User: "postgres", Group: "postgres", Mode: "440"}, ""},
+		{deploy.KeyState{Present: true, Digest: "00", User: "root", Group: "root", Mode: "644"}, "another content on the host; owned by root:root on the host, not postgres:postgres; mode 0644 on the host, not 0440"},
 	} {
 		if got := k.Why(c.state); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.state, got, c.want)

@@ -136,7 +136,7 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 		case steps[i] == readStep && nr.r.BootEntryOnly:
 			steps = append(steps[:i+1:i+1], bootEntrySteps(steps[i+1:])...)
 		case steps[i] == rebootCheckStep && nr.rebooting:
-			steps = append(steps[:i+1:i+1], rebootSteps(steps[i+1:])...)
+			steps = append(steps[:i+1:i+1], nr.rebootSteps(steps[i+1:])...)
 		}
 	}
 	nr.r.KeysOnly = nr.keysOnly || n.KeysOnly

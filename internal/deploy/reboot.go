@@ -54,8 +54,15 @@ func (d *Deployer) rebootTimeout() time.Duration {
 // kept as the fallback entry), the reboot, the wait for the host's
 // return, and the verdict over a new login on the booted host; then the
 // rest (the after-verdict keys).
-func rebootSteps(rest []*step) []*step {
-	out := []*step{profileStep, finaliseStep, rebootStep, returnStep, bootVerdictStep}
+// A node with keys gets its before-activation keys again once the host is
+// back (a reboot empties /run/keys), and its keys' restart_units are
+// restarted, before the verdict.
+func (nr *nodeRun) rebootSteps(rest []*step) []*step {
+	out := []*step{profileStep, finaliseStep, rebootStep, returnStep}
+	if nr.r.KeysTouched {
+		out = append(out, keysStep, keyUnitsStep)
+	}
+	out = append(out, bootVerdictStep)
 	for _, s := range rest {
 		switch s {
 		case activateStep, verdictStep, confirmStep, finaliseStep:
@@ -64,6 +71,27 @@ func rebootSteps(rest []*step) []*step {
 		}
 	}
 	return out
+}
+
+// keyUnitsStep restarts, fenced, the units of the keys the deploy put back
+// once the host was back from its reboot (their services started without
+// them).
+var keyUnitsStep = &step{
+	name: StepRestart, does: "restarting the units of the keys put back after the reboot", cond: CondKeys, phase: PhaseVerifying,
+	run: func(ctx context.Context, nr *nodeRun) error {
+		if len(nr.wroteUnits) == 0 {
+			return nil
+		}
+		out, err := output(nr.c.Command(ctx, agreement.RestartScript(nr.run(), nr.wroteUnits)))
+		if err != nil && ctx.Err() == nil {
+			_, msg := exitOf(err, out)
+			nr.d.note(nr.n.Name, StepRestart, "restarting %s after the reboot failed: %s (the verdict judges the host as it is)", strings.Join(nr.wroteUnits, ", "), msg)
+		}
+		return ctx.Err()
+	},
+	leaves: func(nr *nodeRun, _ bool) string {
+		return "the host booted " + nr.n.System + ", which no verdict judged; its keys are back"
+	},
 }
 
 // rebootCheckStep decides whether the node's new system is booted into:
@@ -229,6 +257,9 @@ var returnStep = &step{
 		}
 		nr.r.CurrentSystem = current
 		nr.pass(CondRebooted, "Rebooted", fmt.Sprintf("the host rebooted (%s)", nr.rebootWhy))
+		// The keys put back now restart their units (keyUnitsStep), not
+		// those written before the reboot.
+		nr.wroteUnits = nil
 		return nil
 	},
 	leaves: func(nr *nodeRun, _ bool) string {

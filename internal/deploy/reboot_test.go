@@ -95,4 +95,21 @@ func TestDeployRebootsIntoTheNewSystem(t *testing.T) {
 			t.Errorf("a new kernel: %d boots, booted %s", len(tg.Boots()), tg.BootedSystem())
 		}
 	})
+	t.Run("keys come back after the reboot", func(t *testing.T) {
+		t.Parallel()
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, old)
+		n := targetOf(tg, "n1", good)
+		n.Keys = []deploy.Key{{Name: "db", Path: "/run/keys/db", User: "root", Group: "root", Mode: "0400", Content: []byte("pw"), ContentKnown: true, RestartUnits: []string{"app.service"}}}
+		res := deployer(t, opts).Deploy(context.Background(), []deploy.Target{n}, nil)
+		wantPhase(t, res[0], deploy.PhaseSucceeded)
+		if !tg.Exists("/run/keys/db") || len(tg.Boots()) != 1 {
+			t.Errorf("after the reboot: the key is there %v, %d boots", tg.Exists("/run/keys/db"), len(tg.Boots()))
+		}
+		// Written before the reboot (no restart: the switch starts what it
+		// starts), then again once the host was back, with a restart.
+		if r := tg.Restarts(); len(r) != 1 || r[0] != "app.service" {
+			t.Errorf("restarts %q, want app.service once, after the reboot", r)
+		}
+	})
 }

@@ -160,6 +160,8 @@ func keyDestinationFault(p string) string {
 	switch {
 	case !strings.HasPrefix(p, "/"):
 		return fmt.Sprintf("%q is not an absolute path: give the file's full path on the host, such as /run/keys/db-password", p)
+	case path.Clean(p) == "/nix/store" || strings.HasPrefix(path.Clean(p), "/nix/store/"):
+		return fmt.Sprintf("%q lies under /nix/store, which every user of the host can read: put keys under /run/keys (gone at a reboot) or /var/lib", p)
 	case strings.HasSuffix(p, "/") || path.Clean(p) != p:
 		return fmt.Sprintf("%q is not a clean path to a file (write it as %s)", p, path.Clean(p))
 	case p == "/nix/store" || strings.HasPrefix(p, "/nix/store/"):

@@ -116,8 +116,8 @@ var (
 			stringvalidator.OneOf(string(deploy.UploadBeforeActivation), string(deploy.UploadAfterVerdict))),
 		"nodes": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "The nodes whose hosts get the key. Default: every node. A name not in `nodes` is refused.",
 			Validators: []validator.List{listvalidator.UniqueValues()}},
-		"restart_units": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units restarted after a change of this key alone (no new system): `[\"postgresql.service\"]`. A switch restarts what its activation restarts.",
-			Validators: []validator.List{listvalidator.ValueStringsAre(stringvalidator.RegexMatches(unitNamePattern, "a systemd unit name, such as postgresql.service"))}},
+		"restart_units": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units restarted after a change of this key alone (no new system; its content, owner or mode put right): `[\"postgresql.service\"]`. A switch restarts what its activation restarts.",
+			Validators: []validator.List{listvalidator.ValueStringsAre(stringvalidator.RegexMatches(unitNamePattern, "must be a systemd unit name, such as postgresql.service"))}},
 	}}}, hints: keyHints}
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),
@@ -316,7 +316,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 	return s
 }
 
-const nodeConditionKinds = "`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`, and `KeysUploaded` while a node's keys are not all in place"
+const nodeConditionKinds = "`Reachable`, `ClosureCopied`, `Activated`, `VerdictPassed`, `BootloaderFinalized`, `Ready`, then `KeysUploaded` while a node's keys are not all in place and `Rebooted` once a deploy rebooted its host"
 
 func (r *deploymentResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.data = configuredData(req.ProviderData, &resp.Diagnostics)
