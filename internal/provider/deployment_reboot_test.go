@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetops/terraform-provider-fleet/internal/acctest"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+	"github.com/fleetops/terraform-provider-fleet/internal/systemdtest"
 )
 
 // kernelSystem is a NixOS-like system with kernel version kernel, a unit
@@ -160,6 +161,44 @@ func TestDeploymentRebootsFollowParallelism(t *testing.T) {
 			if fmt.Sprint(v["failed_nodes"]) != "[]" {
 				t.Errorf("failed nodes %v", v["failed_nodes"])
 			}
+		})
+	}
+}
+
+// A real systemd host (a Debian container booted with systemd-nspawn)
+// rebooted into its new system, through one CLI (AlternateCLIs): the
+// container asks to reboot (systemd-nspawn exits 133), the harness starts
+// it again on the same disk, and its stage-2 stand-in points
+// /run/booted-system and /run/current-system at the boot entry and starts
+// its units, as NixOS's stage 2 does; the deployment judges it with real
+// systemctl after it is back.
+func TestDeploymentRebootsARealSystemdHost(t *testing.T) {
+	t.Parallel()
+	for _, cli := range acctest.AlternateCLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			tg := systemdtest.NewTarget(t)
+			old := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
+			tg.Boot(t, old)
+			good := systemdtest.Closure(t, systemdtest.Behaviour{Kind: systemdtest.Succeed})
+			before, _ := tg.Exec(t, "cat", "/proc/sys/kernel/random/boot_id")
+			s := acctest.NewSession(t, cli, server())
+			s.WriteConfig(systemdDeploymentConfig(tg, good, "  reboot = \"always\"\n  reboot_timeout = \"120s\"\n"))
+			s.Run("init", "-input=false")
+			s.Run("apply", "-auto-approve", "-input=false")
+			after, _ := tg.Exec(t, "cat", "/proc/sys/kernel/random/boot_id")
+			booted, _ := tg.Exec(t, "readlink", "-f", "/run/booted-system")
+			if len(tg.Boots()) != 1 || strings.TrimSpace(after) == strings.TrimSpace(before) || strings.TrimSpace(booted) != good || tg.CurrentSystem() != good || tg.BootEntry() != good {
+				t.Errorf("after the reboot: %d boots, boot id %q (was %q), booted %q, current %s, boot entry %s; want %s", len(tg.Boots()), after, before, booted, tg.CurrentSystem(), tg.BootEntry(), good)
+			}
+			if svc := tg.Service(t, systemdtest.DefaultUnit); svc.ActiveState != "active" || svc.System != good {
+				t.Errorf("%s after the reboot: %+v", systemdtest.DefaultUnit, svc)
+			}
+			rec := nodeRecordOf(t, s.Values("fleet_ssh_deployment.prod"), "ct1")
+			if rec["phase"] != "Succeeded" || conditionOf(rec, "Rebooted")["status"] != "True" {
+				t.Errorf("the record: phase %v, Rebooted %v", rec["phase"], conditionOf(rec, "Rebooted"))
+			}
+			s.WantNoChanges()
 		})
 	}
 }

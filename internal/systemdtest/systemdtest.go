@@ -37,8 +37,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -99,6 +101,13 @@ type Target struct {
 	PID  int
 	Gate *sshtest.Gate
 
+	rootfs   string
+	mu       sync.Mutex // guards stopping, boots and the restart of a rebooted container
+	stopping bool
+	boots    []Boot
+	// live guards what a reboot changes: PID, root, cmd and exited.
+	live sync.RWMutex
+
 	tb      TB
 	cmd     *exec.Cmd     // systemd-nspawn
 	exited  chan struct{} // closed once cmd.Wait has returned
@@ -142,6 +151,7 @@ func NewTarget(tb TB) *Target {
 	t.SSHDPort = sshtest.ClosedPortOn(tb, t.sshdHost)
 	t.writeUpper(tb)
 	t.makeCgroups(tb)
+	t.rootfs = rootfs
 	t.start(tb, rootfs)
 	// Registered after the directory's removal, so it runs before it.
 	tb.Cleanup(t.stop)
@@ -185,6 +195,7 @@ func (t *Target) writeUpper(tb TB) {
 		{sshdSnippet, t.sshdConfig(), 0o644},
 		{"root/.ssh/authorized_keys", clientKey.AuthorizedLine() + "\n", 0o600},
 		{"etc/nix/nix.conf", nixtest.NixConfig, 0o644},
+		{"etc/systemd/system/" + stage2Unit, stage2UnitFile, 0o644},
 	}
 	for _, f := range files {
 		path := filepath.Join(t.upper, f.rel)
@@ -198,7 +209,34 @@ func (t *Target) writeUpper(tb TB) {
 	if err := os.Chmod(filepath.Join(t.upper, "root/.ssh"), 0o700); err != nil {
 		tb.Fatalf("systemdtest: %v", err)
 	}
+	wants := filepath.Join(t.upper, "etc/systemd/system/multi-user.target.wants")
+	if err := os.MkdirAll(wants, 0o755); err != nil {
+		tb.Fatalf("systemdtest: %v", err)
+	}
+	if err := os.Symlink("/etc/systemd/system/"+stage2Unit, filepath.Join(wants, stage2Unit)); err != nil {
+		tb.Fatalf("systemdtest: %v", err)
+	}
 }
+
+// stage2Unit stands in for NixOS's stage 2 at boot: /run/booted-system
+// and /run/current-system point at the system of the boot entry (none at
+// the first boot, which Boot activates), and that system's units are
+// installed and started, as its activation does.
+const stage2Unit = "systemdtest-stage2.service"
+
+const stage2UnitFile = `[Unit]
+Description=systemdtest stand-in for NixOS stage 2
+DefaultDependencies=no
+Before=multi-user.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'e=$(cat ` + BootEntryPath + ` 2>/dev/null) || exit 0; [ -n "$e" ] || exit 0; ln -sfn "$e" /run/current-system; ln -sfn "$e" /run/booted-system; for f in "$e"/etc/systemd/system/*.service; do [ -f "$f" ] || continue; u=$(basename "$f"); sed "s|@out@|$e|g" "$f" > /run/systemd/system/$u; done; systemctl daemon-reload; for f in "$e"/etc/systemd/system/*.service; do [ -f "$f" ] && systemctl start --no-block $(basename "$f"); done; exit 0'
+
+[Install]
+WantedBy=multi-user.target
+`
 
 // sshdSnippet is read first by Debian's sshd_config (Include at its top),
 // and sshd keeps the first value it reads.
@@ -272,12 +310,53 @@ exec systemd-nspawn --quiet --settings=no --register=no --keep-unit --link-journ
 	if err != nil {
 		tb.Fatalf("systemdtest: start systemd-nspawn: %v", err)
 	}
-	t.cmd = cmd
-	t.exited = make(chan struct{})
+	exited := make(chan struct{})
+	t.live.Lock()
+	t.cmd, t.exited = cmd, exited
+	t.live.Unlock()
 	go func() {
 		_ = cmd.Wait()
-		close(t.exited)
+		close(exited)
+		if cmd.ProcessState.ExitCode() == exitReboot {
+			t.rebooted(tb)
+		}
 	}()
+}
+
+// exitReboot is systemd-nspawn's exit status when the container asked to
+// reboot.
+const exitReboot = 133
+
+// Boot is one reboot of a target: when its container went away and came
+// back booted, and its new boot id.
+type Boot struct {
+	Down, Up time.Time
+	ID       string
+}
+
+// Boots are the target's reboots so far, in order.
+func (t *Target) Boots() []Boot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.boots)
+}
+
+// rebooted starts the container again on the same overlay, as a host
+// that reboots comes back: its stage-2 stand-in (stage2Unit) points
+// /run/booted-system and /run/current-system at its boot entry.
+func (t *Target) rebooted(tb TB) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopping {
+		return
+	}
+	down := time.Now()
+	t.start(tb, t.rootfs)
+	t.findInit(tb)
+	t.waitBooted(tb)
+	t.waitSSHD(tb)
+	id, _ := t.exec("cat", "/proc/sys/kernel/random/boot_id")
+	t.boots = append(t.boots, Boot{Down: down, Up: time.Now(), ID: strings.TrimSpace(id)})
 }
 
 // findInit waits for the container's systemd: the child of systemd-nspawn
@@ -286,18 +365,21 @@ func (t *Target) findInit(tb TB) {
 	tb.Helper()
 	deadline := time.Now().Add(bootTimeout)
 	for {
-		if pid := initOf(t.cmd.Process.Pid); pid != 0 {
+		cmd, exited := t.current()
+		if pid := initOf(cmd.Process.Pid); pid != 0 {
+			t.live.Lock()
 			t.PID = pid
 			t.root = "/proc/" + strconv.Itoa(pid) + "/root"
+			t.live.Unlock()
 			return
 		}
 		select {
-		case <-t.exited:
-			tb.Fatalf("systemdtest: systemd-nspawn exited before the container started (%v)\n%s", t.cmd.ProcessState, t.Console())
+		case <-exited:
+			tb.Fatalf("systemdtest: systemd-nspawn exited before the container started\n%s", t.Console())
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("systemdtest: no container init under systemd-nspawn (pid %d) within %s\n%s", t.cmd.Process.Pid, bootTimeout, t.Console())
+			tb.Fatalf("systemdtest: no container init under systemd-nspawn (pid %d) within %s\n%s", cmd.Process.Pid, bootTimeout, t.Console())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -356,9 +438,10 @@ func (t *Target) waitBooted(tb TB) {
 			fmt.Fprintf(os.Stderr, "systemdtest: %s booted degraded:\n%s\n", t.Machine, failed)
 			return
 		}
+		_, exited := t.current()
 		select {
-		case <-t.exited:
-			tb.Fatalf("systemdtest: systemd-nspawn exited during the boot (%v)\n%s", t.cmd.ProcessState, t.Console())
+		case <-exited:
+			tb.Fatalf("systemdtest: systemd-nspawn exited during the boot\n%s", t.Console())
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -382,7 +465,7 @@ func (t *Target) waitSSHD(tb TB) {
 		if _, code := t.exec("systemctl", "is-failed", "--quiet", "ssh.service"); code == 0 && attempt < sshdPortAttempts {
 			attempt++
 			t.SSHDPort = sshtest.ClosedPortOn(tb, t.sshdHost)
-			if err := os.WriteFile(t.root+"/"+sshdSnippet, []byte(t.sshdConfig()), 0o644); err != nil {
+			if err := os.WriteFile(t.rootNow()+"/"+sshdSnippet, []byte(t.sshdConfig()), 0o644); err != nil {
 				tb.Fatalf("systemdtest: %v", err)
 			}
 			if out, code := t.exec("sh", "-c", "systemctl reset-failed ssh.service && systemctl restart ssh.service"); code != 0 {
@@ -419,18 +502,23 @@ func readBanner(addr string) error {
 // into a poweroff), kills it when that takes longer than stopTimeout, and
 // removes its cgroups. The overlay goes with the mount namespace.
 func (t *Target) stop() {
+	t.mu.Lock()
+	t.stopping = true
+	t.mu.Unlock()
 	var problems []string
-	_ = t.cmd.Process.Signal(syscall.SIGTERM)
-	if !waitClosed(t.exited, stopTimeout) {
+	cmd, exited := t.current()
+	pid := t.pidNow()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if !waitClosed(exited, stopTimeout) {
 		problems = append(problems, fmt.Sprintf("no orderly shutdown within %s: killed", stopTimeout))
 		// Killing a PID namespace's init kills everything in it;
 		// systemd-nspawn then reaps it and exits.
-		if t.PID != 0 {
-			_ = syscall.Kill(t.PID, syscall.SIGKILL)
+		if pid != 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if !waitClosed(t.exited, 5*time.Second) {
-			_ = t.cmd.Process.Kill()
-			<-t.exited
+		if !waitClosed(exited, 5*time.Second) {
+			_ = cmd.Process.Kill()
+			<-exited
 		}
 	}
 	for _, cg := range t.cgroups {
@@ -491,7 +579,7 @@ func (t *Target) exec(argv ...string) (string, int) {
 func (t *Target) execInput(stdin []byte, argv ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	full := append([]string{"--target", strconv.Itoa(t.PID), "--mount", "--uts", "--ipc", "--pid", "--",
+	full := append([]string{"--target", strconv.Itoa(t.pidNow()), "--mount", "--uts", "--ipc", "--pid", "--",
 		"/usr/bin/env", "-i", "PATH=" + SessionPath, "HOME=/root", "LC_ALL=C"}, argv...)
 	cmd := exec.CommandContext(ctx, "nsenter", full...)
 	cmd.WaitDelay = time.Second
@@ -625,7 +713,7 @@ func (t *Target) Boot(tb TB, system string) {
 		tb.Fatalf("systemdtest: Boot %s: switch-to-configuration switch exited %d\n%s", system, code, out)
 	}
 	for _, f := range []string{"switch.log", "activations"} {
-		if err := os.Remove(t.root + StateDir + "/" + f); err != nil {
+		if err := os.Remove(t.rootNow() + StateDir + "/" + f); err != nil {
 			tb.Fatalf("systemdtest: Boot: %v", err)
 		}
 	}
@@ -750,7 +838,7 @@ func (t *Target) Activations() []Activation {
 // readlink reads a symlink in the target's file system; "" when there is
 // none.
 func (t *Target) readlink(path string) string {
-	s, err := os.Readlink(t.root + path)
+	s, err := os.Readlink(t.rootNow() + path)
 	if errors.Is(err, os.ErrNotExist) {
 		return ""
 	}
@@ -762,7 +850,7 @@ func (t *Target) readlink(path string) string {
 
 // readFile reads a file in the target's file system; "" when there is none.
 func (t *Target) readFile(path string) string {
-	b, err := os.ReadFile(t.root + path)
+	b, err := os.ReadFile(t.rootNow() + path)
 	if errors.Is(err, os.ErrNotExist) {
 		return ""
 	}
@@ -788,4 +876,25 @@ func lastLine(s string) string {
 		return ""
 	}
 	return strings.TrimSpace(l[len(l)-1])
+}
+
+// current is the running systemd-nspawn and the channel closed once it
+// has exited.
+func (t *Target) current() (*exec.Cmd, chan struct{}) {
+	t.live.RLock()
+	defer t.live.RUnlock()
+	return t.cmd, t.exited
+}
+
+// pidNow is the container's init now; rootNow its file system.
+func (t *Target) pidNow() int {
+	t.live.RLock()
+	defer t.live.RUnlock()
+	return t.PID
+}
+
+func (t *Target) rootNow() string {
+	t.live.RLock()
+	defer t.live.RUnlock()
+	return t.root
 }
