@@ -30,7 +30,8 @@
 //     "rollback", made once; "lapsed" when the watchdog made it, its
 //     clock run out, rather than a deployer's word), the watchdog's state and the exit status of
 //     its switch back ("rolledback"), the boot entry's ("booted.N").
-//   - SucceededFile: the last system a run finished with a passing
+//   - SucceededFile (under RecordDir, /nix/var/fleet-deploy, which a
+//     reboot keeps): the last system a run finished with a passing
 //     verdict (and, for goal switch and boot, its boot entry).
 //
 // # Messages

@@ -20,12 +20,21 @@ const (
 	GuardFile     = "/run/fleet-deploy.guard"
 	LeaseFile     = "/run/fleet-deploy.lease"
 	WordsFile     = "/run/fleet-deploy.words"
-	StateDir      = "/run/fleet-deploy"
-	SucceededFile = StateDir + "/succeeded"
+	StateDir = "/run/fleet-deploy"
+	// RecordDir holds what a host records of the deploys that finished
+	// there, which a reboot must not forget (/run is emptied at a boot;
+	// /nix is the host's own, as its store and profiles are).
+	RecordDir     = "/nix/var/fleet-deploy"
+	SucceededFile = RecordDir + "/succeeded"
 	// BootDefaultFile holds the last system a run made the host's boot
 	// default (switch-to-configuration boot succeeded: goal switch or
 	// boot); SucceededFile only a system that passed its verdict.
-	BootDefaultFile = StateDir + "/boot-default"
+	BootDefaultFile = RecordDir + "/boot-default"
+	// oldSucceededFile and oldBootDefaultFile are where hosts deployed
+	// before RecordDir kept them (until their next reboot): read when
+	// the new ones are missing.
+	oldSucceededFile   = StateDir + "/succeeded"
+	oldBootDefaultFile = StateDir + "/boot-default"
 	// ProfilePath is the system profile switched to each new system.
 	ProfilePath = "/nix/var/nix/profiles/system"
 )
@@ -90,7 +99,7 @@ const readBoots = `readlink -e ` + ProfilePath + ` || echo`
 // readSucceeded prints SucceededFile's line, or an empty line, with the
 // shell's builtins only: the scripts that read a host run on every node of
 // every plan, and each process they start costs.
-const readSucceeded = `fleet_ok=; read -r fleet_ok 2>/dev/null <` + SucceededFile + `; printf '%s\n' "$fleet_ok"`
+const readSucceeded = `fleet_ok=; read -r fleet_ok 2>/dev/null <` + SucceededFile + ` || read -r fleet_ok 2>/dev/null <` + oldSucceededFile + `; printf '%s\n' "$fleet_ok"`
 
 // ReadCurrentScript prints the current system (a refresh, drift), then
 // the last system a run finished there with a passing verdict, the last
@@ -102,7 +111,7 @@ const readSucceeded = `fleet_ok=; read -r fleet_ok 2>/dev/null <` + SucceededFil
 // a killed one's state stays behind).
 const ReadCurrentScript = `readlink -f /run/current-system || echo
 ` + readSucceeded + `
-fleet_ok=; read -r fleet_ok 2>/dev/null <` + BootDefaultFile + `; printf '%s\n' "$fleet_ok"
+fleet_ok=; read -r fleet_ok 2>/dev/null <` + BootDefaultFile + ` || read -r fleet_ok 2>/dev/null <` + oldBootDefaultFile + `; printf '%s\n' "$fleet_ok"
 fleet_s=idle
 for fleet_f in ` + StateDir + `/*/watchdog; do
 fleet_w=; read -r fleet_w 2>/dev/null <"$fleet_f"
@@ -115,7 +124,7 @@ echo "$fleet_s"
 // MarkScript records on the host that system was deployed with a passing
 // verdict (SucceededFile).
 func MarkScript(system string) string {
-	return "{ { [ -d " + shell.Quote(StateDir) + " ] || mkdir -p " + shell.Quote(StateDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + SucceededFile + "; }"
+	return "{ { [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + SucceededFile + "; }"
 }
 
 // takeScript takes the host's deploy lock for run: it waits up to wait
@@ -394,7 +403,7 @@ func (a Activation) stopAttempts() string {
 // (a verdict passed: goal switch; goal boot judges nothing),
 // SucceededFile; a record that cannot be written fails it (RecordFailed).
 func BootScript(run, system string, attempt int, seconds float64, verified bool) string {
-	mark := "printf '%s\\n' " + shell.Quote(system) + " > " + BootDefaultFile
+	mark := "{ [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + BootDefaultFile
 	if verified {
 		mark += " && " + MarkScript(system)
 	}

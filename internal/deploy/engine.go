@@ -250,6 +250,9 @@ type Result struct {
 	// RebootTried says the deploy rebooted the host into the new system
 	// (or began to): its Rebooted condition says how that went.
 	RebootTried bool
+	// SystemsUnknown says what the host runs, boots and verified is not
+	// known (it did not come back from a reboot): the record says none.
+	SystemsUnknown bool
 }
 
 // Failed reports whether the node's deploy failed, or did not surely

@@ -100,6 +100,11 @@ var keyUnitsStep = &step{
 var rebootCheckStep = &step{
 	name: StepRebootCheck, does: "deciding whether the new system needs a reboot", cond: CondActivated,
 	run: func(ctx context.Context, nr *nodeRun) error {
+		booted, _ := output(nr.c.Command(ctx, "readlink -e /run/booted-system || true"))
+		if strings.TrimSpace(booted) == nr.n.System {
+			nr.d.note(nr.n.Name, StepRebootCheck, "the host booted %s already: activated without a reboot", nr.n.System)
+			return nil
+		}
 		if nr.d.Options.Reboot == RebootAlways {
 			nr.rebootWhy = "reboot = always"
 			nr.rebooting = true
@@ -247,7 +252,7 @@ var returnStep = &step{
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, errHostAway):
-			nr.r.CurrentSystem, nr.r.BootSystem = "", ""
+			nr.r.CurrentSystem, nr.r.BootSystem, nr.r.VerifiedSystem, nr.r.SystemsUnknown = "", "", "", true
 			f := unknown(fmt.Sprintf("the host did not come back within reboot_timeout (%s) after its reboot into %s: what it runs and boots is not known (the boot entry points at %s, the system before, %s, is its fallback entry)",
 				nr.d.rebootTimeout(), nr.n.System, nr.n.System, orNone(nr.r.PreviousSystem)))
 			f.reason = "DidNotReturn"
@@ -350,14 +355,33 @@ func (nr *nodeRun) bootBack(ctx context.Context, v Verdict) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case err != nil:
-		nr.r.CurrentSystem = ""
+		nr.r.CurrentSystem, nr.r.BootSystem, nr.r.VerifiedSystem, nr.r.SystemsUnknown = "", "", "", true
 		u := unknown(fmt.Sprintf("%s; the boot entry was put back to %s and the host rebooted, but it did not come back within reboot_timeout (%s): what it runs is not known", v.Message, prev, nr.d.rebootTimeout()))
 		return u
 	}
 	nr.r.CurrentSystem = current
+	nr.r.Outcomes[CondBootloader] = Outcome{Reason: "BootedBack", Message: "the boot entry points back at the system before"}
+	nr.r.Outcomes[CondActivated] = Outcome{Passed: true, Reason: "Booted", Message: "the host booted the new system, then the system before again"}
 	f.phase, f.message = PhaseRolledBack, fmt.Sprintf("%s; the boot entry was put back to %s and the host rebooted into it", v.Message, prev)
 	if current != prev {
 		f.phase, f.message = PhaseFailed, fmt.Sprintf("%s; the boot entry was put back to %s and the host rebooted, but it runs %s", v.Message, prev, orNone(current))
+	}
+	// The reboot emptied /run/keys again: the keys go back (those of the
+	// system before are the node's too), and their units restart.
+	if nr.r.KeysTouched {
+		nr.wroteUnits = nil
+		if err := nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), nil); err != nil {
+			nr.r.Outcomes[CondKeys] = Outcome{Reason: "KeyUploadFailed", Message: "after booting back: " + err.Error()}
+			f.message += "; its keys could not be put back: " + err.Error()
+		} else {
+			nr.r.Outcomes[CondKeys] = Outcome{Passed: true, Reason: "Uploaded", Message: KeysInPlace}
+			if len(nr.wroteUnits) > 0 {
+				if out, err := output(nr.c.Command(ctx, agreement.RestartScript(nr.run(), nr.wroteUnits))); err != nil {
+					_, msg := exitOf(err, out)
+					f.message += fmt.Sprintf("; its keys are back, but restarting %s failed: %s", strings.Join(nr.wroteUnits, ", "), msg)
+				}
+			}
+		}
 	}
 	nr.r.RolledBack = f.phase == PhaseRolledBack
 	return f

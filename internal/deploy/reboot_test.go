@@ -2,9 +2,11 @@ package deploy_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
@@ -38,6 +40,10 @@ func TestDeployRebootsIntoTheNewSystem(t *testing.T) {
 		}
 		if res[0].CurrentSystem != good || res[0].BootSystem != good || res[0].VerifiedSystem != good {
 			t.Errorf("record: current %s, boot %s, verified %s", res[0].CurrentSystem, res[0].BootSystem, res[0].VerifiedSystem)
+		}
+		// The host's own record of it is kept where a reboot keeps it.
+		if !tg.Exists(agreement.SucceededFile) || strings.HasPrefix(agreement.SucceededFile, "/run/") {
+			t.Errorf("the host's record of the verified system is not at %s, which a reboot keeps", agreement.SucceededFile)
 		}
 		// The lease's keeper ends at its next look (a quarter of
 		// remote_exec_timeout at most).
@@ -110,6 +116,34 @@ func TestDeployRebootsIntoTheNewSystem(t *testing.T) {
 		// starts), then again once the host was back, with a restart.
 		if r := tg.Restarts(); len(r) != 1 || r[0] != "app.service" {
 			t.Errorf("restarts %q, want app.service once, after the reboot", r)
+		}
+	})
+	t.Run("a host booted into the system already is not rebooted again", func(t *testing.T) {
+		t.Parallel()
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, good) // booted, never judged: as after an interrupted reboot
+		res := deployer(t, opts).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", good)}, nil)
+		wantPhase(t, res[0], deploy.PhaseSucceeded)
+		if len(tg.Boots()) != 0 || res[0].RebootTried {
+			t.Errorf("rebooted a host that had booted its system: %d boots", len(tg.Boots()))
+		}
+	})
+	t.Run("keys come back after booting back", func(t *testing.T) {
+		t.Parallel()
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, old)
+		n := targetOf(tg, "n1", bad)
+		n.Keys = []deploy.Key{{Name: "db", Path: "/run/keys/db", User: "root", Group: "root", Mode: "0400", Content: []byte("pw"), ContentKnown: true, RestartUnits: []string{"app.service"}}}
+		res := deployer(t, opts).Deploy(context.Background(), []deploy.Target{n}, nil)
+		wantPhase(t, res[0], deploy.PhaseRolledBack)
+		if !tg.Exists("/run/keys/db") || len(tg.Boots()) != 2 || tg.BootedSystem() != old {
+			t.Errorf("after booting back: the key is there %v, %d boots, booted %s", tg.Exists("/run/keys/db"), len(tg.Boots()), tg.BootedSystem())
+		}
+		if o := res[0].Outcomes[deploy.CondKeys]; !o.Passed {
+			t.Errorf("KeysUploaded after booting back: %+v", o)
+		}
+		if o := res[0].Outcomes[deploy.CondBootloader]; o.Passed || o.Reason != "BootedBack" {
+			t.Errorf("BootloaderFinalized after booting back: %+v", o)
 		}
 	})
 }

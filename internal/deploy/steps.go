@@ -907,6 +907,9 @@ var finaliseStep = &step{
 	name: StepFinalise, does: "making the new system the boot default with switch-to-configuration boot", cond: CondBootloader, phase: PhaseFinalizing,
 	run: func(ctx context.Context, nr *nodeRun) error { return nr.finalise(ctx) },
 	leaves: func(nr *nodeRun, during bool) string {
+		if nr.rebooting {
+			return fmt.Sprintf("the host runs %s; the system profile points at %s, which no verdict judged, and the boot entry may too: a reboot before the next apply would boot it (the next apply deploys the node again)", orNone(nr.r.PreviousSystem), nr.n.System)
+		}
 		if nr.d.Options.Goal == GoalBoot {
 			return "the system profile points at " + nr.n.System + "; the boot entry may still point at the old system (the next apply makes it the boot default)"
 		}

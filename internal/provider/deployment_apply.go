@@ -390,7 +390,7 @@ func (a applyPlan) nodeRecord(n deployNodeModel, res deploy.Result, ran bool, ge
 	case res.Failed():
 		action = actionFailed
 	}
-	if ran && res.CurrentSystem == "" {
+	if ran && res.CurrentSystem == "" && !res.SystemsUnknown {
 		// Failed before the host was read: what was known stands.
 		res.CurrentSystem, res.PreviousSystem, res.VerifiedSystem, res.BootSystem = p.current, p.previous, p.verified, p.boot
 	}

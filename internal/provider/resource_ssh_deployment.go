@@ -268,7 +268,7 @@ func (r *deploymentResource) schema(ctx context.Context, version int64) schema.S
 			"phase": schema.StringAttribute{Computed: true, MarkdownDescription: "Derived from the deployment's `Ready` condition: `Succeeded` when every node is, " +
 				"`Failed` when one failed, was not started or has an outcome not known, else (a node held) `Partial`."},
 			"generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "Starts at 1 and increases by one whenever an input changes what the deployment does " +
-				"(`nodes`, `defaults`, `verdict`, `goal`, `hold`, the timeouts and files); each node's record says the generation of that node's last deploy (its `observed_generation`)."},
+				"(`nodes`, `defaults`, `verdict`, `goal`, `hold`, `keys`, `reboot`, the timeouts and files); each node's record says the generation of that node's last deploy (its `observed_generation`)."},
 			"observed_generation": schema.Int64Attribute{Computed: true, MarkdownDescription: "The `generation` the last apply deployed."},
 			"conditions":          conditionsAttribute("`Ready`, and `KeysUploaded` for a deployment with keys (True when every node's keys are in place, else False naming the nodes whose are not)"),
 		},

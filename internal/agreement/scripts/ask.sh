@@ -22,5 +22,5 @@ echo "current=$(readlink -f /run/current-system)"
 echo "profile=$(readlink -f {{.ProfilePath}})"
 # The last system a run finished with a passing verdict, read with the
 # shell's builtins only (as readSucceeded).
-fleet_ok=; read -r fleet_ok 2>/dev/null <{{.SucceededFile}}; echo "succeeded=$fleet_ok"
+fleet_ok=; read -r fleet_ok 2>/dev/null <{{.SucceededFile}} || read -r fleet_ok 2>/dev/null <{{.StateDir}}/succeeded; echo "succeeded=$fleet_ok"
 echo end=.
