@@ -15,12 +15,12 @@ import (
 
 // The host's files.
 const (
-	LockFile      = "/run/fleet-deploy.lock"
-	HolderFile    = "/run/fleet-deploy.holder"
-	GuardFile     = "/run/fleet-deploy.guard"
-	LeaseFile     = "/run/fleet-deploy.lease"
-	WordsFile     = "/run/fleet-deploy.words"
-	StateDir = "/run/fleet-deploy"
+	LockFile   = "/run/fleet-deploy.lock"
+	HolderFile = "/run/fleet-deploy.holder"
+	GuardFile  = "/run/fleet-deploy.guard"
+	LeaseFile  = "/run/fleet-deploy.lease"
+	WordsFile  = "/run/fleet-deploy.words"
+	StateDir   = "/run/fleet-deploy"
 	// RecordDir holds what a host records of the deploys that finished
 	// there, which a reboot must not forget (/run is emptied at a boot;
 	// /nix is the host's own, as its store and profiles are).
