@@ -403,10 +403,13 @@ func (a Activation) stopAttempts() string {
 // (a verdict passed: goal switch; goal boot judges nothing),
 // SucceededFile; a record that cannot be written fails it (RecordFailed).
 func BootScript(run, system string, attempt int, seconds float64, verified bool) string {
+	// One command list in braces: the script runs it only after a boot
+	// entry that succeeded ("[ $rc -ne 0 ] || <mark>").
 	mark := "{ [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + BootDefaultFile
 	if verified {
 		mark += " && " + MarkScript(system)
 	}
+	mark = "{ " + mark + "; }"
 	return Remote(fenceScript + render(bootTmpl, struct {
 		Run, Dir, System, Seconds, Mark, RecordFailed string
 		Attempt                                       int
