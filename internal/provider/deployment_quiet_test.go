@@ -64,7 +64,7 @@ resource "fleet_ssh_deployment" "prod" {
 
 // ciFilter is the deployment guide's jq filter's expression over warning
 // summaries.
-var ciFilter = regexp.MustCompile(`^Nodes? .* (will switch|will make its boot entry|will reboot|is unreachable)$`)
+var ciFilter = regexp.MustCompile(`^Nodes? .* (will switch|will make its boot entry|will reboot|may reboot|is unreachable)$`)
 
 // The guide's CI filter names every node a plan switches (issue 24 point
 // 3), through both CLIs: a plan (with its refresh) of two nodes whose

@@ -69,9 +69,13 @@ func warnReboots(m *deploymentModel, previews map[string]deploy.Preview, switchi
 	}
 	for _, why := range whys {
 		names := byWhy[why]
-		title := "Node " + names[0] + " will reboot"
+		will := "will reboot"
+		if strings.Contains(why, "not known now") {
+			will = "may reboot"
+		}
+		title := "Node " + names[0] + " " + will
 		if len(names) > 1 {
-			title = "Nodes " + strings.Join(names, ", ") + " will reboot"
+			title = "Nodes " + strings.Join(names, ", ") + " " + will
 		}
 		diags.AddAttributeWarning(path.Root("reboot"), title,
 			fmt.Sprintf("%s: %s. The apply makes the new system the boot entry (the system before stays the fallback entry), reboots the host and judges it once it is back; a failing verdict boots it back into the system before.",
