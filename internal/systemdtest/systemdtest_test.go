@@ -172,8 +172,17 @@ func TestClosureInTransientUnit(t *testing.T) {
 		t.Errorf("activations %+v, want one in probe-activate.service with RuntimeMaxSec 3min", acts)
 	}
 	// --collect: the transient unit that failed is gone, and only the
-	// closure's unit is listed failed.
-	if failed, _ := tg.Systemctl(t, "--failed", "--plain", "--no-legend"); len(lines(failed)) != 1 || !strings.HasPrefix(failed, DefaultUnit+" ") {
+	// closure's unit is listed failed. systemd collects it once the unit
+	// has failed, a moment after systemd-run returned (seen late on a
+	// busy machine): asked for up to 10 s.
+	var failed string
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		failed, _ = tg.Systemctl(t, "--failed", "--plain", "--no-legend")
+		if len(lines(failed)) == 1 && strings.HasPrefix(failed, DefaultUnit+" ") || time.Now().After(end) {
+			break
+		}
+	}
+	if len(lines(failed)) != 1 || !strings.HasPrefix(failed, DefaultUnit+" ") {
 		t.Errorf("systemctl --failed after the collected unit failed: %q, want only %s", failed, DefaultUnit)
 	}
 }
