@@ -101,7 +101,7 @@ func (t *Target) reboot(done <-chan struct{}) {
 		if !up.IsZero() {
 			upAt = strconv.FormatFloat(float64(up.UnixNano())/1e9, 'f', 3, 64)
 		}
-		fmt.Fprintf(f, "%s %s %s %s\n", strconv.FormatFloat(float64(down.UnixNano())/1e9, 'f', 3, 64), upAt, id, system)
+		_, _ = fmt.Fprintf(f, "%s %s %s %s\n", strconv.FormatFloat(float64(down.UnixNano())/1e9, 'f', 3, 64), upAt, id, system)
 		_ = f.Close()
 	}
 	entry := strings.TrimSpace(t.readFileQuiet("boot-entry"))
