@@ -100,19 +100,12 @@ var keyUnitsStep = &step{
 var rebootCheckStep = &step{
 	name: StepRebootCheck, does: "deciding whether the new system needs a reboot", cond: CondActivated,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		booted, _ := output(nr.c.Command(ctx, "readlink -e /run/booted-system || true"))
-		if strings.TrimSpace(booted) == nr.n.System {
-			nr.d.note(nr.n.Name, StepRebootCheck, "the host booted %s already: activated without a reboot", nr.n.System)
-			return nil
-		}
-		if nr.d.Options.Reboot == RebootAlways {
-			nr.rebootWhy = "reboot = always"
-			nr.rebooting = true
-			return nil
-		}
+		// One round trip: the booted system, then each part of the booted
+		// and the new system ("part|booted|new", empty where one has none).
 		var b strings.Builder
+		b.WriteString("readlink -e /run/booted-system || echo\n")
 		for _, part := range rebootParts {
-			fmt.Fprintf(&b, "echo %s \"$(readlink -e /run/booted-system/%s)\" \"$(readlink -e %s/%s)\"\n", part, part, shell.Quote(nr.n.System), part)
+			fmt.Fprintf(&b, "echo \"%s|$(readlink -e /run/booted-system/%s)|$(readlink -e %s/%s)\"\n", part, part, shell.Quote(nr.n.System), part)
 		}
 		out, err := output(nr.c.Command(ctx, remote(b.String())))
 		if err != nil {
@@ -122,10 +115,23 @@ var rebootCheckStep = &step{
 			_, msg := exitOf(err, out)
 			return fail(1, "RebootCheckFailed", "reading the booted system's kernel, initrd and modules failed: "+msg, "")
 		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if strings.TrimSpace(lines[0]) == nr.n.System {
+			nr.d.note(nr.n.Name, StepRebootCheck, "the host booted %s already: activated without a reboot", nr.n.System)
+			return nil
+		}
+		if nr.d.Options.Reboot == RebootAlways {
+			nr.rebootWhy = "reboot = always"
+			nr.rebooting = true
+			return nil
+		}
+		// A part the new system has and the booted one has otherwise (a
+		// new system without kernel or initrd, a container's, boots
+		// nothing of its own: as the plan's preview judges it).
 		var changed []string
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			f := strings.Fields(line)
-			if len(f) == 3 && f[1] != f[2] || len(f) == 2 && strings.HasPrefix(f[1], "/nix/store/") && f[0] != "" {
+		for _, line := range lines[1:] {
+			f := strings.Split(strings.TrimSpace(line), "|")
+			if len(f) == 3 && f[2] != "" && f[1] != f[2] {
 				changed = append(changed, f[0])
 			}
 		}
@@ -339,10 +345,10 @@ func (nr *nodeRun) bootBack(ctx context.Context, v Verdict) error {
 	}
 	id, err := bootID(ctx, nr.c, false)
 	if err == nil {
-		_, err = output(nr.c.Command(ctx, agreement.RebootScript(nr.run())))
-		var ee interface{ ExitCode() int }
-		if errors.As(err, &ee) && ee.ExitCode() == 255 {
-			err = nil
+		var out string
+		out, err = output(nr.c.Command(ctx, agreement.RebootScript(nr.run())))
+		if exit, _ := exitOf(err, out); exit == 255 {
+			err = nil // the session went with the host, as it should
 		}
 	}
 	if err != nil {
