@@ -70,7 +70,7 @@ func TestDeployRebootsIntoTheNewSystem(t *testing.T) {
 		t.Parallel()
 		tg := nixtest.NewTarget(t)
 		tg.Boot(t, old)
-		tg.RebootNever = true
+		tg.SetRebootNever(true)
 		o := opts
 		o.RebootTimeout = 3 * time.Second
 		res := deployer(t, o).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", good)}, nil)

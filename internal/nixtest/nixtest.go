@@ -41,6 +41,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -160,12 +161,12 @@ func WithSSHDOptions(opts ...sshtest.SSHDOption) Option {
 // Target is a NixOS-like host reached over SSH at Host:Port (a gate in front
 // of its sshd, so the host can cut itself off, see CutSSH).
 type Target struct {
-	// RebootDown is how long a reboot keeps the target away (new
-	// connections reset) before it boots its boot entry; zero means a
-	// second. RebootNever keeps it away for good, as a host that does not
-	// come back. Set them before the reboot is asked for.
-	RebootDown  time.Duration
-	RebootNever bool
+	// How a reboot goes (SetRebootDown, SetRebootNever), and whether one
+	// is under way.
+	rebootMu    sync.Mutex
+	rebootDown  time.Duration
+	rebootNever bool
+	rebooting   atomic.Bool
 
 	Host string // "127.0.0.1"
 	Port int
@@ -638,12 +639,14 @@ func (t *Target) Calls() []string { return lines(t.readFile("switch.log")) }
 type Event struct {
 	Time time.Time
 	PID  int    // the call's: its events share it
-	Kind string // "start", "set-current", "set-boot", "end"
+	Kind string // "start", "set-current", "set-boot", "end"; "reboot" (PID 0)
 	// Action and Before are the start's: test, boot or switch, and what
 	// /run/current-system was.
 	Action, Before string
 	// System is the closure called (start) or made current or the boot
-	// entry (set-current, set-boot).
+	// entry (set-current, set-boot), or the boot entry a reboot boots
+	// (empty for none): every call still running was killed as it went
+	// down, and it runs that system once back.
 	System string
 	// Unit is the transient unit the call ran in ("fleet-activate-….service"),
 	// empty for a call straight from a session.
@@ -687,6 +690,8 @@ func (t *Target) Events() []Event {
 			e.Unit, e.Lease, e.Output = strings.TrimPrefix(f[6], "-"), strings.TrimPrefix(f[7], "-"), strings.TrimPrefix(f[8], "-")
 		case (e.Kind == "set-current" || e.Kind == "set-boot") && len(f) == 4:
 			e.System = f[3]
+		case e.Kind == "reboot" && len(f) == 4:
+			e.System = strings.TrimPrefix(f[3], "-")
 		case e.Kind == "end" && len(f) == 4:
 			e.RC, err = strconv.Atoi(f[3])
 		default:

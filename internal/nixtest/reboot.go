@@ -20,7 +20,7 @@ import (
 // process but its sshd's listener is killed (the sessions drop, the
 // deploy lock's keeper and any unit with them), /run is emptied (keys, the
 // agreement's lease and runs, /run/current-system), and after
-// Target.RebootDown it boots its boot entry: /run/current-system and
+// Target.SetRebootDown it boots its boot entry: /run/current-system and
 // /run/booted-system point at it (what the system's activation leaves,
 // such as failed units, is set as a boot would), the boot id changes, and
 // new connections are taken again. Each boot is logged (Boots).
@@ -38,6 +38,47 @@ func (t *Target) BootID() string { return strings.TrimSpace(t.readFile("boot-id"
 
 // BootedSystem is what /run/booted-system points at.
 func (t *Target) BootedSystem() string { return t.readlink("/run/booted-system") }
+
+// SetRebootDown sets how long a reboot keeps the target away (new
+// connections reset) before it boots its boot entry; zero means a second.
+func (t *Target) SetRebootDown(d time.Duration) {
+	t.rebootMu.Lock()
+	defer t.rebootMu.Unlock()
+	t.rebootDown = d
+}
+
+// SetRebootNever keeps the target away for good at its next reboot, as a
+// host that does not come back.
+func (t *Target) SetRebootNever(never bool) {
+	t.rebootMu.Lock()
+	defer t.rebootMu.Unlock()
+	t.rebootNever = never
+}
+
+// Reboot asks the target to reboot, as a host whose operator (or power)
+// reboots it: down for this long (zero: as SetRebootDown says), then it boots its
+// boot entry. Each reboot is logged in the event log too (an Event of kind
+// "reboot" naming the boot entry the target boots), once every process of
+// it has been killed.
+func (t *Target) Reboot(down time.Duration) {
+	_ = os.WriteFile(filepath.Join(t.StateDir, "reboot-request"), []byte(strconv.FormatFloat(down.Seconds(), 'f', 3, 64)+"\n"), 0o644)
+}
+
+// WaitUp waits, up to timeout, until the target is up: no reboot asked
+// for or under way. It says whether it is.
+func (t *Target) WaitUp(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		_, err := os.Stat(filepath.Join(t.StateDir, "reboot-request"))
+		if os.IsNotExist(err) && !t.rebooting.Load() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
 
 // Boots are the target's reboots so far, in order.
 func (t *Target) Boots() []Boot {
@@ -75,18 +116,34 @@ func (t *Target) watchReboots(tb TB) {
 			case <-tick.C:
 			}
 			req := filepath.Join(t.StateDir, "reboot-request")
+			t.rebooting.Store(true)
 			if err := os.Rename(req, req+".taken"); err != nil {
+				t.rebooting.Store(false)
 				continue
 			}
-			t.reboot(done)
+			t.rebootMu.Lock()
+			down, never := t.rebootDown, t.rebootNever
+			t.rebootMu.Unlock()
+			if b, err := os.ReadFile(req + ".taken"); err == nil {
+				if v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err == nil && v > 0 {
+					down = time.Duration(v * float64(time.Second))
+				}
+			}
+			t.reboot(done, down, never)
+			t.rebooting.Store(false)
 		}
 	})
 	tb.Cleanup(func() { close(done); wg.Wait() })
 }
 
-// reboot reboots the target (see Boot); it ends early when done closes.
-func (t *Target) reboot(done <-chan struct{}) {
-	down := time.Now()
+// reboot reboots the target (see Boot), down for down (zero: a second),
+// or for good; it ends early when done closes.
+func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool) {
+	wait := down
+	if wait == 0 {
+		wait = time.Second
+	}
+	wentDown := time.Now()
 	_ = os.WriteFile(filepath.Join(t.StateDir, "ssh-cut"), []byte(string(CutReset)+"\n"), 0o644)
 	t.killAllButSSHD()
 	t.inNamespace(`find /run -mindepth 1 -maxdepth 1 ! -name sshd ! -name nixtest ! -name systemd -exec rm -rf {} +; rm -rf /run/systemd/*; mkdir -p /run/systemd/system`)
@@ -101,17 +158,19 @@ func (t *Target) reboot(done <-chan struct{}) {
 		if !up.IsZero() {
 			upAt = strconv.FormatFloat(float64(up.UnixNano())/1e9, 'f', 3, 64)
 		}
-		_, _ = fmt.Fprintf(f, "%s %s %s %s\n", strconv.FormatFloat(float64(down.UnixNano())/1e9, 'f', 3, 64), upAt, id, system)
+		_, _ = fmt.Fprintf(f, "%s %s %s %s\n", strconv.FormatFloat(float64(wentDown.UnixNano())/1e9, 'f', 3, 64), upAt, id, system)
 		_ = f.Close()
 	}
 	entry := strings.TrimSpace(t.readFileQuiet("boot-entry"))
-	if t.RebootNever {
+	// The event log's line, once every call it cut short is dead: what
+	// the target will boot.
+	if f, err := os.OpenFile(filepath.Join(t.StateDir, "events.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+		_, _ = fmt.Fprintf(f, "%s 0 reboot %s\n", strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 9, 64), orDash(entry))
+		_ = f.Close()
+	}
+	if never {
 		log(time.Time{}, "-", orDash(entry))
 		return
-	}
-	wait := t.RebootDown
-	if wait == 0 {
-		wait = time.Second
 	}
 	select {
 	case <-done:

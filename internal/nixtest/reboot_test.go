@@ -22,7 +22,7 @@ func TestReboot(t *testing.T) {
 	if got := strings.TrimSpace(d.must("cat /proc/sys/kernel/random/boot_id")); got != before {
 		t.Fatalf("the target's boot id is %q, its own %q", got, before)
 	}
-	tg.RebootDown = 1500 * time.Millisecond
+	tg.SetRebootDown(1500 * time.Millisecond)
 	_, _ = d.ssh("", "systemctl reboot; sleep 10")
 	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 0 && tg.BootID() == before && tg.readFileQuiet("ssh-cut") != "" }) {
 		t.Fatal("the target did not go away")
@@ -50,12 +50,37 @@ func TestReboot(t *testing.T) {
 		t.Errorf("a system whose units fail booted %q, want degraded", out)
 	}
 
-	tg.RebootNever = true
-	_, _ = d.ssh("", "systemctl reboot; sleep 10")
-	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 2 }) {
-		t.Fatal("the second reboot was not logged")
+	// The event log says each reboot, with what the target boots.
+	var reboots []Event
+	for _, e := range tg.Events() {
+		if e.Kind == "reboot" {
+			reboots = append(reboots, e)
+		}
 	}
-	if b := tg.Boots()[1]; !b.Up.IsZero() {
+	if len(reboots) != 1 || reboots[0].System != next || reboots[0].PID != 0 {
+		t.Errorf("the event log's reboots %+v, want one booting %s", reboots, next)
+	}
+
+	// A reboot the harness asks for (a fault of the explorer's), down
+	// for as long as it says; WaitUp waits until it is back.
+	asked := time.Now()
+	tg.Reboot(2 * time.Second)
+	if !tg.WaitUp(15 * time.Second) {
+		t.Fatal("WaitUp: the target is not back")
+	}
+	if took := time.Since(asked); took < 2*time.Second || len(tg.Boots()) != 2 {
+		t.Errorf("after a reboot asked for 2s: back after %s, %d boots, want 2s at least, 2 boots", took, len(tg.Boots()))
+	}
+	if _, code := d.ssh("", "true"); code != 0 {
+		t.Errorf("a login once WaitUp returned: exit %d", code)
+	}
+
+	tg.SetRebootNever(true)
+	_, _ = d.ssh("", "systemctl reboot; sleep 10")
+	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 3 }) {
+		t.Fatal("the third reboot was not logged")
+	}
+	if b := tg.Boots()[2]; !b.Up.IsZero() {
 		t.Errorf("a target that never comes back came back: %+v", b)
 	}
 	time.Sleep(2 * time.Second)

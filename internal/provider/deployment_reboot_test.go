@@ -85,7 +85,7 @@ func TestDeploymentRebootHostLateSettledByRefresh(t *testing.T) {
 			before, next := kernelSystem(t, ok, "6.6.50", "1"), kernelSystem(t, ok, "6.6.58", "2")
 			tg := nixtest.NewTarget(t)
 			tg.Boot(t, before)
-			tg.RebootDown = 20 * time.Second
+			tg.SetRebootDown(20 * time.Second)
 			s := acctest.NewSession(t, cli, server())
 			s.WriteConfig(deploymentConfig([]*nixtest.Target{tg}, []string{next}, "  reboot = \"when-required\"\n  reboot_timeout = \"10s\"\n"))
 			s.Run("init", "-input=false")
@@ -128,7 +128,7 @@ func TestDeploymentRebootsFollowParallelism(t *testing.T) {
 			for range 6 {
 				tg := nixtest.NewTarget(t)
 				tg.Boot(t, before)
-				tg.RebootDown = 1500 * time.Millisecond
+				tg.SetRebootDown(1500 * time.Millisecond)
 				tgs, systems = append(tgs, tg), append(systems, next)
 			}
 			s := acctest.NewSession(t, cli, server())
