@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make soak: the long runs make test leaves out.
 # 1. The host agreement's long exploration. make test explores 50
-#    schedules (and the regression cases); this draws SOAK_SCHEDULES (508:
-#    the even seeds sweep the 254 cells of the coverage table, one each, a
+#    schedules (and the regression cases); this draws SOAK_SCHEDULES (606:
+#    the even seeds sweep the 303 cells of the coverage table, one each, a
 #    cell whose schedule did not reach it planned again) from
 #    seed SOAK_FIRST, SOAK_PARALLEL at once (a schedule a planned fault of
 #    which never fired is drawn again from the next seed), and prints the
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 out=bench/out/soak.txt
 mkdir -p "$(dirname "$out")"
-export FLEET_EXPLORE_SCHEDULES="${SOAK_SCHEDULES:-508}"
+export FLEET_EXPLORE_SCHEDULES="${SOAK_SCHEDULES:-606}"
 export FLEET_EXPLORE_FIRST="${SOAK_FIRST:-1}"
 export FLEET_EXPLORE_PARALLEL="${SOAK_PARALLEL:-4}"
 # Every kind of fault at every step it may be planned at, and each host

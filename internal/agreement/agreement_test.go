@@ -132,6 +132,46 @@ func TestFencing(t *testing.T) {
 	l2.Release()
 }
 
+// A host that rebooted since a run's lease began lost its records: Ask
+// says so (Lost), and what it runs, and cancels nothing (it makes no
+// directory for the run: nothing of the run can start there any more, its
+// lease gone too). Before the reboot, the same ask finds the run's
+// records.
+func TestAskAfterAReboot(t *testing.T) {
+	t.Parallel()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	h := newHost(t, tg, tg.Port)
+	ctx := context.Background()
+	run := agreement.NewRun()
+	l, _, err := agreement.Take(ctx, h, run, "first", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if v, err := agreement.Ask(ctx, h, run, "act.1"); err != nil || v.Lost || !v.Leased || v.Fate("act.1") != agreement.FateCancelled {
+		t.Fatalf("asked before the reboot: %+v, %v; want the run's records, act.1 cancelled", v, err)
+	}
+	tg.Reboot(500 * time.Millisecond)
+	if !tg.WaitUp(30 * time.Second) {
+		t.Fatal("the target did not come back")
+	}
+	v, err := agreement.Ask(ctx, h, run, "act.2")
+	if err != nil || !v.Lost || v.Leased || v.Current != old || len(v.Fates) != 0 || v.Settled("act.2") != agreement.Lost {
+		t.Errorf("asked after the reboot: %+v, %v; want lost, not leased, running %s, no fates", v, err, old)
+	}
+	if tg.Exists(agreement.StateDir + "/" + run) {
+		t.Error("the ask made the run's directory again after the reboot")
+	}
+	// Await stops at once: a lost run says nothing more.
+	start := time.Now()
+	v, answered := agreement.Await(ctx, h, run, 10*time.Second, 20*time.Second, func(agreement.View) bool { return false })
+	if !answered || !v.Lost || time.Since(start) > 8*time.Second {
+		t.Errorf("Await on a lost run: %+v, answered %v, after %s; want it to return the lost view at once", v, answered, time.Since(start))
+	}
+}
+
 // copyTo puts system into the target's store, as a deploy's copy does.
 func copyTo(t *testing.T, tg *nixtest.Target, system string) {
 	t.Helper()
@@ -305,6 +345,7 @@ func TestViewSettled(t *testing.T) {
 		{"switched back", agreement.View{Decision: agreement.DecisionRollback, RolledBack: "0"}, agreement.SwitchedBack},
 		{"left alone", agreement.View{Decision: agreement.DecisionRollback, RolledBack: "kept /nix/store/x"}, agreement.LeftAlone},
 		{"switch back failed", agreement.View{Decision: agreement.DecisionRollback, RolledBack: "4"}, agreement.SwitchBackFailed},
+		{"records lost", agreement.View{Lost: true, Fates: map[string]agreement.Fate{}}, agreement.Lost},
 	} {
 		if got := c.v.Settled("act.2"); got != c.want {
 			t.Errorf("%s: Settled = %d, want %d", c.name, got, c.want)

@@ -45,6 +45,11 @@ type View struct {
 	// Released says no actor of any run holds the guard: the run's
 	// activation and watchdog have ended.
 	Released bool
+	// Lost says the host has no records of the run: it rebooted (or /run
+	// was emptied) since the run's lease began. Whatever the run had
+	// switched, the host runs what it booted (Current), and nothing of the
+	// run can start there any more (its lease went too).
+	Lost bool
 }
 
 // Fate is the fate of action (act.1, boot.2, profile).
@@ -80,6 +85,9 @@ const (
 	// SwitchBackFailed: the watchdog's switch back failed (View.RolledBack
 	// holds its exit status).
 	SwitchBackFailed
+	// Lost: the host rebooted since the run's lease began (View.Lost): it
+	// runs what it booted, whatever the activation did.
+	Lost
 )
 
 // Settled is what became of the activation whose act is act (act.<attempt>
@@ -87,6 +95,8 @@ const (
 // the outcome a record states.
 func (v View) Settled(act string) Settlement {
 	switch {
+	case v.Lost:
+		return Lost
 	case v.Fate(act) == FateCancelled || v.Watchdog == "refused":
 		return NeverStarted
 	case v.Decision == DecisionConfirm:
@@ -177,6 +187,8 @@ func parseView(run, out string) (View, error) {
 			output = append(output, val)
 		case "released":
 			v.Released = true
+		case "lost":
+			v.Lost = true
 		case "end":
 			complete = true
 		}
@@ -190,7 +202,8 @@ func parseView(run, out string) (View, error) {
 
 // Await asks host what became of run (see Ask, cancel included), again
 // and again over new logins, until done says the view is what the
-// deployer waits for, or the host has not answered for silent (since the
+// deployer waits for (or the host lost the run's records: View.Lost), or
+// the host has not answered for silent (since the
 // first ask, or its last answer), or total has passed, or ctx ends. It
 // returns the last view the host gave and whether it ever answered.
 //
@@ -237,7 +250,8 @@ func Await(ctx context.Context, host Host, run string, silent, total time.Durati
 			return last, answered
 		case v := <-views:
 			last, answered, heard = v, true, time.Now()
-			if done(v) {
+			// A host that lost the run's records says nothing more of it.
+			if v.Lost || done(v) {
 				return v, true
 			}
 		case <-ended:

@@ -540,3 +540,76 @@ func TestDeployAnActionWhoseRecordCannotBeWrittenFails(t *testing.T) {
 		})
 	}
 }
+
+// The host reboots during a deploy (issue 39, found by the explorer): as
+// the activation runs, after it has switched the host; or as the boot
+// entry is made. A reboot empties /run, where the host kept the run's
+// records: the deployer must not read their absence as "never started"
+// (it once recorded "the activation never started on the host: nothing
+// was activated" for an activation that had switched the host before the
+// reboot undid it). The record says the host rebooted and what it runs.
+func TestDeployAHostThatRebootsDuringItsDeployIsRecordedAsIs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (a reboot): make test runs it")
+	}
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		b     nixtest.Behaviour
+		step  deploy.StepName
+		until func(tg *nixtest.Target, sys string) bool // the moment of the reboot
+	}{
+		{"during the activation", nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 4 * time.Second}, deploy.StepActivate,
+			func(tg *nixtest.Target, sys string) bool { return tg.CurrentSystem() == sys }},
+		{"during the boot entry", nixtest.Behaviour{Kind: nixtest.Succeed, BootDelay: 3 * time.Second}, deploy.StepFinalise,
+			func(tg *nixtest.Target, sys string) bool {
+				for _, e := range tg.Events() {
+					if e.Kind == "start" && e.Action == "boot" {
+						return true
+					}
+				}
+				return false
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tg := nixtest.NewTarget(t)
+			old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tg.Boot(t, old)
+			sys := nixtest.Closure(t, c.b)
+			d := deployer(t, deploy.Options{Verdict: deploy.VerdictSpec{ConfirmTimeout: 3 * time.Second, SettleTimeout: 2 * time.Second}})
+			var rebooted sync.WaitGroup
+			rebooted.Add(1)
+			onStep(d, c.step, false, func() {
+				go func() {
+					defer rebooted.Done()
+					for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+						if c.until(tg, sys) {
+							tg.Reboot(time.Second)
+							return
+						}
+					}
+					t.Error("the moment of the reboot never came")
+				}()
+			})
+			r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "web1", sys)}, nil)[0]
+			rebooted.Wait()
+			if !tg.WaitUp(time.Minute) {
+				t.Fatal("the host did not come back")
+			}
+			wantPhase(t, r, deploy.PhaseFailed)
+			reason := ""
+			for _, o := range r.Outcomes {
+				if o.Reason == "HostRebooted" {
+					reason = o.Reason
+				}
+			}
+			if reason == "" || !strings.Contains(r.Message, "the host rebooted during the deploy") || strings.Contains(r.Message, "nothing was") {
+				t.Errorf("recorded %+v: %s; want a condition with reason HostRebooted, the message saying the host rebooted, and not that nothing was activated", r.Outcomes, r.Message)
+			}
+			if tg.CurrentSystem() != old || r.CurrentSystem != old {
+				t.Errorf("the host runs %s, the record says %s; want %s (its boot entry)", tg.CurrentSystem(), r.CurrentSystem, old)
+			}
+		})
+	}
+}

@@ -19,7 +19,10 @@ import (
 // The invariants of the host agreement (ssh-deployment.md), checked once a
 // schedule's parties have stopped, against the host's event log
 // (nixtest.Target.Events): every switch-to-configuration call, the unit it
-// ran in, what it found running and what it changed.
+// ran in, what it found running and what it changed; and each reboot,
+// which kills every call still running and after which the host runs its
+// boot entry. A reboot empties /run: what a run kept there (its watchdog's
+// decision, the fate of its boot entry) is not known after it.
 
 // hostStateDir is where the deploy keeps its runs on a host.
 const hostStateDir = "/run/fleet-deploy"
@@ -118,6 +121,8 @@ type call struct {
 	run                          string // the run it acts for: its unit's, or (a boot entry) the run whose directory its output went to
 	lease                        string // the run whose lease the lock was under as it started
 	output                       string // the file its output went to, as "<run>/boot.1.output"; empty for another
+	cut                          bool   // a reboot killed it (ended, rc -1)
+	rebootedAfter                bool   // a reboot came after its start: its run's files on the host are gone
 }
 
 // hostState is what a host runs and boots.
@@ -141,6 +146,14 @@ func calls(events []nixtest.Event, parties []*party) []*call {
 	open := map[int]*call{}
 	for i, e := range events {
 		switch e.Kind {
+		case "reboot":
+			for pid, c := range open {
+				c.ended, c.cut, c.rc, c.endTime, c.last = true, true, -1, e.Time, i
+				delete(open, pid)
+			}
+			for _, c := range out {
+				c.rebootedAfter = true
+			}
 		case "start":
 			c := &call{action: e.Action, system: e.System, before: e.Before, unit: e.Unit, lease: e.Lease, output: e.Output, first: i, last: i, owner: -1, startTime: e.Time}
 			open[e.PID] = c
@@ -181,9 +194,15 @@ func calls(events []nixtest.Event, parties []*party) []*call {
 				c.owner = o
 			}
 		case c.unit == "":
+			// A boot entry: the party whose run made it (a boot back
+			// after a reboot's failing verdict makes the system before
+			// the entry), else whose system it is.
 			c.owner, c.run = owner(c.system), c.lease
 			if run, _, ok := strings.Cut(c.output, "/"); ok {
 				c.run = run
+			}
+			if o, known := runs[c.run]; known && o >= 0 {
+				c.owner = o
 			}
 		}
 	}
@@ -208,7 +227,7 @@ func stateAfter(events []nixtest.Event, last int, initial string) hostState {
 	st := hostState{initial, initial}
 	for i := 0; i <= last && i < len(events); i++ {
 		switch events[i].Kind {
-		case "set-current":
+		case "set-current", "reboot":
 			st.current = events[i].System
 		case "set-boot":
 			st.boot = events[i].System
@@ -259,16 +278,33 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		switch {
 		case c.lease != "" && c.lease != c.run:
 			bad("one switch at a time", "%s was made under run %q's lease", describe(c), c.lease)
-		case c.action == "boot" && c.lease == "" && !fenced(tg, c):
+		case c.action == "boot" && c.lease == "" && !c.rebootedAfter && !fenced(tg, c):
 			// No lease as it started: its own may have ended after the
 			// host's fence let it through (which holds the guard, so
-			// that no other begins).
+			// that no other begins). (Its fate is not known once a
+			// reboot has emptied /run.)
 			bad("one switch at a time", "%s was made under no lease, and the host's fence had not let it through", describe(c))
 		}
 		if i > 0 && cs[i-1].run != c.run && seen[c.run] {
 			bad("one switch at a time", "%s came after %s: the host let a run switch it after another had", describe(c), describe(cs[i-1]))
 		}
 		seen[c.run] = true
+	}
+
+	// A reboot a deploy asked for (systemctl on the host) is fenced too:
+	// its fence let the run through, under that run's lease (or under
+	// none: its lease ended as it was asked; the guard its script holds
+	// keeps another lease from beginning meanwhile).
+	for _, e := range events {
+		if e.Kind != "reboot" || e.Action != "systemctl" {
+			continue
+		}
+		switch {
+		case e.Unit == "":
+			bad("one switch at a time", "the host was rebooted at %s by a run its fence had not let through (under run %q's lease)", e.Time.Format("15:04:05.000"), e.Lease)
+		case e.Lease != "" && e.Lease != e.Unit:
+			bad("one switch at a time", "run %q rebooted the host at %s under run %q's lease", e.Unit, e.Time.Format("15:04:05.000"), e.Lease)
+		}
 	}
 
 	// 3. Nobody undoes another's switch: a watchdog switches back only a
@@ -314,16 +350,34 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 				lastEnd = time.Now()
 			}
 		}
+		// What the host ran and booted as the party recorded it: after its
+		// last switch, and after any reboot since that came before the
+		// record. A reboot within rebootUnseen of the record may have come
+		// after the host's last answer to the party: the record may say
+		// the host as it was before it.
 		st := stateAfter(events, lastEvent, initial)
+		unseen := st
+		for _, e := range events[lastEvent+1:] {
+			if e.Kind != "reboot" || !e.Time.Before(r.Finished) {
+				continue
+			}
+			st.current = e.System
+			if e.Time.Before(r.Finished.Add(-rebootUnseen)) {
+				unseen.current = e.System
+			}
+		}
 		who := partyName(pt.i)
 		switch r.Phase {
 		case deploy.PhaseSucceeded:
 			goal := pt.plan.goal()
-			if goal != deploy.GoalBoot && st.current != pt.system || goal != deploy.GoalTest && st.boot != pt.system {
+			untrue := func(st hostState) bool {
+				return goal != deploy.GoalBoot && st.current != pt.system || goal != deploy.GoalTest && st.boot != pt.system
+			}
+			if untrue(st) && untrue(unseen) {
 				bad("a record is true", "%s recorded Succeeded (goal %s), but after its last switch the host ran %s and booted %s, not %s", who, goal, st.current, st.boot, pt.system)
 			}
 		case deploy.PhaseRolledBack:
-			if len(own) > 0 && st.current != r.PreviousSystem {
+			if len(own) > 0 && st.current != r.PreviousSystem && unseen.current != r.PreviousSystem {
 				bad("a record is true", "%s recorded RolledBack, but after its last switch the host ran %s, not %s", who, st.current, r.PreviousSystem)
 			}
 			if len(own) > 0 && st.boot == pt.system {
@@ -383,7 +437,10 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		bad("the host's log", "it says the host runs %s and boots %s; it runs %s and boots %s", final.current, final.boot, tg.CurrentSystem(), tg.BootEntry())
 	}
 	for _, c := range cs {
-		if !strings.HasPrefix(c.unit, "fleet-activate-") {
+		if !strings.HasPrefix(c.unit, "fleet-activate-") || c.rebootedAfter {
+			// (A reboot settled it: the host runs its boot entry, which
+			// an unconfirmed system is not, and the run's decision is
+			// gone with /run.)
 			continue
 		}
 		decision, _ := os.Readlink(tg.Path(hostStateDir + "/" + c.run + "/decision"))
@@ -402,7 +459,7 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 			bad("a host settles on its own", "%s was confirmed, and yet switched back", describe(c))
 		case decision == "rollback" && back == nil && final.current == c.system:
 			bad("a host settles on its own", "%s was decided to be switched back, and the host still runs it", describe(c))
-		case back != nil && (!back.ended || back.rc != 0 && (back.rc != 4 || kindOf(parties, back.system) != nixtest.FailUnits)):
+		case back != nil && !back.cut && (!back.ended || back.rc != 0 && (back.rc != 4 || kindOf(parties, back.system) != nixtest.FailUnits)):
 			// (A switch back to a system whose units fail exits 4, as
 			// switching to it did.)
 			bad("a host settles on its own", "%s did not end well (exit %d)", describe(back), back.rc)
@@ -559,9 +616,9 @@ func checkAgreement(tg *nixtest.Target, parties []*party, s schedule, initial st
 		// A system that cuts SSH, an sshd restarted: every party's new
 		// connections are refused a while.
 		for _, other := range parties {
-			blocked = blocked || other.plan.Kind == nixtest.CutSSH
+			blocked = blocked || other.plan.Kind == nixtest.CutSSH || other.plan.reboot() != deploy.RebootNever
 			for _, f := range other.plan.Faults {
-				blocked = blocked || f.Host == hostRestartSSHD
+				blocked = blocked || f.blocksNew() && f.Host != ""
 			}
 		}
 		if blocked {
@@ -619,6 +676,11 @@ func kindOf(parties []*party, system string) nixtest.Kind {
 	}
 	return nixtest.Succeed
 }
+
+// rebootUnseen is how long before a party's record a reboot may have come
+// unseen by it: after the host's last answer (the confirmation's, the
+// boot entry's), as the deployer let go of the host.
+const rebootUnseen = 3 * time.Second
 
 // decidesRoom is the room a busy machine gets in the timed check of a
 // watchdog's decision: its clock ticks once a second.

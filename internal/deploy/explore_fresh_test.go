@@ -32,12 +32,15 @@ import (
 //   - on the link (held either way or both, for the open connections or
 //     all, new ones refused or black-holed, reset, delayed) or on the host
 //     (the keeper killed, every session dropped, sshd restarted: its
-//     sessions dropped and new ones refused a while);
+//     sessions dropped and new ones refused a while; the host rebooted:
+//     every process on it killed, /run emptied, new connections reset
+//     while it is away, then it runs its boot entry);
 //   - with the host's behaviours drawn too: a verdict that fails (exit 4),
 //     the switch lock held at the first attempt, an activation that hangs
 //     past activation_timeout or outlasts confirm_timeout, a system that
 //     cuts SSH, a boot entry that fails, a busy systemd that starts units
-//     late, a logind that kills a closed session's processes; goals
+//     late, a logind that kills a closed session's processes, a deploy
+//     that reboots the host into its system (reboot = "always"); goals
 //     switch, test and boot; on_failure rollback or keep; one to three
 //     deployers;
 //   - fitted to the moment where one is planned: a sweep's cell or a
@@ -60,6 +63,12 @@ var hostEventFiles = map[string]string{
 	"boot":          "boot.1.fate",
 }
 
+// exploreRebootSteps are the steps a trigger of a deploy that reboots
+// picks from besides exploreSteps' (but the activation's): the reboot, the
+// wait for the host's return, the verdict on the booted host (and a boot
+// back after it fails), weighted as they matter.
+var exploreRebootSteps = []deploy.StepName{deploy.StepReboot, deploy.StepReboot, deploy.StepReturn, deploy.StepBootVerdict, deploy.StepBootVerdict}
+
 // hostEvents are their names, in the order a run reaches them.
 var hostEvents = []string{"lease", "act", "unit", "attempt", "activated", "decided", "switched back", "boot"}
 
@@ -68,6 +77,7 @@ const (
 	hostKillKeeper   = "the keeper killed"
 	hostDropSessions = "every session dropped"
 	hostRestartSSHD  = "sshd restarted"
+	hostReboot       = "the host rebooted"
 )
 
 // drawFresh draws the schedule of a fresh seed.
@@ -93,6 +103,9 @@ func drawFresh(seed uint64) schedule {
 		2*s.RemoteExecTimeout + leaseEnds + ms(0, 2000), // long past it: the lease's liveness is checked
 		0, // for good
 	}
+	// A deploy that reboots the host into its system, one party in
+	// eight where its system and goal allow (a stream of its own).
+	rebooting := rand.New(rand.NewPCG(seed, 0xb007))
 	n := 1
 	switch r := pick(10); {
 	case r >= 8:
@@ -164,6 +177,10 @@ func drawFresh(seed uint64) schedule {
 		// deployer is gone (a container's RuntimeMaxSec aside), so a hang
 		// is never kept.
 		h.Keep = pick(6) == 0 && p.Kind != nixtest.Hang
+		if rebooting.IntN(8) == 0 && h.Goal == deploy.GoalSwitch && !h.LockedOnce &&
+			(p.Kind == nixtest.Succeed || p.Kind == nixtest.FailUnits || p.Kind == nixtest.BootloaderFails) {
+			h.Reboot = true
+		}
 		if pick(4) == 0 {
 			h.Delay = s.ConfirmTimeout + time.Duration(1+pick(3))*time.Second
 		}
@@ -200,7 +217,7 @@ func drawFresh(seed uint64) schedule {
 		}
 		for range faults {
 			f := faultPlan{At: trig(i, p), For: durations[pick(len(durations))]}
-			switch r := pick(20); {
+			switch r := pick(22); {
 			case r < 6: // silence: every byte held both ways
 				f.Fault.Hold = [2]bool{true, true}
 				if pick(2) == 0 {
@@ -225,9 +242,12 @@ func drawFresh(seed uint64) schedule {
 				f.Host = hostKillKeeper
 			case r < 18:
 				f.Host = hostDropSessions
-			default:
+			case r < 20:
 				f.Host = hostRestartSSHD
 				f.For = durations[pick(4)]
+			default: // away as long as a fault's drawn length, up to past a lease's end
+				f.Host = hostReboot
+				f.For = durations[pick(5)]
 			}
 			if f.For == 0 && f.Fault == (sshtest.LinkFault{}) && f.Host != hostKillKeeper && f.Host != hostDropSessions {
 				f.For = durations[pick(len(durations)-1)]
@@ -266,9 +286,9 @@ func drawFresh(seed uint64) schedule {
 		s.Parties = append(s.Parties, p)
 	}
 	// Even seeds sweep the coverage table's cells, odd ones race a clock.
-	// The cells are taken 19 apart (coprime with their 254): consecutive
+	// The cells are taken 19 apart (coprime with their 303): consecutive
 	// even seeds plan another kind of fault at another column each time,
-	// and 254 of them plan every cell once.
+	// and 303 of them plan every cell once.
 	if seed%2 == 0 {
 		sweep(&s, sweptCell(seed), rng, benign)
 	} else {
@@ -310,6 +330,18 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 		if h.Delay > h.ActivationTimeout {
 			h.ActivationTimeout = time.Minute
 		}
+	}
+	// A deploy that reboots (reboot = "always") reaches its reboot and the
+	// verdict on the booted host, and no activation.
+	switch col {
+	case string(deploy.StepReboot), string(deploy.StepBootVerdict):
+		h.Goal, h.LockedOnce, h.Reboot = deploy.GoalSwitch, false, true
+		if a.Kind != nixtest.FailUnits {
+			a.Kind = nixtest.Succeed
+		}
+	case "", string(deploy.StepLock), string(deploy.StepCopy), string(deploy.StepFinalise), "host: lease", "host: boot":
+	default:
+		h.Reboot = false
 	}
 	switch col {
 	case string(deploy.StepRollback), "host: switched back":
@@ -450,6 +482,7 @@ func sweep(s *schedule, cell exploreCell, rng *rand.Rand, benign func(*faultPlan
 func lateUnit(s *schedule, rng *rand.Rand) time.Duration {
 	a := &s.Parties[0]
 	h := a.Host
+	h.Reboot = false
 	if h.Goal == deploy.GoalBoot {
 		h.Goal = deploy.GoalSwitch
 	}
@@ -504,7 +537,7 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		if h.Goal == deploy.GoalBoot {
 			h.Goal = deploy.GoalSwitch
 		}
-		h.Keep = false
+		h.Keep, h.Reboot = false, false
 		// Mostly a verdict that passes: a confirmation to race.
 		if a.Kind == nixtest.Hang || a.Kind == nixtest.FailUnits && rng.IntN(2) == 0 {
 			a.Kind = nixtest.Succeed
@@ -528,7 +561,7 @@ func raceClock(s *schedule, rng *rand.Rand, benign func(*faultPlan)) {
 		if h.Goal == deploy.GoalBoot {
 			h.Goal = deploy.GoalSwitch
 		}
-		h.Keep, h.LockedOnce = false, false
+		h.Keep, h.LockedOnce, h.Reboot = false, false, false
 		if a.Kind == nixtest.Hang || a.Kind == nixtest.BootloaderFails {
 			a.Kind = nixtest.Succeed
 		}
@@ -700,7 +733,7 @@ func faultOfKind(kind string, rng *rand.Rand) faultPlan {
 		f.Fault.Delay = time.Duration(100+rng.IntN(701)) * time.Millisecond
 	case hostKillKeeper, hostDropSessions:
 		f.Host, f.For = kind, 0
-	case hostRestartSSHD:
+	case hostRestartSSHD, hostReboot:
 		f.Host = kind
 		f.For = durations[rng.IntN(4)]
 	}
@@ -714,6 +747,10 @@ func faultOfKind(kind string, rng *rand.Rand) faultPlan {
 // stops it.
 func (p partyPlan) hostEvents() []string {
 	h := p.Host
+	if h.Reboot {
+		// Its boot entry is made before the reboot, whatever its system.
+		return []string{"lease", "boot"}
+	}
 	var out []string
 	for _, ev := range hostEvents {
 		switch {
@@ -736,6 +773,19 @@ func (p partyPlan) hostEvents() []string {
 func (p partyPlan) steps() []deploy.StepName {
 	h := p.Host
 	var out []deploy.StepName
+	if h.Reboot {
+		for _, st := range exploreSteps {
+			switch st {
+			case deploy.StepActivate, deploy.StepVerdict, deploy.StepConfirm, deploy.StepRollback:
+			default:
+				out = append(out, st)
+			}
+		}
+		if p.Kind != nixtest.BootloaderFails {
+			out = append(out, exploreRebootSteps...)
+		}
+		return out
+	}
 	for _, st := range exploreSteps {
 		switch {
 		case h.Goal == deploy.GoalBoot && (st == deploy.StepActivate || st == deploy.StepVerdict || st == deploy.StepConfirm || st == deploy.StepRollback):
@@ -870,10 +920,10 @@ func (w *hostWatch) Stop() []leaseSpan {
 }
 
 // hostFault does a host-side fault to the target: kill the keeper of the
-// current lease, drop every connection to sshd (the gate closes them), or
+// current lease, drop every connection to sshd (the gate closes them),
 // restart sshd (drop them, and refuse new connections until the caller
-// restores SSH).
-func hostFault(t *testing.T, tg *nixtest.Target, what string) {
+// restores SSH), or reboot the host (away for down).
+func hostFault(t *testing.T, tg *nixtest.Target, what string, down time.Duration) {
 	switch what {
 	case hostKillKeeper:
 		b, err := os.ReadFile(tg.Path(agreement.LeaseFile))
@@ -892,6 +942,8 @@ func hostFault(t *testing.T, tg *nixtest.Target, what string) {
 	case hostRestartSSHD:
 		tg.CutSSH(t, nixtest.CutReset)
 		tg.Gate.SetMode(sshtest.GateOpen)
+	case hostReboot:
+		tg.Reboot(down)
 	}
 }
 
@@ -995,7 +1047,7 @@ var hostBehaviours = []string{
 	"host: an activation that hangs", "host: an activation longer than activation_timeout", "host: a system that cuts SSH",
 	"host: a boot entry that fails", "goal test", "goal boot", `on_failure "keep"`, "two deployers", "three deployers",
 	"shells: bash, as NixOS's", "shells: dash", "host: units started late", "host: a verdict check that takes a while",
-	"host: a closed session's processes killed",
+	"host: a closed session's processes killed", "host: a deploy that reboots into its system",
 }
 
 // behaviours are the rows of hostBehaviours a started party exercised.
@@ -1041,6 +1093,9 @@ func (p partyPlan) behaviours(s schedule) []string {
 	if h.SessionsKilled {
 		out = append(out, "host: a closed session's processes killed")
 	}
+	if h.Reboot {
+		out = append(out, "host: a deploy that reboots into its system")
+	}
 	return out
 }
 
@@ -1048,7 +1103,8 @@ func (p partyPlan) behaviours(s schedule) []string {
 // host events in the order a deploy reaches them.
 func (t trigger) position() int {
 	order := []string{"", "lock", "lease", "copy", "activate", "act", "unit", string(stepRetry), "attempt", "activated",
-		"verdict", "confirm", "decided", "rollback", "switched back", "finalise", "boot"}
+		"verdict", "confirm", "decided", "rollback", "switched back", "finalise", "boot",
+		string(deploy.StepReboot), string(deploy.StepReturn), string(deploy.StepBootVerdict)}
 	key := t.Host
 	if key == "" {
 		key = string(t.Step)

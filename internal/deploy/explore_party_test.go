@@ -37,7 +37,9 @@ type partySettings struct {
 	ActivationTimeout time.Duration
 	ConfirmTimeout    time.Duration
 	SettleTimeout     time.Duration
-	Checks            []string      // the verdict's commands on the node
+	Checks            []string // the verdict's commands on the node
+	Reboot            deploy.RebootPolicy
+	RebootTimeout     time.Duration
 	BootLockInterval  time.Duration // 0: the default
 	RemoteExecTimeout time.Duration
 	MasterPersist     time.Duration
@@ -117,10 +119,10 @@ func partyMain(path string) int {
 			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: s.MasterPersist},
 		Options: deploy.Options{
 			Goal: s.Goal, Keep: s.Keep, Holder: s.Holder, LockTimeout: s.LockTimeout, ActivationTimeout: s.ActivationTimeout,
-			BootLockInterval: s.BootLockInterval,
-			Verdict:          deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout, Command: s.Checks},
-			Env:              s.Env,
-			Log:              log,
+			BootLockInterval: s.BootLockInterval, Reboot: s.Reboot, RebootTimeout: s.RebootTimeout,
+			Verdict: deploy.VerdictSpec{ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: s.SettleTimeout, Command: s.Checks},
+			Env:     s.Env,
+			Log:     log,
 		},
 	}
 	r := d.Deploy(ctx, []deploy.Target{s.Target}, nil)[0]

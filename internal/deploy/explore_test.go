@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -37,6 +38,7 @@ import (
 // invariants of the agreement (ssh-deployment.md, "The host agreement")
 // are checked against what the host's own event log says happened.
 //
+// FLEET_EXPLORE_SEED=12,40 replays several seeds.
 // FLEET_EXPLORE_SCHEDULES sets how many schedules a run draws (make test:
 // exploreShort; make soak: many more), FLEET_EXPLORE_FIRST the first seed,
 // FLEET_EXPLORE_PARALLEL how many run at once (default: go test's
@@ -147,8 +149,11 @@ type faultPlan struct {
 func (f faultPlan) String() string {
 	if f.Host != "" {
 		s := fmt.Sprintf("at %s: %s", f.At, f.Host)
-		if f.Host == hostRestartSSHD {
+		switch f.Host {
+		case hostRestartSSHD:
 			s += ", new connections refused for " + f.For.Round(time.Millisecond).String()
+		case hostReboot:
+			s += ", away for " + f.For.Round(time.Millisecond).String()
 		}
 		return s
 	}
@@ -191,7 +196,7 @@ func (f faultPlan) String() string {
 // traffic.
 func (f faultPlan) blocksNew() bool {
 	if f.Host != "" {
-		return f.Host == hostRestartSSHD
+		return f.Host == hostRestartSSHD || f.Host == hostReboot
 	}
 	return f.Fault.New != sshtest.NewForward || (f.Fault.Hold[0] || f.Fault.Hold[1]) && !f.Fault.OnlyOpen
 }
@@ -225,6 +230,10 @@ type hostPlan struct {
 	// CheckTakes: the verdict has a command check on the node (a smoke
 	// test) that takes this long; 0, none.
 	CheckTakes time.Duration
+	// Reboot: the deploy boots the host into its system (reboot =
+	// "always", goal switch): the boot entry, the reboot, the verdict on
+	// the booted host, a boot back into the system before when it fails.
+	Reboot bool
 	// SessionsKilled: the host kills what a session ran once its
 	// connection closes, as logind does with KillUserProcesses=yes for a
 	// deploy user that is not root (sudo runs in the user's session): a
@@ -253,6 +262,9 @@ func (h hostPlan) String() string {
 	if h.SessionsKilled {
 		s += ", a closed session's processes killed"
 	}
+	if h.Reboot {
+		s += ", reboot always"
+	}
 	return s
 }
 
@@ -274,6 +286,14 @@ func (p partyPlan) goal() deploy.Goal {
 
 // keep says whether the party keeps a system whose verdict fails.
 func (p partyPlan) keep() bool { return p.Host != nil && p.Host.Keep }
+
+// reboot is the party's reboot policy.
+func (p partyPlan) reboot() deploy.RebootPolicy {
+	if p.Host != nil && p.Host.Reboot {
+		return deploy.RebootAlways
+	}
+	return deploy.RebootNever
+}
 
 // activationTimeout is the party's activation_timeout.
 func (p partyPlan) activationTimeout() time.Duration {
@@ -463,7 +483,7 @@ const stepRetry deploy.StepName = "activation's retry"
 // are, then FLEET_EXPLORE_SCHEDULES (exploreShort) fresh schedules, each
 // drawn from the next seed from FLEET_EXPLORE_FIRST (1) on, and drawn
 // again (from the next seed) while one of its planned faults never fired,
-// up to exploreDraws times; or only FLEET_EXPLORE_SEED, once.
+// up to exploreDraws times; or only the seeds FLEET_EXPLORE_SEED names, once each.
 // FLEET_EXPLORE_FRESH_ONLY=1 leaves the regression cases out.
 type explorePlan struct {
 	regressions []uint64
@@ -505,8 +525,17 @@ func exploreSeeds(t *testing.T) explorePlan {
 		}
 		return n
 	}
-	if seed := num("FLEET_EXPLORE_SEED", 0); seed != 0 {
-		return explorePlan{regressions: []uint64{seed}}
+	if v := os.Getenv("FLEET_EXPLORE_SEED"); v != "" {
+		// One seed, or several: "12,40,77".
+		var seeds []uint64
+		for _, f := range strings.Split(v, ",") {
+			seed, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil || seed == 0 {
+				t.Fatalf("FLEET_EXPLORE_SEED=%q: want seeds (numbers from 1), separated by commas", v)
+			}
+			seeds = append(seeds, seed)
+		}
+		return explorePlan{regressions: seeds}
 	}
 	var mu sync.Mutex
 	next := num("FLEET_EXPLORE_FIRST", 1)
@@ -818,7 +847,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		n.SSHOpts = []string{"Port=" + strconv.Itoa(pt.link.Port), "IdentitiesOnly=yes"}
 		ps := partySettings{Target: n, Holder: "party " + partyName(pt.i), LockTimeout: pt.plan.LockTimeout,
 			Goal: pt.plan.goal(), Keep: pt.plan.keep(), ActivationTimeout: pt.plan.activationTimeout(), ConfirmTimeout: s.ConfirmTimeout, SettleTimeout: 2 * time.Second, Checks: pt.plan.checks(), BootLockInterval: 500 * time.Millisecond,
-			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: 2 * time.Second,
+			RemoteExecTimeout: s.RemoteExecTimeout, MasterPersist: 2 * time.Second, Reboot: pt.plan.reboot(), RebootTimeout: 30 * time.Second,
 			KnownHostsFile: filepath.Join(dir, deploy.KnownHostsFileName+"-"+partyName(pt.i)), ControlDir: pt.controlDir,
 			Env: []string{"NIX_CONFIG=" + nixtest.NixConfig}}
 		pt.target = n
@@ -865,9 +894,10 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 						}
 					}
 					pt.mu.Lock()
-					if run, ok := strings.CutPrefix(l.Event.Message, "run "); ok {
-						run, _, _ = strings.Cut(run, " ")
-						pt.runs = append(pt.runs, run)
+					// "run R holds the host's deploy lock", and once back
+					// from a reboot "the host is back; run R holds ...".
+					if m := runHolds.FindStringSubmatch(l.Event.Message); m != nil {
+						pt.runs = append(pt.runs, m[1])
 					}
 					if l.Event.Kind == deploy.EventStepEnded && l.Event.Step == deploy.StepVerdict && l.Event.Outcome == deploy.StepDone {
 						pt.verdictPassed = true
@@ -922,7 +952,7 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 					for _, other := range parties {
 						other.faulted()
 					}
-					hostFault(t, tg, f.Host)
+					hostFault(t, tg, f.Host, f.For)
 					if f.Host == hostRestartSSHD {
 						later(f.For, func() { tg.RestoreSSH(t) })
 					}
@@ -1028,6 +1058,11 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 		}
 		pt.mu.Unlock()
 	}
+	// A host rebooting is back before it is judged (every reboot here
+	// comes back within seconds).
+	if !tg.WaitUp(time.Minute) {
+		violations = append(violations, "the host did not come back from a reboot within a minute")
+	}
 	keeperKilled := false
 	mu.Lock()
 	for k, ok := range fired {
@@ -1101,11 +1136,12 @@ func explore(t *testing.T, s schedule, systems map[nixtest.Kind][]string) (broke
 // coverageKinds are the rows of the coverage table: what a schedule may
 // plan at a step or a host event.
 var coverageKinds = []string{"hold both ways", "hold up", "hold down", "hold the open", "reset", "reset, refuse new", "reset, hold the open",
-	"black-hole new", "delay", hostKillKeeper, hostDropSessions, hostRestartSSHD, "killed", "interrupt", "another deployer's start"}
+	"black-hole new", "delay", hostKillKeeper, hostDropSessions, hostRestartSSHD, hostReboot, "killed", "interrupt", "another deployer's start"}
 
 // coverageColumns are its columns: the steps, then the host's events.
 func coverageColumns() []deploy.StepName {
-	cols := []deploy.StepName{"", deploy.StepLock, deploy.StepCopy, deploy.StepActivate, stepRetry, deploy.StepVerdict, deploy.StepConfirm, deploy.StepFinalise, deploy.StepRollback}
+	cols := []deploy.StepName{"", deploy.StepLock, deploy.StepCopy, deploy.StepActivate, stepRetry, deploy.StepVerdict, deploy.StepConfirm, deploy.StepFinalise, deploy.StepRollback,
+		deploy.StepReboot, deploy.StepBootVerdict}
 	for _, ev := range hostEvents {
 		cols = append(cols, trigger{Host: ev}.column())
 	}
@@ -1290,7 +1326,7 @@ func TestExploreSchedulesArePinned(t *testing.T) {
 			fresh = append(fresh, seed)
 		}
 	}
-	if got, want := digest(fresh), "622ede4c97e11899"; got != want {
+	if got, want := digest(fresh), "83232d0f3ab13fce"; got != want {
 		t.Errorf("the schedules of the first 100 fresh seeds changed (digest %s, want %s): a seed in a note no longer replays what it did", got, want)
 	}
 }
@@ -1312,6 +1348,10 @@ func TestExploreRedrawKeepsTheCell(t *testing.T) {
 		t.Errorf("a race's redraw is %d, want the next seed 1001", got)
 	}
 }
+
+// runHolds finds a run's name in a party's note that it holds the host's
+// deploy lock.
+var runHolds = regexp.MustCompile(`(?:^|; )run (\S+) holds`)
 
 // killSessions does what a host whose logind kills a closed session's
 // processes does once a killed deployer's connections close: the act

@@ -79,7 +79,10 @@ func Settle(goal Goal, system, previous string, cur Current) (Phase, string) {
 	case cur.System == previous:
 		return PhaseRolledBack, fmt.Sprintf("settled by a refresh: rolled back; the host runs %s, the system it ran before this deploy", orNone(previous))
 	case cur.System == system:
-		return PhaseFailed, fmt.Sprintf("settled by a refresh: the host runs %s, but no deploy of it finished there (its boot entry was not made): the next apply finishes it", system)
+		// Its boot entry not made after a confirmation, or (a deploy that
+		// rebooted the host, which did not see it back) booted into and
+		// not judged.
+		return PhaseFailed, fmt.Sprintf("settled by a refresh: the host runs %s, but no deploy of it finished there (no verdict judged it there, or its boot entry was not made): the next apply finishes it", system)
 	}
 	return PhaseFailed, fmt.Sprintf("settled by a refresh: the host runs %s, neither %s nor the system it ran before (%s)", orNone(cur.System), system, orNone(previous))
 }

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
@@ -56,5 +57,31 @@ func TestReadCurrentClaimsOnlyWhatPassed(t *testing.T) {
 	kill()
 	if cur := read(); cur.Settling || cur.Succeeded != old {
 		t.Errorf("after the watchdog was killed: %+v; want not settling, %s verified", cur, old)
+	}
+}
+
+// What a refresh settles an unknown record as, case by case: a host that
+// runs the node's system that no finished deploy judged says that no
+// verdict judged it or its boot entry was not made (a deploy that rebooted
+// the host and did not see it back made the entry: it once said only that
+// the boot entry was not made).
+func TestSettleSaysWhatTheHostRunsAndBoots(t *testing.T) {
+	t.Parallel()
+	const sys, old, other = "/nix/store/s-new", "/nix/store/s-old", "/nix/store/s-other"
+	for _, c := range []struct {
+		name  string
+		cur   deploy.Current
+		phase deploy.Phase
+		says  string
+	}{
+		{"verified", deploy.Current{System: sys, Succeeded: sys, Boots: sys}, deploy.PhaseSucceeded, "passed its verdict"},
+		{"back on the one before", deploy.Current{System: old, Boots: old}, deploy.PhaseRolledBack, "rolled back"},
+		{"runs it, not judged", deploy.Current{System: sys, Boots: sys}, deploy.PhaseFailed, "no verdict judged it there, or its boot entry was not made"},
+		{"something else", deploy.Current{System: other, Boots: other}, deploy.PhaseFailed, "neither"},
+	} {
+		phase, msg := deploy.Settle(deploy.GoalSwitch, sys, old, c.cur)
+		if phase != c.phase || !strings.Contains(msg, c.says) {
+			t.Errorf("%s: settled as %s (%s), want %s saying %q", c.name, phase, msg, c.phase, c.says)
+		}
 	}
 }

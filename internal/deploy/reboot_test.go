@@ -41,6 +41,12 @@ func TestDeployRebootsIntoTheNewSystem(t *testing.T) {
 		if res[0].CurrentSystem != good || res[0].BootSystem != good || res[0].VerifiedSystem != good {
 			t.Errorf("record: current %s, boot %s, verified %s", res[0].CurrentSystem, res[0].BootSystem, res[0].VerifiedSystem)
 		}
+		// Asked for by the run's fenced script, under its own lease.
+		for _, e := range tg.Events() {
+			if e.Kind == "reboot" && (e.Action != "systemctl" || e.Unit == "" || e.Lease != e.Unit) {
+				t.Errorf("the reboot was asked by %q, from run %q's script, under run %q's lease; want systemctl, from a run's script, under its lease", e.Action, e.Unit, e.Lease)
+			}
+		}
 		// The host's own record of it is kept where a reboot keeps it.
 		if !tg.Exists(agreement.SucceededFile) || strings.HasPrefix(agreement.SucceededFile, "/run/") {
 			t.Errorf("the host's record of the verified system is not at %s, which a reboot keeps", agreement.SucceededFile)

@@ -253,6 +253,8 @@ func (nr *nodeRun) setProfile(ctx context.Context) error {
 			return ctx.Err()
 		case !answered:
 			return unknown(fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s, and the host could not be asked whether it was (for %s): the running system is unchanged either way", nr.n.System, nr.d.timing().AskFor()))
+		case v.Lost:
+			return nr.hostRebooted(fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s; ", nr.n.System), v)
 		case v.Fate("profile") == agreement.FateCancelled:
 			return fail(255, "ConnectionLost", "the SSH session dropped before the system profile was changed (the request is cancelled on the host): nothing was changed on the host", "the next apply retries this node")
 		case v.Profile == nr.n.System:
@@ -370,6 +372,32 @@ func (nr *nodeRun) leftToWatchdog(ctx context.Context, step StepName) error {
 	return o.failure("HostStoppedAnswering", nr.stoppedAnswering(step)+"; "+o.text, hostCutOff)
 }
 
+// What a node whose host rebooted during its deploy (its records of the
+// run went with /run) is failed with.
+const (
+	reasonHostRebooted = "HostRebooted"
+	hintHostRebooted   = "the host rebooted during the deploy (check why: a crash, a watchdog, an operator): the next apply deploys this node again"
+)
+
+// lostText says what a host that lost the run's records (agreement.View's
+// Lost: it rebooted since the run's lease began) runs now, and records it.
+func (nr *nodeRun) lostText(v agreement.View) string {
+	if v.Current != "" {
+		nr.r.CurrentSystem = v.Current
+	}
+	text := fmt.Sprintf("the host rebooted during the deploy (what it kept of run %s in /run is gone, and no switch of the run outlived the reboot): it runs %s", nr.run(), orNone(v.Current))
+	if v.Profile != "" && v.Profile != v.Current {
+		text += ", and its system profile points at " + v.Profile
+	}
+	return text
+}
+
+// hostRebooted fails the node whose host lost the run's records, saying
+// what it was doing (prefix) and what the host runs.
+func (nr *nodeRun) hostRebooted(prefix string, v agreement.View) *failure {
+	return fail(1, reasonHostRebooted, prefix+nr.lostText(v), hintHostRebooted)
+}
+
 // stoppedAnswering says that the host went silent during step, for the
 // message of a node given up on.
 func (nr *nodeRun) stoppedAnswering(step StepName) string {
@@ -406,7 +434,7 @@ func (nr *nodeRun) activationWentSilent(ctx context.Context, since time.Time) (f
 		nr.silent = true
 		o := nr.notAsked(false)
 		return nil, o.failure("HostStoppedAnswering", nr.stoppedAnswering(StepActivate)+"; "+o.text, hostCutOff)
-	case v.Decision != "" || v.Watchdog == "refused" || v.Fate(act) == agreement.FateCancelled:
+	case v.Lost || v.Decision != "" || v.Watchdog == "refused" || v.Fate(act) == agreement.FateCancelled:
 		return nil, nr.leftToWatchdog(ctx, StepActivate)
 	}
 	nr.d.note(nr.n.Name, StepActivate, "the host went silent for %s during the activation and answered again, nothing decided: asking it how attempt %d of the activation ends",
@@ -421,8 +449,12 @@ func (nr *nodeRun) activationWentSilent(ctx context.Context, since time.Time) (f
 const hostCutOff = "the host froze, went down or was cut off from this machine during the deploy: check it"
 
 // failure is the node's failure for o: reason, message and hint, in o's
-// phase; an outcome not known says the next refresh settles it.
+// phase; an outcome not known says the next refresh settles it; a host
+// that rebooted says so (reason and hint).
 func (o settled) failure(reason, message, hint string) *failure {
+	if o.rebooted {
+		reason, hint = reasonHostRebooted, hintHostRebooted
+	}
 	f := fail(1, reason, message, hint)
 	f.phase = o.phase
 	if o.phase == PhaseUnknown {
@@ -437,6 +469,7 @@ type settled struct {
 	phase     Phase
 	text      string // what happened, for the node's message
 	confirmed bool   // a confirmation reached the host: the new system stays
+	rebooted  bool   // the host rebooted since the run's lease began (agreement.Lost)
 }
 
 // settle asks the host what its watchdog did with this run's activation,
@@ -459,6 +492,8 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 		return nr.notAsked(confirmSent), nil
 	}
 	switch v.Settled(act) {
+	case agreement.Lost:
+		return settled{phase: PhaseFailed, rebooted: true, text: nr.lostText(v)}, nil
 	case agreement.NeverStarted:
 		nr.activation = notActivated
 		return settled{phase: PhaseFailed, text: "the activation never started on the host (it is cancelled there): nothing was activated; the host runs " + orNone(v.Current)}, nil
@@ -693,6 +728,8 @@ func (nr *nodeRun) activationFromHost(ctx context.Context, cut cutOff) (int, str
 			cut.says, nr.d.timing().AskFor(), nr.unconfirmed()))
 		nr.silent = true
 		return -1, "", f
+	case v.Lost:
+		return -1, "", nr.hostRebooted(cut.says+" during the activation; ", v)
 	case v.Fate(act) == agreement.FateCancelled:
 		nr.activation = notActivated
 		return -1, "", fail(255, "ConnectionLost", cut.says+" before the activation reached the host (it is cancelled there): nothing was activated", "the next apply retries this node")
@@ -892,6 +929,8 @@ func (nr *nodeRun) leavesConfirm(during bool) string {
 	defer cancel()
 	v, err := agreement.Ask(ctx, host{nr.c}, nr.run())
 	switch {
+	case err == nil && v.Lost:
+		return nr.lostText(v)
 	case err == nil && v.Decision == agreement.DecisionConfirm:
 		return fmt.Sprintf("the host took the confirmation: %s stays active, and its boot entry is not made yet (the next apply makes it)", nr.n.System)
 	case err == nil && v.Decision == agreement.DecisionRollback:
@@ -969,6 +1008,8 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 				return ctx.Err()
 			case !answered:
 				return unknown(fmt.Sprintf("%s; the SSH session dropped while its boot entry was made, and the host could not be asked (for %s) whether it was", kept, d.timing().AskFor()))
+			case v.Lost:
+				return nr.hostRebooted("the SSH session dropped while the boot entry was made; ", v)
 			case booted:
 				exit, msg = rc, "the host recorded exit "+fmt.Sprint(rc)+" after the session dropped"
 			case v.Fate(boot) == agreement.FateCancelled && !nr.lock.Lost() && attempt < d.bootLockAttempts():
@@ -1076,8 +1117,13 @@ var rollbackStep = &step{
 		}
 		nr.r.Phase = o.phase
 		nr.r.Message += "; " + o.text
-		if o.phase == PhaseUnknown {
+		if o.phase == PhaseUnknown || o.rebooted {
 			nr.r.Hint = o.failure("", "", nr.r.Hint).hint
+		}
+		if v := nr.r.Outcomes[CondVerdict]; o.rebooted && !v.Passed {
+			// The verdict failed as the host went away: it rebooted.
+			v.Reason = reasonHostRebooted
+			nr.r.Outcomes[CondVerdict] = v
 		}
 		return nil
 	},

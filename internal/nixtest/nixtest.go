@@ -641,7 +641,8 @@ type Event struct {
 	PID  int    // the call's: its events share it
 	Kind string // "start", "set-current", "set-boot", "end"; "reboot" (PID 0)
 	// Action and Before are the start's: test, boot or switch, and what
-	// /run/current-system was.
+	// /run/current-system was. A reboot's Action is who asked for it:
+	// "systemctl" on the target, "" the harness (Target.Reboot).
 	Action, Before string
 	// System is the closure called (start) or made current or the boot
 	// entry (set-current, set-boot), or the boot entry a reboot boots
@@ -649,10 +650,12 @@ type Event struct {
 	// down, and it runs that system once back.
 	System string
 	// Unit is the transient unit the call ran in ("fleet-activate-….service"),
-	// empty for a call straight from a session.
+	// empty for a call straight from a session; a reboot's, the run whose
+	// fenced script asked for it (its reboot's fate claimed on the host).
 	Unit string
 	// Lease is the run whose lease the host's deploy lock was under as
-	// the call started; empty for none.
+	// the call started (a reboot: as systemctl asked for it); empty for
+	// none.
 	Lease string
 	// Output is the file the call's output went to under the agreement's
 	// state directory, as "<run>/boot.1.output" (the run whose script
@@ -690,8 +693,8 @@ func (t *Target) Events() []Event {
 			e.Unit, e.Lease, e.Output = strings.TrimPrefix(f[6], "-"), strings.TrimPrefix(f[7], "-"), strings.TrimPrefix(f[8], "-")
 		case (e.Kind == "set-current" || e.Kind == "set-boot") && len(f) == 4:
 			e.System = f[3]
-		case e.Kind == "reboot" && len(f) == 4:
-			e.System = strings.TrimPrefix(f[3], "-")
+		case e.Kind == "reboot" && len(f) == 7:
+			e.System, e.Action, e.Lease, e.Unit = strings.TrimPrefix(f[3], "-"), strings.TrimPrefix(f[4], "-"), strings.TrimPrefix(f[5], "-"), strings.TrimPrefix(f[6], "-")
 		case e.Kind == "end" && len(f) == 4:
 			e.RC, err = strconv.Atoi(f[3])
 		default:
@@ -780,6 +783,9 @@ func (t *Target) CutSSH(tb TB, c Cut) {
 // RestoreSSH lets new connections through again.
 func (t *Target) RestoreSSH(tb TB) {
 	tb.Helper()
+	// A target rebooting opens it once it is back (a reboot cuts SSH
+	// while it is away).
+	t.WaitUp(time.Minute)
 	if err := os.Remove(filepath.Join(t.StateDir, "ssh-cut")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		tb.Fatalf("nixtest: %v", err)
 	}

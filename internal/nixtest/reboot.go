@@ -61,7 +61,7 @@ func (t *Target) SetRebootNever(never bool) {
 // "reboot" naming the boot entry the target boots), once every process of
 // it has been killed.
 func (t *Target) Reboot(down time.Duration) {
-	_ = os.WriteFile(filepath.Join(t.StateDir, "reboot-request"), []byte(strconv.FormatFloat(down.Seconds(), 'f', 3, 64)+"\n"), 0o644)
+	_ = os.WriteFile(filepath.Join(t.StateDir, "reboot-request"), []byte("down="+strconv.FormatFloat(down.Seconds(), 'f', 3, 64)+"\n"), 0o644)
 }
 
 // WaitUp waits, up to timeout, until the target is up: no reboot asked
@@ -124,21 +124,42 @@ func (t *Target) watchReboots(tb TB) {
 			t.rebootMu.Lock()
 			down, never := t.rebootDown, t.rebootNever
 			t.rebootMu.Unlock()
+			// "down=SECONDS" (Reboot), or "asked=systemctl lease=RUN"
+			// (the stand-in).
+			var asked rebootAsked
 			if b, err := os.ReadFile(req + ".taken"); err == nil {
-				if v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64); err == nil && v > 0 {
-					down = time.Duration(v * float64(time.Second))
+				for _, f := range strings.Fields(string(b)) {
+					k, v, _ := strings.Cut(f, "=")
+					switch k {
+					case "down":
+						if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 {
+							down = time.Duration(secs * float64(time.Second))
+						}
+					case "asked":
+						asked.by = v
+					case "lease":
+						asked.lease = v
+					case "run":
+						asked.run = v
+					}
 				}
 			}
-			t.reboot(done, down, never)
+			t.reboot(done, down, never, asked)
 			t.rebooting.Store(false)
 		}
 	})
 	tb.Cleanup(func() { close(done); wg.Wait() })
 }
 
+// rebootAsked is who asked for a reboot: by "systemctl" on the target,
+// under the deploy lease of run lease (empty for none), from the fenced
+// script of run (whose reboot the fence let through; empty for none); by
+// "" the harness.
+type rebootAsked struct{ by, lease, run string }
+
 // reboot reboots the target (see Boot), down for down (zero: a second),
 // or for good; it ends early when done closes.
-func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool) {
+func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool, asked rebootAsked) {
 	wait := down
 	if wait == 0 {
 		wait = time.Second
@@ -165,7 +186,7 @@ func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool) {
 	// The event log's line, once every call it cut short is dead: what
 	// the target will boot.
 	if f, err := os.OpenFile(filepath.Join(t.StateDir, "events.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-		_, _ = fmt.Fprintf(f, "%s 0 reboot %s\n", strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 9, 64), orDash(entry))
+		_, _ = fmt.Fprintf(f, "%s 0 reboot %s %s %s %s\n", strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 9, 64), orDash(entry), orDash(asked.by), orDash(asked.lease), orDash(asked.run))
 		_ = f.Close()
 	}
 	if never {

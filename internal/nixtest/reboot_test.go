@@ -50,15 +50,19 @@ func TestReboot(t *testing.T) {
 		t.Errorf("a system whose units fail booted %q, want degraded", out)
 	}
 
-	// The event log says each reboot, with what the target boots.
-	var reboots []Event
-	for _, e := range tg.Events() {
-		if e.Kind == "reboot" {
-			reboots = append(reboots, e)
+	// The event log says each reboot, with what the target boots and who
+	// asked for it (systemctl on the target, under no deploy lease here).
+	reboots := func() []Event {
+		var out []Event
+		for _, e := range tg.Events() {
+			if e.Kind == "reboot" {
+				out = append(out, e)
+			}
 		}
+		return out
 	}
-	if len(reboots) != 1 || reboots[0].System != next || reboots[0].PID != 0 {
-		t.Errorf("the event log's reboots %+v, want one booting %s", reboots, next)
+	if r := reboots(); len(r) != 1 || r[0].System != next || r[0].PID != 0 || r[0].Action != "systemctl" || r[0].Lease != "" {
+		t.Errorf("the event log's reboots %+v, want one booting %s, asked by systemctl under no lease", r, next)
 	}
 
 	// A reboot the harness asks for (a fault of the explorer's), down
@@ -73,6 +77,9 @@ func TestReboot(t *testing.T) {
 	}
 	if _, code := d.ssh("", "true"); code != 0 {
 		t.Errorf("a login once WaitUp returned: exit %d", code)
+	}
+	if r := reboots(); len(r) != 2 || r[1].Action != "" || r[1].System != next {
+		t.Errorf("the event log's reboots %+v, want a second, asked by the harness, booting %s", r, next)
 	}
 
 	tg.SetRebootNever(true)

@@ -324,8 +324,13 @@ stop|kill)
 	;;
 reboot)
 	# The harness reboots the target (Target's reboot stand-in), as
-	# systemd does once this returns.
-	printf 'reboot\n' > "$state/reboot-request"
+	# systemd does once this returns; the event log says whose deploy
+	# lease held the host as it was asked (Event.Lease), and which run's
+	# fenced script asked (Event.Unit: the run whose reboot fate the
+	# host's fence claimed, once a boot; empty for none).
+	fleet_l=; read -r fleet_l _ < /run/fleet-deploy.lease 2>/dev/null
+	fleet_r=; for f in /run/fleet-deploy/*/reboot.fate; do [ -L "$f" ] || continue; f=${f%/reboot.fate}; fleet_r=${f##*/}; done
+	printf 'asked=systemctl lease=%s run=%s\n' "$fleet_l" "$fleet_r" > "$state/reboot-request"
 	exit 0
 	;;
 restart|try-restart)

@@ -40,8 +40,8 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 	cases := []struct {
 		name   string
 		config string
-		at     string   // "validate" or "plan"
-		want   []string // in the error
+		at     string   // "validate" or "plan"; "warn": accepted by validate, with a warning
+		want   []string // in the error (the warning)
 	}{
 		{"a misspelt key in a node", resource(`nodes = [{ name = "n1", hots = "10.0.0.1", system = "` + sys + `" }]`), "validate",
 			[]string{"Unsupported key", `An object key named "hots" is not expected in nodes[0]. Did you mean "host"?`}},
@@ -117,6 +117,8 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 			[]string{"Key without content", `key_contents_wo["db"] is null`}},
 		{"a key name with a slash, nodes from a variable", "variable \"nodes\" {}\n" + resource("nodes = var.nodes\nkeys = { \"a/b\" = {} }\nkey_contents_wo = { \"a/b\" = \"x\" }"), "validate",
 			[]string{"Invalid key name"}},
+		{"a reboot_timeout with no reboots", resource("nodes = [" + node("") + "]\nreboot_timeout = \"5m\""), "warn",
+			[]string{"reboot_timeout without reboots", `reboot is "never" (or unset): no host is rebooted`}},
 		{"two keys at one destination", resource("nodes = [" + node("") + "]\nkeys = { a = { destination = \"/run/keys/x\" }, b = { destination = \"/run/keys/x\" } }\nkey_contents_wo = { a = \"x\", b = \"y\" }"), "validate",
 			[]string{"Two keys at one destination", `keys["a"] and keys["b"] are both written to /run/keys/x`}},
 	}
@@ -131,15 +133,20 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 					valid, diags := s.Validate()
 					var errs []string
 					for _, d := range diags {
-						if d.Severity == "error" {
+						if d.Severity == "error" || c.at == "warn" && d.Severity == "warning" {
 							errs = append(errs, d.Summary+": "+d.Detail)
 						}
 					}
-					if c.at == "validate" {
+					switch {
+					case c.at == "warn":
+						if !valid {
+							t.Fatalf("validate refused it, want a warning: %v", errs)
+						}
+					case c.at == "validate":
 						if valid {
 							t.Fatalf("validate accepted it")
 						}
-					} else {
+					default:
 						if !valid {
 							t.Fatalf("validate refused it, want it refused at plan: %v", errs)
 						}

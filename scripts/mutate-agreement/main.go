@@ -35,7 +35,9 @@ type mutation struct {
 // activation's fence), and one of each clock: the deployer's patience
 // (HostGivesUp), the watchdog's (confirm_timeout), the keeper's (a
 // lease's end), a spare's wait (SpareAfter) and the words' pace
-// (WordEvery).
+// (WordEvery); and issue 39's two: a host that rebooted (its records of a
+// run gone with /run) taken for one where the run never started, and a
+// deploy's reboot not fenced.
 var mutations = []mutation{
 	{"the fence's lease check removed", "internal/agreement/scripts/fence.sh",
 		`[ "$fleet_t" = "$1" ] || { echo "{{.FencedMarker}}another deployment's lease holds the host's deploy lock: this deployer's had ended" >&2; exit {{.FencedExit}}; }`,
@@ -56,6 +58,10 @@ var mutations = []mutation{
 		"\n{{.StopAttempts}}\n", "\n:\n"},
 	{"the activation starts without its lease", "internal/agreement/scripts/unit.sh",
 		`if [ "$fleet_t" != {{q .Run}} ]; then echo`, `if false && [ "$fleet_t" != {{q .Run}} ]; then echo`},
+	{"a host's records lost in a reboot read as a run that never started", "internal/agreement/scripts/ask.sh",
+		`[ -d "$d" ] || echo lost=yes`, `mkdir -p "$d"`},
+	{"a deploy's reboot not fenced", "internal/agreement/keys.go",
+		`fenceScript + "fleet_fence " + shell.Quote(run) + " reboot\nsystemctl reboot\n"`, `"systemctl reboot\n"`},
 	{"the deployer takes a host for decided at half confirm_timeout", "internal/agreement/timing.go",
 		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm + watchdogTick }",
 		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm / 2 }"},

@@ -1,13 +1,17 @@
 #!/bin/sh
 # What Ask reads of a run (askScript), a "key=value" line each, "end=."
-# last. First, cancel the actions named (Cancel) that have not started:
-# their fate is one link, made once.
-{{if .Cancel}}mkdir -p {{q .Dir}}{{range .Cancel}} && { ln -s {{$.Cancelled}} {{q $.Dir}}/{{q (print . ".fate")}} 2>/dev/null; :; }{{end}}
+# last. The run's directory is made as its lease begins: a host without it
+# lost the run's records (it rebooted, or /run was emptied, since), which
+# nothing of the run can add to again (its lease is gone with them).
+d={{q .Dir}}
+[ -d "$d" ] || echo lost=yes
+# First, cancel the actions named (Cancel) that have not started: their
+# fate is one link, made once.
+{{if .Cancel}}if [ -d "$d" ]; then :{{range .Cancel}}; ln -s {{$.Cancelled}} "$d"/{{q (print . ".fate")}} 2>/dev/null{{end}}; fi
 {{end -}}
 # The run's records first, what the host runs after: a record is written
 # once its switch is done, so the system read after it is never one from
 # before that switch.
-d={{q .Dir}}
 fleet_t=; read -r fleet_t fleet_p < {{.LeaseFile}} 2>/dev/null; echo "lease=$fleet_t"
 for f in "$d"/*.fate; do [ -L "$f" ] && echo "fate=$(basename "$f" .fate) $(readlink "$f")"; done
 for f in "$d"/*.pid; do [ -f "$f" ] && read -r p < "$f" && kill -0 "$p" 2>/dev/null && echo "acting=$(basename "$f" .pid)"; done
