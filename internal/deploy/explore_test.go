@@ -71,11 +71,48 @@ var exploreRegressions = []uint64{19, 21, 45, 63, 86, 111, 177, 233, 252, 311, 3
 // the replaced one last answered, so the lease's quiet time jumped back
 // to the lock session's last answer (that session stalled long before),
 // and the deploy was given up on during its verdict and rolled back.
-var exploreFreshRegressions = []uint64{2063}
+// 280 and 504 (issue 39, the reboot's first runs): a host that rebooted
+// during a run (as its watchdog switched back; as its retried activation
+// ended) had lost the run's records with /run, which the deployer read as
+// an activation that never started, recording "nothing was activated" for
+// one the reboot had undone.
+var exploreFreshRegressions = []uint64{280, 504, 2063}
 
 // foundSchedules are the schedules exploreFreshRegressions drew when they
 // found what they found.
 var foundSchedules = map[uint64]func() schedule{
+	280: func() schedule {
+		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+		return schedule{Seed: 280, ConfirmTimeout: 3 * time.Second, RemoteExecTimeout: 5 * time.Second, Shell: nixtest.ShellBash, Parties: []partyPlan{
+			{Kind: nixtest.FailUnits, LockTimeout: 15 * time.Second,
+				Host: &hostPlan{Delay: ms(100), Goal: deploy.GoalSwitch, ActivationTimeout: time.Minute},
+				Faults: []faultPlan{
+					{At: trigger{Of: 0, Host: "attempt", After: ms(38)}, Fault: sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true}, For: ms(3290)},
+					{At: trigger{Of: 0, Step: deploy.StepRollback, After: ms(1)}, Host: hostReboot, For: ms(500)},
+				}},
+			{Kind: nixtest.Succeed, LockTimeout: time.Minute, Start: &trigger{After: ms(66)},
+				Host: &hostPlan{LockedOnce: true, Goal: deploy.GoalSwitch, ActivationTimeout: time.Minute},
+				Faults: []faultPlan{
+					{At: trigger{Of: 1, Host: "boot", After: ms(23)}, Fault: sshtest.LinkFault{Hold: [2]bool{false, true}}, For: ms(1753)},
+				}},
+		}}
+	},
+	504: func() schedule {
+		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+		holdOpen := sshtest.LinkFault{Hold: [2]bool{true, true}, OnlyOpen: true}
+		return schedule{Seed: 504, ConfirmTimeout: 8 * time.Second, RemoteExecTimeout: 5 * time.Second, Shell: nixtest.ShellDash, Parties: []partyPlan{
+			{Kind: nixtest.Succeed, LockTimeout: 30 * time.Second,
+				Host: &hostPlan{LockedOnce: true, Delay: 9 * time.Second, Goal: deploy.GoalTest, ActivationTimeout: time.Minute},
+				Faults: []faultPlan{
+					{At: trigger{Of: 0, After: ms(50)}, Fault: holdOpen, For: ms(242)},
+					{At: trigger{Of: 0, Step: deploy.StepActivate, After: ms(63)}, Fault: sshtest.LinkFault{Delay: ms(320)}, For: ms(242)},
+					{At: trigger{Of: 0, Step: stepRetry, After: ms(824)}, Fault: holdOpen, For: ms(8174)},
+					{At: trigger{Of: 0, Host: "activated", After: ms(44)}, Host: hostReboot, For: 4 * time.Second},
+				}},
+			{Kind: nixtest.Succeed, LockTimeout: time.Minute, Start: &trigger{After: ms(54)},
+				Host: &hostPlan{LockedOnce: true, Delay: ms(500), Goal: deploy.GoalSwitch, ActivationTimeout: time.Minute}},
+		}}
+	},
 	2063: func() schedule {
 		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 		at := func(of int, step deploy.StepName, host string, after int) trigger {
