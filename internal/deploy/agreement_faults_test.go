@@ -610,6 +610,16 @@ func TestDeployAHostThatRebootsDuringItsDeployIsRecordedAsIs(t *testing.T) {
 			if tg.CurrentSystem() != old || r.CurrentSystem != old {
 				t.Errorf("the host runs %s, the record says %s; want %s (its boot entry)", tg.CurrentSystem(), r.CurrentSystem, old)
 			}
+			// The reboot killed the watchdog, which would have pointed the
+			// system profile back: the deployer does (the new-user trial
+			// found it left on the new system), and says so.
+			t.Logf("recorded: %s", r.Message)
+			if tg.ProfileSystem() != old {
+				t.Errorf("the system profile points at %s; want %s, which the host runs (record: %s)", tg.ProfileSystem(), old, r.Message)
+			}
+			if o := r.Outcomes[deploy.CondActivated]; o.Passed {
+				t.Errorf("Activated %+v after the host rebooted into %s", o, old)
+			}
 		})
 	}
 }

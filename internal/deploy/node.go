@@ -104,6 +104,7 @@ type nodeRun struct {
 	rebooting          bool      // the new system is booted into, not activated live
 	rebootWhy          string    // why ("kernel, initrd changed", "reboot = always")
 	bootIDBefore       string    // the host's boot id before the reboot
+	bootIDAfter        string    // its boot id once it answered again (awaitBoot)
 }
 
 // activationState is how far the activation got, for the record of an

@@ -201,9 +201,9 @@ var rebootStep = &step{
 }
 
 // awaitBoot waits, within reboot_timeout, for the host to answer a new
-// login with another boot id than before, then takes its deploy lock as a
-// new run over a new master connection. It returns the system the host
-// runs, read as the lock is taken.
+// login with another boot id than before (any, for before ""), then takes
+// its deploy lock as a new run over a new master connection. It returns
+// the system the host runs, read as the lock is taken.
 func (nr *nodeRun) awaitBoot(ctx context.Context, before string) (string, error) {
 	deadline := time.Now().Add(nr.d.rebootTimeout())
 	for {
@@ -214,6 +214,7 @@ func (nr *nodeRun) awaitBoot(ctx context.Context, before string) (string, error)
 		id, err := bootID(lctx, nr.c, true)
 		cancel()
 		if err == nil && id != before {
+			nr.bootIDAfter = id
 			break
 		}
 		if time.Now().After(deadline) {
@@ -327,12 +328,34 @@ func (nr *nodeRun) bootBack(ctx context.Context, v Verdict) error {
 		f.message += "; there is no system before to boot back into"
 		return f
 	}
-	if out, err := output(nr.c.Command(ctx, agreement.ProfileScript(nr.run(), prev))); err != nil {
+	out, err := output(nr.c.Command(ctx, agreement.ProfileScript(nr.run(), prev)))
+	if exit, _ := exitOf(err, out); err != nil && exit == 255 && ctx.Err() == nil {
+		// The host went away as its verdict judged it (rebooted again,
+		// or its connection dropped): once it answers a new login again,
+		// within reboot_timeout, its lock is taken again and the boot
+		// back goes on. A new boot id says it rebooted.
+		before := nr.bootIDAfter
+		nr.d.note(nr.n.Name, StepBootVerdict, "the host went away as its verdict judged it: waiting for it, to boot it back into %s", prev)
+		nr.lock.Release()
+		if _, aerr := nr.awaitBoot(ctx, ""); aerr == nil {
+			if nr.bootIDAfter != before {
+				v.Message = fmt.Sprintf("the host rebooted again as the verdict judged %s, which it did not finish (%s)", nr.n.System, v.Message)
+				f.reason, f.hint, f.message = reasonHostRebooted, hintHostRebooted, v.Message
+			}
+			out, err = output(nr.c.Command(ctx, agreement.ProfileScript(nr.run(), prev)))
+		} else if ctx.Err() == nil {
+			err = aerr
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
 		_, msg := exitOf(err, out)
 		f.message += fmt.Sprintf("; pointing the system profile back at %s failed (%s): the host runs and boots %s", prev, msg, nr.n.System)
 		return f
 	}
-	out, err := output(nr.c.Command(ctx, agreement.BootScript(nr.run(), prev, 1, nr.d.bootBound().Seconds(), false)))
+	out, err = output(nr.c.Command(ctx, agreement.BootScript(nr.run(), prev, 1, nr.d.bootBound().Seconds(), false)))
 	if err != nil {
 		_, msg := exitOf(err, out)
 		f.message += fmt.Sprintf("; making %s the boot entry again failed (%s): the host runs %s, and its boot entry may still be it", prev, msg, nr.n.System)

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,6 +71,35 @@ func TestDeployRebootsIntoTheNewSystem(t *testing.T) {
 		}
 		if res[0].CurrentSystem != old || res[0].BootSystem != old {
 			t.Errorf("record: current %s, boot %s", res[0].CurrentSystem, res[0].BootSystem)
+		}
+	})
+	t.Run("a host that reboots again as the booted host is judged boots back", func(t *testing.T) {
+		// (The new-user trial: it once ended Failed, the host running
+		// and booting the unjudged system, the profile's switch back
+		// tried once while the host was away.)
+		t.Parallel()
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, old)
+		o := opts
+		o.Verdict.Command = []string{"sleep 3"}
+		d := deployer(t, o)
+		var rebooted sync.WaitGroup
+		rebooted.Add(1)
+		onStep(d, deploy.StepBootVerdict, false, func() {
+			go func() {
+				defer rebooted.Done()
+				time.Sleep(time.Second)
+				tg.Reboot(time.Second)
+			}()
+		})
+		res := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", good)}, nil)
+		rebooted.Wait()
+		wantPhase(t, res[0], deploy.PhaseRolledBack, "the host rebooted again as the verdict judged", "the boot entry was put back to "+old+" and the host rebooted into it")
+		if o := res[0].Outcomes[deploy.CondVerdict]; o.Passed || o.Reason != "HostRebooted" {
+			t.Errorf("VerdictPassed %+v, want failed, HostRebooted", o)
+		}
+		if tg.CurrentSystem() != old || tg.BootEntry() != old || len(tg.Boots()) != 3 {
+			t.Errorf("current %s, boot entry %s, boots %d; want %s, and three boots (the deploy's, the fault's, the boot back)", tg.CurrentSystem(), tg.BootEntry(), len(tg.Boots()), old)
 		}
 	})
 	t.Run("a host that does not come back", func(t *testing.T) {

@@ -254,7 +254,7 @@ func (nr *nodeRun) setProfile(ctx context.Context) error {
 		case !answered:
 			return unknown(fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s, and the host could not be asked whether it was (for %s): the running system is unchanged either way", nr.n.System, nr.d.timing().AskFor()))
 		case v.Lost:
-			return nr.hostRebooted(fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s; ", nr.n.System), v)
+			return nr.hostRebooted(ctx, fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s; ", nr.n.System), v)
 		case v.Fate("profile") == agreement.FateCancelled:
 			return fail(255, "ConnectionLost", "the SSH session dropped before the system profile was changed (the request is cancelled on the host): nothing was changed on the host", "the next apply retries this node")
 		case v.Profile == nr.n.System:
@@ -380,22 +380,52 @@ const (
 )
 
 // lostText says what a host that lost the run's records (agreement.View's
-// Lost: it rebooted since the run's lease began) runs now, and records it.
-func (nr *nodeRun) lostText(v agreement.View) string {
+// Lost: it rebooted since the run's lease began) runs now, and records it:
+// a new system it no longer runs is not activated.
+func (nr *nodeRun) lostText(v agreement.View, run string) string {
 	if v.Current != "" {
 		nr.r.CurrentSystem = v.Current
 	}
-	text := fmt.Sprintf("the host rebooted during the deploy (what it kept of run %s in /run is gone, and no switch of the run outlived the reboot): it runs %s", nr.run(), orNone(v.Current))
+	if v.Current != nr.n.System && nr.r.Outcomes[CondActivated].Passed {
+		nr.r.Outcomes[CondActivated] = Outcome{Reason: reasonHostRebooted, Message: fmt.Sprintf("the host rebooted and runs %s, not the new system", orNone(v.Current))}
+	}
+	text := fmt.Sprintf("the host rebooted during the deploy (what it kept of run %s in /run is gone, and no switch of the run outlived the reboot): it runs %s", run, orNone(v.Current))
 	if v.Profile != "" && v.Profile != v.Current {
 		text += ", and its system profile points at " + v.Profile
 	}
 	return text
 }
 
+// lost is lostText, once the system profile is pointed back at the
+// system the host ran before where the reboot left it on the new one,
+// which the host no longer runs: the run's watchdog would have, and the
+// reboot killed it (goal switch; goal boot means the profile to point at
+// the new system). The host's lock is taken again first, as a new run
+// (the run's lease went with the reboot).
+func (nr *nodeRun) lost(ctx context.Context, v agreement.View) string {
+	prev, run := nr.r.PreviousSystem, nr.run()
+	if v.Profile != nr.n.System || prev == "" || v.Current != prev || nr.d.Options.Goal == GoalBoot {
+		return nr.lostText(v, run)
+	}
+	nr.lock.Release()
+	actx, cancel := context.WithTimeout(ctx, nr.d.timing().AskFor()+15*time.Second)
+	defer cancel()
+	if _, err := nr.awaitBoot(actx, ""); err == nil {
+		if out, err := output(nr.c.Command(actx, agreement.ProfileScript(nr.run(), prev))); err == nil {
+			v.Profile = prev
+			return nr.lostText(v, run) + "; its system profile was pointed back at it"
+		} else {
+			_, msg := exitOf(err, out)
+			nr.d.note(nr.n.Name, StepLock, "pointing the system profile back at %s after the reboot failed: %s", prev, msg)
+		}
+	}
+	return nr.lostText(v, run)
+}
+
 // hostRebooted fails the node whose host lost the run's records, saying
 // what it was doing (prefix) and what the host runs.
-func (nr *nodeRun) hostRebooted(prefix string, v agreement.View) *failure {
-	return fail(1, reasonHostRebooted, prefix+nr.lostText(v), hintHostRebooted)
+func (nr *nodeRun) hostRebooted(ctx context.Context, prefix string, v agreement.View) *failure {
+	return fail(1, reasonHostRebooted, prefix+nr.lost(ctx, v), hintHostRebooted)
 }
 
 // stoppedAnswering says that the host went silent during step, for the
@@ -493,7 +523,7 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 	}
 	switch v.Settled(act) {
 	case agreement.Lost:
-		return settled{phase: PhaseFailed, rebooted: true, text: nr.lostText(v)}, nil
+		return settled{phase: PhaseFailed, rebooted: true, text: nr.lost(ctx, v)}, nil
 	case agreement.NeverStarted:
 		nr.activation = notActivated
 		return settled{phase: PhaseFailed, text: "the activation never started on the host (it is cancelled there): nothing was activated; the host runs " + orNone(v.Current)}, nil
@@ -729,7 +759,7 @@ func (nr *nodeRun) activationFromHost(ctx context.Context, cut cutOff) (int, str
 		nr.silent = true
 		return -1, "", f
 	case v.Lost:
-		return -1, "", nr.hostRebooted(cut.says+" during the activation; ", v)
+		return -1, "", nr.hostRebooted(ctx, cut.says+" during the activation; ", v)
 	case v.Fate(act) == agreement.FateCancelled:
 		nr.activation = notActivated
 		return -1, "", fail(255, "ConnectionLost", cut.says+" before the activation reached the host (it is cancelled there): nothing was activated", "the next apply retries this node")
@@ -930,7 +960,7 @@ func (nr *nodeRun) leavesConfirm(during bool) string {
 	v, err := agreement.Ask(ctx, host{nr.c}, nr.run())
 	switch {
 	case err == nil && v.Lost:
-		return nr.lostText(v)
+		return nr.lostText(v, nr.run())
 	case err == nil && v.Decision == agreement.DecisionConfirm:
 		return fmt.Sprintf("the host took the confirmation: %s stays active, and its boot entry is not made yet (the next apply makes it)", nr.n.System)
 	case err == nil && v.Decision == agreement.DecisionRollback:
@@ -1009,7 +1039,7 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 			case !answered:
 				return unknown(fmt.Sprintf("%s; the SSH session dropped while its boot entry was made, and the host could not be asked (for %s) whether it was", kept, d.timing().AskFor()))
 			case v.Lost:
-				return nr.hostRebooted("the SSH session dropped while the boot entry was made; ", v)
+				return nr.hostRebooted(ctx, "the SSH session dropped while the boot entry was made; ", v)
 			case booted:
 				exit, msg = rc, "the host recorded exit "+fmt.Sprint(rc)+" after the session dropped"
 			case v.Fate(boot) == agreement.FateCancelled && !nr.lock.Lost() && attempt < d.bootLockAttempts():
@@ -1116,7 +1146,12 @@ var rollbackStep = &step{
 			return err
 		}
 		nr.r.Phase = o.phase
-		nr.r.Message += "; " + o.text
+		if o.rebooted {
+			// The reboot first: it is why the verdict failed.
+			nr.r.Message = o.text + "; the verdict had found: " + nr.r.Message
+		} else {
+			nr.r.Message += "; " + o.text
+		}
 		if o.phase == PhaseUnknown || o.rebooted {
 			nr.r.Hint = o.failure("", "", nr.r.Hint).hint
 		}
