@@ -272,6 +272,8 @@ func DeploymentConditions(prev []conditions.Condition, nodes []string, phases []
 	c := conditions.Condition{Type: ConditionReady, Status: conditions.True, Reason: "AllNodesSucceeded",
 		Message: fmt.Sprintf("every node (%d) runs its system after a passing verdict", len(nodes)), ObservedGeneration: generation}
 	switch {
+	case len(nodes) == 0:
+		c.Message = "the deployment has no nodes"
 	case len(failed) > 0:
 		c.Status, c.Reason, c.Message = conditions.False, "NodesFailed", fmt.Sprintf("%d of %d nodes failed, were not started or have an outcome not known: %s", len(failed), len(nodes), strings.Join(failed, ", "))
 	case len(held) > 0:

@@ -328,7 +328,7 @@ reboot)
 	# lease held the host as it was asked (Event.Lease), and which run's
 	# fenced script asked (Event.Unit: the run whose reboot fate the
 	# host's fence claimed, once a boot; empty for none).
-	fleet_l=; read -r fleet_l _ < /run/fleet-deploy.lease 2>/dev/null
+	fleet_l=; read -r fleet_l _ 2>/dev/null < /run/fleet-deploy.lease
 	fleet_r=; for f in /run/fleet-deploy/*/reboot.fate; do [ -L "$f" ] || continue; f=${f%/reboot.fate}; fleet_r=${f##*/}; done
 	printf 'asked=systemctl lease=%s run=%s\n' "$fleet_l" "$fleet_r" > "$state/reboot-request"
 	exit 0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -217,6 +218,9 @@ type keyNeeds struct {
 
 func (k keyNeeds) needed() bool { return len(k.whys) > 0 || len(k.removed) > 0 }
 
+// nodePrefix is the "node NAME: " a condition's message starts with.
+var nodePrefix = regexp.MustCompile(`^node [^:]+: `)
+
 // keysOfNode compares a node's keys now (want) with those state has
 // (had) and its KeysUploaded condition; look holds what the plan's look
 // at the host found wrong with a key, by name.
@@ -240,7 +244,9 @@ func keysOfNode(want, had []deploy.Key, conds []conditions.Condition, look map[s
 		}
 	}
 	if c, ok := conditions.Find(conds, string(deploy.CondKeys)); ok && c.Status != conditions.True && len(want) > 0 && len(k.whys) == 0 {
-		k.whys = append(k.whys, c.Message)
+		// "node web1: the deploy did not reach its keys": the node's name
+		// is the warning's, once for every node it names.
+		k.whys = append(k.whys, nodePrefix.ReplaceAllString(c.Message, ""))
 	}
 	for _, h := range had {
 		if !slices.ContainsFunc(want, func(w deploy.Key) bool { return w.Path == h.Path }) {
@@ -362,8 +368,9 @@ func warnKeys(needs map[string]keyNeeds, order []string, diags *diag.Diagnostics
 		key, reason, _ := strings.Cut(why, ": ")
 		names := byWhy[why]
 		title := "Key " + key + " will be put on " + nodesPhrase(names)
-		if strings.HasPrefix(why, "key ") {
-			// The refresh's word (the KeysUploaded condition's message).
+		if strings.HasPrefix(why, "key ") || !strings.Contains(why, ": ") {
+			// The refresh's word (the KeysUploaded condition's message),
+			// or the record's (the deploy did not reach its keys).
 			title, reason = "Keys will be put in place on "+nodesPhrase(names), why
 		}
 		diags.AddAttributeWarning(path.Root("keys"), title, fmt.Sprintf("%s: %s.", strings.Join(names, ", "), strings.TrimRight(reason, ".")))

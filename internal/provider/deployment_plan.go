@@ -164,7 +164,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	priors := priorNodes(ctx, prior, &resp.Diagnostics)
 	allNames := namesKnown(nodes)
 	checkKeys(ctx, &plan, req.Config, seen, allNames, &resp.Diagnostics)
-	checkReboot(&plan, &resp.Diagnostics)
+	checkReboot(&plan, &resp.Diagnostics, false)
 	if resp.Diagnostics.HasError() {
 		return
 	}

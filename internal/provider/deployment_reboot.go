@@ -19,12 +19,13 @@ func rebootPolicy(m *deploymentModel) deploy.RebootPolicy {
 }
 
 // checkReboot refuses a reboot policy with a goal that does not switch,
-// and warns of a reboot_timeout that no reboot uses.
-func checkReboot(m *deploymentModel, diags *diag.Diagnostics) {
+// and (warn: at validate, not again at plan) warns of a reboot_timeout
+// that no reboot uses.
+func checkReboot(m *deploymentModel, diags *diag.Diagnostics, warn bool) {
 	if m.Reboot.IsUnknown() || m.Goal.IsUnknown() {
 		return
 	}
-	if !m.RebootTimeout.IsNull() && !m.RebootTimeout.IsUnknown() && rebootPolicy(m) == deploy.RebootNever {
+	if warn && !m.RebootTimeout.IsNull() && !m.RebootTimeout.IsUnknown() && rebootPolicy(m) == deploy.RebootNever {
 		diags.AddAttributeWarning(path.Root("reboot_timeout"), "reboot_timeout without reboots",
 			"reboot_timeout bounds how long a host rebooted by the deploy may take to come back, and reboot is \"never\" (or unset): no host is rebooted. Set reboot = \"when-required\" or \"always\", or remove reboot_timeout.")
 	}

@@ -343,7 +343,7 @@ func (r *deploymentResource) ValidateConfig(ctx context.Context, req resource.Va
 	nodes := r.nodes(ctx, &m, &resp.Diagnostics)
 	seen := checkNodes(nodes, &resp.Diagnostics)
 	checkKeys(ctx, &m, req.Config, seen, namesKnown(nodes), &resp.Diagnostics)
-	checkReboot(&m, &resp.Diagnostics)
+	checkReboot(&m, &resp.Diagnostics, true)
 	if !resp.Diagnostics.HasError() {
 		// Terraform validates the configuration again just before it
 		// plans: the logins of this run's refresh that the plan will not
