@@ -59,6 +59,12 @@ type TB = sshtest.TB
 // the test reads it.
 const stateLink = "/run/nixtest"
 
+// SessionTmp is a target's own temporary directory, its SSH sessions'
+// TMPDIR: the target's /tmp is the machine's, and two targets' sessions
+// must not meet in it (two tests' node health probes of nodes with the
+// same name would take each other's markers for their own).
+const SessionTmp = "/run/tmp"
+
 // SessionPath is PATH in the target's SSH sessions: the stand-ins first.
 const SessionPath = stateLink + "/bin:/usr/bin:/bin"
 
@@ -147,7 +153,8 @@ func WithoutSystemd() Option { return func(c *config) { c.systemd = false } }
 func WithContainer(kind string) Option { return func(c *config) { c.container = kind } }
 
 // WithSessionEnv sets NAME=VALUE in the target's SSH sessions (sshd
-// SetEnv), besides PATH and NIX_CONF_DIR. Values must hold no spaces.
+// SetEnv), besides PATH, NIX_CONF_DIR and TMPDIR. Values must hold no
+// spaces.
 func WithSessionEnv(name, value string) Option {
 	return func(c *config) { c.env = append(c.env, name+"="+value) }
 }
@@ -236,6 +243,10 @@ func NewTarget(tb TB, opts ...Option) *Target {
 		"mount -t tmpfs -o mode=0755 nixtest-run /run",
 		"mount -t tmpfs -o mode=0700 nixtest-home " + shell.Quote(u.HomeDir),
 		"mkdir -p /run/sshd", // sshd's privilege separation directory
+		// The sessions' TMPDIR (SessionTmp): a temporary directory of the
+		// target's own, as a host's /tmp is (the target's /tmp is the
+		// machine's, shared by every target).
+		"mkdir -p -m 1777 " + SessionTmp,
 		"ln -s " + shell.Quote(t.StateDir) + " " + stateLink,
 		// A boot id of its own, which a reboot changes.
 		"mount --bind " + shell.Quote(filepath.Join(t.StateDir, "boot-id")) + " /proc/sys/kernel/random/boot_id",
@@ -259,7 +270,7 @@ func NewTarget(tb TB, opts ...Option) *Target {
 	if cfg.bareLogin {
 		path = t.bareLoginPath(tb)
 	}
-	setEnv := append([]string{"PATH=" + path, "NIX_CONF_DIR=" + stateLink + "/etc/nix"}, cfg.env...)
+	setEnv := append([]string{"PATH=" + path, "NIX_CONF_DIR=" + stateLink + "/etc/nix", "TMPDIR=" + SessionTmp}, cfg.env...)
 	sshdOpts := append([]sshtest.SSHDOption{
 		sshtest.WithMountNamespace(t.NS),
 		sshtest.WithConfigLines("SetEnv " + strings.Join(setEnv, " ")),

@@ -167,7 +167,7 @@ func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool, as
 	wentDown := time.Now()
 	_ = os.WriteFile(filepath.Join(t.StateDir, "ssh-cut"), []byte(string(CutReset)+"\n"), 0o644)
 	t.killAllButSSHD()
-	t.inNamespace(`find /run -mindepth 1 -maxdepth 1 ! -name sshd ! -name nixtest ! -name systemd -exec rm -rf {} +; rm -rf /run/systemd/*; mkdir -p /run/systemd/system`)
+	t.inNamespace(`find /run -mindepth 1 -maxdepth 1 ! -name sshd ! -name nixtest ! -name systemd -exec rm -rf {} +; rm -rf /run/systemd/*; mkdir -p /run/systemd/system; mkdir -p -m 1777 ` + SessionTmp)
 	_ = os.RemoveAll(filepath.Join(t.StateDir, "units"))
 	_ = os.MkdirAll(filepath.Join(t.StateDir, "units"), 0o755)
 	log := func(up time.Time, id, system string) {
