@@ -105,6 +105,7 @@ type nodeRun struct {
 	rebootWhy          string    // why ("kernel, initrd changed", "reboot = always")
 	bootIDBefore       string    // the host's boot id before the reboot
 	bootIDAfter        string    // its boot id once it answered again (awaitBoot)
+	profileBackTo      string    // the system to point the profile back at once the steps end (see lost)
 }
 
 // activationState is how far the activation got, for the record of an
@@ -140,6 +141,7 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 			steps = append(steps[:i+1:i+1], nr.rebootSteps(steps[i+1:])...)
 		}
 	}
+	nr.profileBack(ctx)
 	nr.r.KeysOnly = nr.keysOnly || n.KeysOnly
 	if nr.r.Phase == PhaseSucceeded && !nr.keysOnly && len(nr.wroteKeys) > 0 {
 		nr.r.Message += "; keys put in place: " + strings.Join(nr.wroteKeys, ", ")

@@ -254,7 +254,7 @@ func (nr *nodeRun) setProfile(ctx context.Context) error {
 		case !answered:
 			return unknown(fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s, and the host could not be asked whether it was (for %s): the running system is unchanged either way", nr.n.System, nr.d.timing().AskFor()))
 		case v.Lost:
-			return nr.hostRebooted(ctx, fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s; ", nr.n.System), v)
+			return nr.hostRebooted(fmt.Sprintf("the SSH session dropped while the system profile was pointed at %s; ", nr.n.System), v)
 		case v.Fate("profile") == agreement.FateCancelled:
 			return fail(255, "ConnectionLost", "the SSH session dropped before the system profile was changed (the request is cancelled on the host): nothing was changed on the host", "the next apply retries this node")
 		case v.Profile == nr.n.System:
@@ -396,36 +396,51 @@ func (nr *nodeRun) lostText(v agreement.View, run string) string {
 	return text
 }
 
-// lost is lostText, once the system profile is pointed back at the
-// system the host ran before where the reboot left it on the new one,
-// which the host no longer runs: the run's watchdog would have, and the
-// reboot killed it (goal switch; goal boot means the profile to point at
-// the new system). The host's lock is taken again first, as a new run
-// (the run's lease went with the reboot).
-func (nr *nodeRun) lost(ctx context.Context, v agreement.View) string {
-	prev, run := nr.r.PreviousSystem, nr.run()
-	if v.Profile != nr.n.System || prev == "" || v.Current != prev || nr.d.Options.Goal == GoalBoot {
-		return nr.lostText(v, run)
+// lost is lostText, and, where the reboot left the system profile on the
+// new system, which the host no longer runs (it runs the system before),
+// marks the profile to be pointed back once the node's steps have ended
+// (profileBack): the run's watchdog would have, and the reboot killed it
+// (goal switch; goal boot means the profile to point at the new system).
+func (nr *nodeRun) lost(v agreement.View) string {
+	prev := nr.r.PreviousSystem
+	if v.Profile == nr.n.System && prev != "" && v.Current == prev && nr.d.Options.Goal != GoalBoot {
+		nr.profileBackTo = prev
+		v.Profile = "" // profileBack says where it points
+	}
+	return nr.lostText(v, nr.run())
+}
+
+// profileBack points the system profile back at profileBackTo (see lost),
+// under the host's lock taken again as a new run (the run's lease went
+// with the reboot), once the node's steps have ended: a step may still
+// watch the old lease while it runs. It says so in the node's message.
+func (nr *nodeRun) profileBack(ctx context.Context) {
+	prev := nr.profileBackTo
+	if prev == "" || ctx.Err() != nil {
+		return
 	}
 	nr.lock.Release()
 	actx, cancel := context.WithTimeout(ctx, nr.d.timing().AskFor()+15*time.Second)
 	defer cancel()
-	if _, err := nr.awaitBoot(actx, ""); err == nil {
-		if out, err := output(nr.c.Command(actx, agreement.ProfileScript(nr.run(), prev))); err == nil {
-			v.Profile = prev
-			return nr.lostText(v, run) + "; its system profile was pointed back at it"
-		} else {
+	_, err := nr.awaitBoot(actx, "")
+	if err == nil {
+		var out string
+		if out, err = output(nr.c.Command(actx, agreement.ProfileScript(nr.run(), prev))); err != nil {
 			_, msg := exitOf(err, out)
-			nr.d.note(nr.n.Name, StepLock, "pointing the system profile back at %s after the reboot failed: %s", prev, msg)
+			err = errors.New(msg)
 		}
 	}
-	return nr.lostText(v, run)
+	if err != nil {
+		nr.r.Message += fmt.Sprintf("; pointing its system profile back at %s failed (%v): the next apply deploys the node again", prev, err)
+		return
+	}
+	nr.r.Message += "; its system profile was pointed back at " + prev
 }
 
 // hostRebooted fails the node whose host lost the run's records, saying
 // what it was doing (prefix) and what the host runs.
-func (nr *nodeRun) hostRebooted(ctx context.Context, prefix string, v agreement.View) *failure {
-	return fail(1, reasonHostRebooted, prefix+nr.lost(ctx, v), hintHostRebooted)
+func (nr *nodeRun) hostRebooted(prefix string, v agreement.View) *failure {
+	return fail(1, reasonHostRebooted, prefix+nr.lost(v), hintHostRebooted)
 }
 
 // stoppedAnswering says that the host went silent during step, for the
@@ -523,7 +538,7 @@ func (nr *nodeRun) settle(ctx context.Context, confirmSent bool) (settled, error
 	}
 	switch v.Settled(act) {
 	case agreement.Lost:
-		return settled{phase: PhaseFailed, rebooted: true, text: nr.lost(ctx, v)}, nil
+		return settled{phase: PhaseFailed, rebooted: true, text: nr.lost(v)}, nil
 	case agreement.NeverStarted:
 		nr.activation = notActivated
 		return settled{phase: PhaseFailed, text: "the activation never started on the host (it is cancelled there): nothing was activated; the host runs " + orNone(v.Current)}, nil
@@ -759,7 +774,7 @@ func (nr *nodeRun) activationFromHost(ctx context.Context, cut cutOff) (int, str
 		nr.silent = true
 		return -1, "", f
 	case v.Lost:
-		return -1, "", nr.hostRebooted(ctx, cut.says+" during the activation; ", v)
+		return -1, "", nr.hostRebooted(cut.says+" during the activation; ", v)
 	case v.Fate(act) == agreement.FateCancelled:
 		nr.activation = notActivated
 		return -1, "", fail(255, "ConnectionLost", cut.says+" before the activation reached the host (it is cancelled there): nothing was activated", "the next apply retries this node")
@@ -1039,7 +1054,7 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 			case !answered:
 				return unknown(fmt.Sprintf("%s; the SSH session dropped while its boot entry was made, and the host could not be asked (for %s) whether it was", kept, d.timing().AskFor()))
 			case v.Lost:
-				return nr.hostRebooted(ctx, "the SSH session dropped while the boot entry was made; ", v)
+				return nr.hostRebooted("the SSH session dropped while the boot entry was made; ", v)
 			case booted:
 				exit, msg = rc, "the host recorded exit "+fmt.Sprint(rc)+" after the session dropped"
 			case v.Fate(boot) == agreement.FateCancelled && !nr.lock.Lost() && attempt < d.bootLockAttempts():
