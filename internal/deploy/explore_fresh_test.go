@@ -774,10 +774,9 @@ func (p partyPlan) steps() []deploy.StepName {
 	h := p.Host
 	var out []deploy.StepName
 	if h.Reboot {
+		activation := []deploy.StepName{deploy.StepActivate, deploy.StepVerdict, deploy.StepConfirm, deploy.StepRollback}
 		for _, st := range exploreSteps {
-			switch st {
-			case deploy.StepActivate, deploy.StepVerdict, deploy.StepConfirm, deploy.StepRollback:
-			default:
+			if !slices.Contains(activation, st) {
 				out = append(out, st)
 			}
 		}

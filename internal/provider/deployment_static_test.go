@@ -137,12 +137,12 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 							errs = append(errs, d.Summary+": "+d.Detail)
 						}
 					}
-					switch {
-					case c.at == "warn":
+					switch c.at {
+					case "warn":
 						if !valid {
 							t.Fatalf("validate refused it, want a warning: %v", errs)
 						}
-					case c.at == "validate":
+					case "validate":
 						if valid {
 							t.Fatalf("validate accepted it")
 						}
