@@ -106,7 +106,9 @@ const readSucceeded = `fleet_ok=; read -r fleet_ok 2>/dev/null <` + SucceededFil
 // it made the boot default, whether the host is settling a run on its
 // own ("settling": a watchdog waits for its decision or switches back, as
 // after an interrupted deploy, so that what it runs may change any
-// moment; else "idle"), and the system it boots next (readBoots). Builtins only, but for one flock where a
+// moment; else "idle"), the system it boots next (readBoots), and
+// "keys" followed by the name of each deployment's record of the keys it
+// wrote there (KeyRecord: only those that hold a path). Builtins only, but for one flock where a
 // watchdog's state says it has not finished (a live one holds the guard;
 // a killed one's state stays behind).
 const ReadCurrentScript = `readlink -f /run/current-system || echo
@@ -119,12 +121,21 @@ case $fleet_w in waiting|rolling-back) fleet_s=maybe ;; esac
 done
 [ "$fleet_s" = idle ] || { flock -n -x ` + GuardFile + ` true 2>/dev/null && fleet_s=idle || fleet_s=settling; }
 echo "$fleet_s"
-` + readBoots
+` + readBoots + `
+printf keys; for fleet_f in ` + KeyRecordDir + `/*; do [ -s "$fleet_f" ] || continue; case $fleet_f in *.restart|*.new) continue ;; esac; printf ' %s' "${fleet_f##*/}"; done; echo`
 
 // MarkScript records on the host that system was deployed with a passing
 // verdict (SucceededFile).
 func MarkScript(system string) string {
 	return "{ { [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + SucceededFile + "; }"
+}
+
+// FencedMarkScript is run's mark action: fenced, it records on the host
+// that system passed its verdict (MarkScript), as a boot verdict does
+// under the lease it took once the host was back; a record that cannot be
+// written fails it (RecordFailed).
+func FencedMarkScript(run, system string) string {
+	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " mark\n" + MarkScript(system) + " || { echo " + shell.Quote(RecordFailed) + " >&2; exit 1; }\n")
 }
 
 // takeScript takes the host's deploy lock for run: it waits up to wait
@@ -229,6 +240,42 @@ func profileScript(system string) string {
 // system profile at system.
 func ProfileScript(run, system string) string {
 	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " profile\n" + profileScript(system))
+}
+
+// ProfileBackScript is run's profile-back action: fenced, it points the
+// system profile back at system (the one before), as a deploy that made
+// the boot entry for a new system it then gave up on does, in a run whose
+// profile action may have ran already.
+func ProfileBackScript(run, system string) string {
+	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " profile-back\n" + profileScript(system))
+}
+
+// SinceScript prints, for each action of a run other than mine that
+// changes what the host runs or boots (act.N, unit.N, boot.N, profile,
+// profile-back, reboot, mark) and whose fate was claimed after the run
+// directory of ref last changed (every such action when the host has no
+// directory of ref: it rebooted since), "other RUN ACTION"; then "booted
+// SYSTEM", what /run/booted-system points at. A deployer whose lease
+// ended (ref's: a reboot ends it) asks it once it holds a lease again,
+// before it undoes anything: another run's switch meanwhile is left as it
+// is.
+func SinceScript(ref string, mine []string) string {
+	var b strings.Builder
+	b.WriteString("fleet_ref=" + shell.Quote(StateDir+"/"+ref) + "\n")
+	b.WriteString("for f in " + StateDir + "/*/*.fate; do\n")
+	b.WriteString("[ \"$(readlink \"$f\" 2>/dev/null)\" = started ] || continue\n")
+	b.WriteString("r=${f%/*}; r=${r##*/}; a=${f##*/}; a=${a%.fate}\n")
+	if len(mine) > 0 {
+		quoted := make([]string, len(mine))
+		for i, m := range mine {
+			quoted[i] = shell.Quote(m)
+		}
+		b.WriteString("case $r in " + strings.Join(quoted, "|") + ") continue ;; esac\n")
+	}
+	b.WriteString("case $a in act.*|unit.*|boot.*|profile|profile-back|reboot|mark) ;; *) continue ;; esac\n")
+	b.WriteString("if [ -d \"$fleet_ref\" ]; then [ -n \"$(find \"$f\" -prune -newer \"$fleet_ref\" 2>/dev/null)\" ] || continue; fi\n")
+	b.WriteString("echo \"other $r $a\"\ndone\necho \"booted $(readlink -f /run/booted-system)\"\n")
+	return Remote(b.String())
 }
 
 // Activation is one attempt at run's activation: the act action.
@@ -453,6 +500,7 @@ var (
 	stopAttemptsTmpl  = loadScript("stop_attempts.sh")
 	bootTmpl          = loadScript("boot.sh")
 	askTmpl           = loadScript("ask.sh")
+	keysTmpl          = loadScript("keys.sh")
 )
 
 // loadScript parses scripts/name. Every line whose first non-blank

@@ -1,97 +1,116 @@
 package agreement
 
 import (
+	"regexp"
 	"strings"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/shell"
 )
 
 // KeyFile is where and how a key is written on a host: its path, owner,
-// group and mode (octal, as chmod takes it).
+// group and mode (octal, as chmod takes it), and the units to restart once
+// it changed (systemd unit names).
 type KeyFile struct {
 	Path, User, Group, Mode string
+	Units                   []string
 }
 
 // KeyFailed starts the host's word that a key could not be written or
 // removed; the path and why follow.
 const KeyFailed = "fleet: key "
 
-// keysPrelude defines fleet_key PATH USER GROUP MODE, which writes the
-// next line of standard input (the key's content, base64) to PATH
-// atomically: a temporary file in PATH's directory (created 0755 when
-// missing), its owner, group and mode set while it is empty, then the
-// content, then renamed over PATH. The content passes through the shell's
-// builtins and base64's standard input only: never an argument list.
-// A failure removes the temporary file, prints KeyFailed, the path and
-// why on standard error, and exits 1.
-const keysPrelude = `umask 077
-fleet_key_fail() { rm -f -- "$fleet_t"; echo "` + KeyFailed + `$1: $2" >&2; exit 1; }
-fleet_key() {
-fleet_t=
-fleet_d=$(dirname -- "$1")
-[ -d "$fleet_d" ] || mkdir -p -m 0755 -- "$fleet_d" 2>/dev/null || fleet_key_fail "$1" "its directory $fleet_d cannot be created"
-fleet_t=$(mktemp -- "$fleet_d/.fleet-key.XXXXXX" 2>/dev/null) || { fleet_t=; fleet_key_fail "$1" "its directory $fleet_d is not writable"; }
-id -u -- "$2" >/dev/null 2>&1 || fleet_key_fail "$1" "the host has no user $2"
-getent group -- "$3" >/dev/null 2>&1 || fleet_key_fail "$1" "the host has no group $3"
-chown -- "$2:$3" "$fleet_t" 2>/dev/null || fleet_key_fail "$1" "chown $2:$3 failed (the login is not root: set use_sudo)"
-chmod -- "$4" "$fleet_t" 2>/dev/null || fleet_key_fail "$1" "chmod $4 failed"
-IFS= read -r fleet_c || fleet_key_fail "$1" "its content did not arrive"
-printf '%s' "$fleet_c" | base64 -d > "$fleet_t" 2>/dev/null || fleet_key_fail "$1" "its content could not be written"
-fleet_c=
-mv -f -- "$fleet_t" "$1" 2>/dev/null || fleet_key_fail "$1" "the written file could not be renamed to it"
+// KeyRecordDir holds, for each deployment, the paths of the keys it wrote
+// on the host (a file named for the deployment: a path a line), and the
+// units waiting for a restart after a key of theirs changed (the same
+// name, ".restart"). Only a path recorded there is ever removed. Under
+// RecordDir: a reboot keeps it (a key under /run/keys does not).
+const KeyRecordDir = RecordDir + "/keys"
+
+// deploymentName keeps what names a deployment's record to a file name.
+var deploymentName = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// KeyRecord is the file of deployment's key record on a host (see
+// KeyRecordDir).
+func KeyRecord(deployment string) string {
+	name := deploymentName.ReplaceAllString(deployment, "_")
+	if name == "" || strings.Trim(name, ".") == "" {
+		name = "default"
+	}
+	return KeyRecordDir + "/" + name
 }
-fleet_key_rm() {
-rm -f -- "$1" 2>/dev/null || { echo "` + KeyFailed + `$1: could not be removed" >&2; exit 1; }
-}
-`
 
 // KeysScript is run's action named action ("keys", "keys-after"):
 // fenced, it writes each of writes, in order, from a line of its standard
-// input each (KeyInput), and removes each of removes.
-func KeysScript(run, action string, writes []KeyFile, removes []string) string {
-	var b strings.Builder
-	b.WriteString(fenceScript)
-	b.WriteString("fleet_fence " + shell.Quote(run) + " " + shell.Quote(action) + "\n")
-	b.WriteString(keysPrelude)
-	for _, k := range writes {
-		b.WriteString("fleet_key " + shell.Quote(k.Path) + " " + shell.Quote(k.User) + " " + shell.Quote(k.Group) + " " + shell.Quote(k.Mode) + "\n")
+// input each (the content, base64), printing "wrote N" once the Nth is in
+// place; records each of adopts (in place as configured, written before
+// the record was kept) as deployment's; and removes each of removes that
+// deployment's record names, printing "removed PATH", or "kept PATH: why"
+// when it leaves one (not recorded, or something else is there now).
+//
+// Root never follows what another user could have put in a key's path: a
+// key whose directory, or one above it, another user can write (a
+// root-owned sticky directory aside) is refused, naming the directory and
+// its owner; missing directories are made one at a time (root's, 0755)
+// under a checked one; a destination that is not a regular file (a
+// directory, a link, a device) is refused, naming it, and nothing is
+// written into it; the temporary file root makes is opened once, owned,
+// moded and written through that descriptor, and renamed over the
+// destination with mv -T. A failure prints KeyFailed, the path and why on
+// standard error, and exits 1; the keys before it stand, whole.
+func KeysScript(run, action, deployment string, writes []KeyFile, adopts, removes []string) string {
+	type write struct{ Path, User, Group, Mode, Units string }
+	ws := make([]write, len(writes))
+	for i, k := range writes {
+		ws[i] = write{Path: k.Path, User: k.User, Group: k.Group, Mode: k.Mode, Units: strings.Join(k.Units, " ")}
 	}
-	for _, p := range removes {
-		b.WriteString("fleet_key_rm " + shell.Quote(p) + "\n")
-	}
-	return Remote(b.String())
+	return Remote(fenceScript + render(keysTmpl, struct {
+		Run, Action, Record, RecordDir, KeyFailed string
+		Writes                                    []write
+		Adopts, Removes                           []string
+	}{
+		Run: run, Action: action, Record: KeyRecord(deployment), RecordDir: KeyRecordDir, KeyFailed: KeyFailed,
+		Writes: ws, Adopts: adopts, Removes: removes,
+	}))
 }
 
 // KeysQueryScript prints a line for each of paths: "present DIGEST USER
 // GROUP MODE" (the SHA-256 of its content, computed on the host; the mode
-// in octal), "other" when it is not a regular file, or "missing".
-func KeysQueryScript(paths []string) string {
+// in octal), "other" when it is not a regular file, or "missing"; then
+// "recorded PATH" for each path deployment's key record names, and
+// "restart UNIT" for each unit waiting for a restart; then "end".
+func KeysQueryScript(deployment string, paths []string) string {
 	var b strings.Builder
 	b.WriteString("for fleet_f in")
 	for _, p := range paths {
 		b.WriteString(" " + shell.Quote(p))
 	}
+	rec := shell.Quote(KeyRecord(deployment))
 	b.WriteString(`; do
 if [ -L "$fleet_f" ] || { [ -e "$fleet_f" ] && [ ! -f "$fleet_f" ]; }; then echo other
 elif [ -f "$fleet_f" ]; then
 fleet_s=$(sha256sum < "$fleet_f" 2>/dev/null) || fleet_s=unreadable
 fleet_m=$(stat -c '%U %G %a' -- "$fleet_f" 2>/dev/null) || fleet_m='? ? ?'
-echo "present ${fleet_s%% *} $fleet_m"
+set -- $fleet_s; echo "present $1 $fleet_m"
 else echo missing
 fi
 done
+[ ! -f ` + rec + ` ] || while IFS= read -r fleet_f; do [ -z "$fleet_f" ] || printf 'recorded %s\n' "$fleet_f"; done < ` + rec + `
+[ ! -f ` + rec + `.restart ] || while IFS= read -r fleet_f; do [ -z "$fleet_f" ] || printf 'restart %s\n' "$fleet_f"; done < ` + rec + `.restart
+echo end
 `)
 	return Remote(b.String())
 }
 
-// RestartScript is run's restart action: fenced, it restarts units (the
-// units of keys that changed without a new system).
-func RestartScript(run string, units []string) string {
+// RestartScript is run's restart action named action ("restart",
+// "restart-after"): fenced, it restarts units (the units of the keys that
+// changed), then clears deployment's units waiting for a restart (the
+// deployer restarts those too).
+func RestartScript(run, action, deployment string, units []string) string {
 	quoted := make([]string, len(units))
 	for i, u := range units {
 		quoted[i] = shell.Quote(u)
 	}
-	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " restart\nsystemctl restart -- " + strings.Join(quoted, " ") + "\n")
+	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " " + shell.Quote(action) + "\nsystemctl restart -- " + strings.Join(quoted, " ") + " && rm -f -- " + shell.Quote(KeyRecord(deployment)+".restart") + "\n")
 }
 
 // RebootScript is run's reboot action: fenced, it asks systemd to reboot

@@ -19,7 +19,7 @@ import (
 // no comment (they are dropped at load), and parses as sh.
 func TestScripts(t *testing.T) {
 	loaded := map[string]bool{}
-	for _, tm := range []*template.Template{takeTmpl, wordsTmpl, fenceTmpl, actTmpl, startWatchdogTmpl, unitTmpl, watchdogTmpl, stopAttemptsTmpl, bootTmpl, askTmpl} {
+	for _, tm := range []*template.Template{takeTmpl, wordsTmpl, fenceTmpl, actTmpl, startWatchdogTmpl, unitTmpl, watchdogTmpl, stopAttemptsTmpl, bootTmpl, askTmpl, keysTmpl} {
 		loaded[tm.Name()] = true
 	}
 	files, err := fs.Glob(scriptFiles, "scripts/*")
@@ -121,6 +121,14 @@ func renderAll() map[string]string {
 		for k, sys := range systems {
 			out[fmt.Sprintf("profile-%d-%d", j, k)] = ProfileScript(run, sys)
 			out[fmt.Sprintf("mark-%d", k)] = MarkScript(sys)
+			out[fmt.Sprintf("fenced-mark-%d-%d", j, k)] = FencedMarkScript(run, sys)
+			out[fmt.Sprintf("profile-back-%d-%d", j, k)] = ProfileBackScript(run, sys)
+			out[fmt.Sprintf("since-%d-%d", j, k)] = SinceScript(run, []string{run, "abc"})
+			out[fmt.Sprintf("since-none-%d-%d", j, k)] = SinceScript(run, nil)
+			out[fmt.Sprintf("keys-%d-%d", j, k)] = KeysScript(run, "keys", "dep "+run, []KeyFile{{Path: sys + "/k y", User: "o'brien", Group: "root", Mode: "0400", Units: []string{"a.service", "b@x.service"}}, {Path: "/run/keys/k"}}, []string{"/a b"}, []string{sys, "/x"})
+			out[fmt.Sprintf("keys-none-%d-%d", j, k)] = KeysScript(run, "keys-after", "", nil, nil, nil)
+			out[fmt.Sprintf("keys-query-%d-%d", j, k)] = KeysQueryScript(run, []string{sys, "/run/keys/k"})
+			out[fmt.Sprintf("restart-%d-%d", j, k)] = RestartScript(run, "restart", run, []string{"a.service", "-.mount"})
 			for _, attempt := range []int{1, 2} {
 				for _, secs := range []float64{120, 2.5} {
 					out[fmt.Sprintf("boot-%d-%d-%d-%g", j, k, attempt, secs)] = BootScript(run, sys, attempt, secs, k%2 == 0)

@@ -128,6 +128,8 @@ func rebootedCondition(conds []conditions.Condition, r Result, generation int64,
 			c.Status = conditions.True
 		}
 		return ConditionTypes.Set(conds, c, now)
+	case r.RebootSeen && ok:
+		return ConditionTypes.Set(conds, conditions.Condition{Type: string(CondRebooted), Status: conditions.False, Reason: o.Reason, Message: "node " + r.Name + ": " + o.Message, ObservedGeneration: generation}, now)
 	case r.RebootTried:
 		return ConditionTypes.Set(conds, conditions.Condition{Type: string(CondRebooted), Status: conditions.Unknown, Reason: "NotKnown",
 			Message: "node " + r.Name + ": the host was asked to reboot; whether it came back is not known", ObservedGeneration: generation}, now)

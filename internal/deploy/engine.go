@@ -101,6 +101,10 @@ type Options struct {
 	MaxFailures *int
 	// Holder names this deployment to another one waiting for the lock.
 	Holder string
+	// Deployment is the deployment's identity on its hosts: the name of
+	// its record of the keys it wrote there (agreement.KeyRecord), so
+	// that it removes only those, and another deployment's stand.
+	Deployment string
 	// NixCopyClosure is the nix-copy-closure binary; on PATH when empty.
 	NixCopyClosure string
 	// Nix is the nix binary; on PATH when empty.
@@ -243,6 +247,9 @@ type Result struct {
 	// KeysTouched says the deploy had keys to put in place or remove, and
 	// HasKeys that the node has keys (its KeysUploaded condition).
 	KeysTouched, HasKeys bool
+	// RebootSeen says the host rebooted during the deploy (found by the
+	// deploy, whether or not it asked): its Rebooted condition says how.
+	RebootSeen bool
 	// KeysOnly says the deploy put the node's keys in place alone (or
 	// would have): its system's conditions stand, but for a step it
 	// reached (Reachable).

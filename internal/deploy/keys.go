@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,7 +49,7 @@ type Key struct {
 
 // File is where and how k is written.
 func (k Key) File() agreement.KeyFile {
-	return agreement.KeyFile{Path: k.Path, User: k.User, Group: k.Group, Mode: k.Mode}
+	return agreement.KeyFile{Path: k.Path, User: k.User, Group: k.Group, Mode: k.Mode, Units: k.RestartUnits}
 }
 
 // String names k without its content, for logs and messages.
@@ -131,72 +133,169 @@ func keyInput(keys []Key) string {
 	return b.String()
 }
 
-// parseKeyStates reads what agreement.KeysQueryScript printed for n
-// paths.
-func parseKeyStates(out string, n int) ([]KeyState, error) {
-	var states []KeyState
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) == 1 && f[0] == "missing":
-			states = append(states, KeyState{})
-		case len(f) == 1 && f[0] == "other":
-			states = append(states, KeyState{Other: true})
-		case len(f) == 5 && f[0] == "present":
-			states = append(states, KeyState{Present: true, Digest: f[1], User: f[2], Group: f[3], Mode: f[4]})
-		}
+// UnitFault says what is wrong with a unit name a key's restart_units
+// holds, or "": systemctl takes a pattern (*, ?, [) for every unit it
+// matches, and an option for an option.
+func UnitFault(u string) string {
+	if !UnitNamePattern.MatchString(u) {
+		return fmt.Sprintf("%q is not a systemd unit name (such as postgresql.service): letters, digits and @ . _ : \\ - only, no pattern", u)
 	}
-	if len(states) != n {
-		return nil, fmt.Errorf("the host's answer about its key files was not understood (%d of %d read)", len(states), n)
-	}
-	return states, nil
+	return ""
 }
 
-// keyStates asks the host over c what it has at each key's path.
-func keyStates(ctx context.Context, c *Conn, keys []Key) ([]KeyState, error) {
-	if len(keys) == 0 {
-		return nil, nil
+// UnitNamePattern is what a unit name a key's restart_units holds may be.
+var UnitNamePattern = regexp.MustCompile(`^[A-Za-z0-9@._:\\-]+$`)
+
+// DestinationFault says what is wrong with a key's destination, or "".
+func DestinationFault(p string) string {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Sprintf("%q is not an absolute path: give the file's full path on the host, such as /run/keys/db-password", p)
+	case strings.ContainsAny(p, "\n\x00"):
+		return "a destination cannot hold a newline"
+	case path.Clean(p) == "/nix/store" || strings.HasPrefix(path.Clean(p), "/nix/store/"):
+		return fmt.Sprintf("%q lies under /nix/store, which every user of the host can read: put keys under /run/keys (gone at a reboot) or another directory only root can write", p)
+	case strings.HasSuffix(p, "/") || path.Clean(p) != p:
+		return fmt.Sprintf("%q is not a clean path to a file (write it as %s)", p, path.Clean(p))
 	}
+	return ""
+}
+
+// keyFault says what is wrong with k before any host is asked, or "".
+func keyFault(k Key) string {
+	if why := DestinationFault(k.Path); why != "" {
+		return k.String() + ": " + why
+	}
+	for _, u := range k.RestartUnits {
+		if why := UnitFault(u); why != "" {
+			return k.String() + ": restart_units: " + why
+		}
+	}
+	if !ValidMode(k.Mode) {
+		return fmt.Sprintf("%s: %q is not a file mode in octal", k, k.Mode)
+	}
+	return ""
+}
+
+// KeysOnHost is what a host has of a node's keys: what is at each key's
+// path (States, in the keys' order), the paths the deployment's record on
+// the host names as written by it (Recorded), and the units waiting for a
+// restart after a key of theirs changed (Restart).
+type KeysOnHost struct {
+	States   []KeyState
+	Recorded []string
+	Restart  []string
+}
+
+// parseKeysOnHost reads what agreement.KeysQueryScript printed for n
+// paths.
+func parseKeysOnHost(out string, n int) (KeysOnHost, error) {
+	var h KeysOnHost
+	ended := false
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "recorded "); ok {
+			h.Recorded = append(h.Recorded, rest)
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "restart "); ok {
+			h.Restart = append(h.Restart, strings.TrimSpace(rest))
+			continue
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 1 && f[0] == "end":
+			ended = true
+		case len(f) == 1 && f[0] == "missing":
+			h.States = append(h.States, KeyState{})
+		case len(f) == 1 && f[0] == "other":
+			h.States = append(h.States, KeyState{Other: true})
+		case len(f) == 5 && f[0] == "present":
+			h.States = append(h.States, KeyState{Present: true, Digest: f[1], User: f[2], Group: f[3], Mode: f[4]})
+		}
+	}
+	if len(h.States) != n || !ended {
+		return KeysOnHost{}, fmt.Errorf("the host's answer about its key files was not understood (%d of %d read)", len(h.States), n)
+	}
+	return h, nil
+}
+
+// keysOnHost asks the host over c what it has of keys (see KeysOnHost).
+// What it prints on standard output (the keys' digests) never reaches a
+// message: a failure says what ssh or the shell said on standard error.
+func keysOnHost(ctx context.Context, c *Conn, deployment string, keys []Key) (KeysOnHost, error) {
 	paths := make([]string, len(keys))
 	for i, k := range keys {
 		paths[i] = k.Path
 	}
-	out, err := output(c.Command(ctx, agreement.KeysQueryScript(paths)))
+	stdout, stderr, err := capture(c.Command(ctx, agreement.KeysQueryScript(deployment, paths)), false)
 	if err != nil {
-		_, msg := exitOf(err, out)
-		return nil, fmt.Errorf("reading its key files: %s", msg)
+		_, msg := exitOf(err, stderr)
+		return KeysOnHost{}, &keysQueryError{exit: exitCode(err), msg: msg}
 	}
-	return parseKeyStates(out, len(keys))
+	return parseKeysOnHost(stdout, len(keys))
 }
 
-// KeyStates asks the host of a session what it has at each key's path,
-// over the session's login.
-func (s *Session) KeyStates(ctx context.Context, keys []Key) ([]KeyState, error) {
-	return keyStates(ctx, s.conn, keys)
+// keysQueryError is a key query that failed: its exit status and what
+// ssh or the shell said.
+type keysQueryError struct {
+	exit int
+	msg  string
 }
 
-// KeyStatesOf logs in to node s and asks what its host has at each key's
-// path (a refresh's or a plan's look, taking no lock).
-func (d *Deployer) KeyStatesOf(ctx context.Context, s Settings, keys []Key) ([]KeyState, error) {
+func (e *keysQueryError) Error() string { return "reading its key files: " + orNone(e.msg) }
+
+// exitCode is a command's exit status (1 when it did not run).
+func exitCode(err error) int {
+	exit, _ := exitOf(err, "")
+	return exit
+}
+
+// KeyStates asks the host of a session what it has of keys, over the
+// session's login.
+func (s *Session) KeyStates(ctx context.Context, keys []Key) (KeysOnHost, error) {
+	return keysOnHost(ctx, s.conn, s.deployment, keys)
+}
+
+// KeyStatesOf logs in to node s and asks what its host has of keys (a
+// refresh's or a plan's look, taking no lock).
+func (d *Deployer) KeyStatesOf(ctx context.Context, s Settings, keys []Key) (KeysOnHost, error) {
 	sess, err := d.OpenSession(ctx, s)
 	if err != nil {
-		return nil, err
+		return KeysOnHost{}, err
 	}
 	defer sess.Close()
 	return sess.KeyStates(ctx, keys)
+}
+
+// StaleKeys are the paths the deployment's record on a host names that
+// none of keys (the node's keys now) is written to: the keys it wrote
+// there that were removed or moved since, which the next deploy of the
+// node removes.
+func StaleKeys(keys []Key, h KeysOnHost) []string {
+	var out []string
+	for _, p := range h.Recorded {
+		if !slices.ContainsFunc(keys, func(k Key) bool { return k.Path == p }) && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // keyWork says whether the node has keys to put on its host or to remove.
 func (t Target) keyWork() bool { return len(t.Keys) > 0 || len(t.RemovedKeys) > 0 }
 
 // keysFor are the node's keys uploaded at upload (all of them for a
-// node whose deploy activates nothing).
+// node whose deploy activates nothing). Goal boot judges nothing: no key
+// waits for a verdict there, and after-verdict keys are never uploaded.
 func (nr *nodeRun) keysFor(upload KeyUpload) []Key {
 	if nr.keysOnly {
 		if upload == UploadAfterVerdict {
 			return nil
 		}
 		return nr.n.Keys
+	}
+	if upload == UploadAfterVerdict && nr.d.Options.Goal == GoalBoot {
+		return nil
 	}
 	var out []Key
 	for _, k := range nr.n.Keys {
@@ -207,75 +306,238 @@ func (nr *nodeRun) keysFor(upload KeyUpload) []Key {
 	return out
 }
 
-// putKeys puts keys on the host where it lacks them or holds them
-// otherwise (as the action named action, fenced: under the run's lease),
-// and removes removes (paths no key of the node has now), noting each key
-// written, with why (nr.wroteKeys), and the units to restart for it.
-func (nr *nodeRun) putKeys(ctx context.Context, action string, keys []Key, removes []string) error {
-	states, err := keyStates(ctx, nr.c, keys)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fail(1, "KeyUploadFailed", err.Error(), "")
+// keysHeld records what the host said of the node's keys: which are in
+// place as configured, and why each other one is not.
+type keysHeld struct {
+	here map[string]string // key name -> "" in place, else why not
+}
+
+// seen records the host's answer about keys.
+func (kh *keysHeld) seen(keys []Key, states []KeyState) {
+	if kh.here == nil {
+		kh.here = map[string]string{}
 	}
-	var writes []Key
-	var whys []string
 	for i, k := range keys {
-		if why := k.Why(states[i]); why != "" {
+		kh.here[k.Name] = k.Why(states[i])
+	}
+}
+
+// forget says the host's keys are not known any more (a reboot).
+func (kh *keysHeld) forget(keys []Key, why string) {
+	kh.here = map[string]string{}
+	for _, k := range keys {
+		kh.here[k.Name] = why
+	}
+}
+
+// putKeys asks the host what it has of the node's keys, then, as the
+// action named action (fenced: under the run's lease), writes those of
+// keys it lacks or holds otherwise, records those in place that the
+// deployment's record lacks, and, with remove, removes the keys the
+// deployment wrote on the host that the node no longer has (its record's,
+// and those state had: nr.n.RemovedKeys; only what the record names is
+// removed). Each key written is noted, with why (nr.wroteKeys), its units
+// to restart (nr.wroteUnits, with those the host had waiting), and what
+// the host holds (nr.keys).
+func (nr *nodeRun) putKeys(ctx context.Context, action string, keys []Key, remove bool) error {
+	for _, k := range keys {
+		if why := keyFault(k); why != "" {
+			return fail(1, "KeyUploadFailed", why, "correct the key in the configuration")
+		}
+	}
+	h, err := keysOnHost(ctx, nr.c, nr.d.Options.Deployment, nr.n.Keys)
+	if err != nil {
+		return nr.keysFailed(ctx, err, nil)
+	}
+	nr.keys.seen(nr.n.Keys, h.States)
+	for _, u := range h.Restart {
+		nr.restartLater(u)
+	}
+	var writes, adopts []Key
+	var whys []string
+	for _, k := range keys {
+		if why := nr.keys.here[k.Name]; why != "" {
 			writes = append(writes, k)
 			whys = append(whys, fmt.Sprintf("%s (%s)", k.Name, why))
+		} else if !slices.Contains(h.Recorded, k.Path) {
+			adopts = append(adopts, k)
 		}
 	}
-	var gone []string
-	for _, p := range removes {
-		if !slices.ContainsFunc(nr.n.Keys, func(k Key) bool { return k.Path == p }) {
-			gone = append(gone, p)
+	var removes []string
+	if remove {
+		for _, p := range append(slices.Clone(nr.n.RemovedKeys), StaleKeys(nr.n.Keys, h)...) {
+			if !slices.ContainsFunc(nr.n.Keys, func(k Key) bool { return k.Path == p }) && !slices.Contains(removes, p) {
+				removes = append(removes, p)
+			}
 		}
 	}
-	if len(writes) == 0 && len(gone) == 0 {
+	if len(writes) == 0 && len(adopts) == 0 && len(removes) == 0 {
 		return nil
 	}
 	files := make([]agreement.KeyFile, len(writes))
 	for i, k := range writes {
 		files[i] = k.File()
 	}
-	cmd := nr.c.Command(ctx, agreement.KeysScript(nr.run(), action, files, gone))
+	adopted := make([]string, len(adopts))
+	for i, k := range adopts {
+		adopted[i] = k.Path
+	}
+	cmd := nr.c.Command(ctx, agreement.KeysScript(nr.run(), action, nr.d.Options.Deployment, files, adopted, removes))
 	cmd.Stdin = strings.NewReader(keyInput(writes))
-	out, err := output(cmd)
-	if err == nil {
-		nr.wroteKeys = append(nr.wroteKeys, whys...)
-		for _, k := range writes {
-			for _, u := range k.RestartUnits {
-				if !slices.Contains(nr.wroteUnits, u) {
-					nr.wroteUnits = append(nr.wroteUnits, u)
-				}
+	stdout, stderr, err := capture(cmd, false)
+	// What the host says it did stands, however the action ended.
+	for _, line := range strings.Split(stdout, "\n") {
+		switch {
+		case strings.HasPrefix(line, "wrote "):
+			i, perr := strconv.Atoi(strings.TrimPrefix(line, "wrote "))
+			if perr != nil || i < 0 || i >= len(writes) {
+				continue
 			}
+			nr.keys.here[writes[i].Name] = ""
+			nr.wroteKeys = append(nr.wroteKeys, whys[i])
+			for _, u := range writes[i].RestartUnits {
+				nr.restartLater(u)
+			}
+		case strings.HasPrefix(line, "removed "):
+			nr.removedKeys = append(nr.removedKeys, strings.TrimPrefix(line, "removed "))
+		case strings.HasPrefix(line, "kept "):
+			nr.keptKeys = append(nr.keptKeys, strings.TrimPrefix(line, "kept "))
+			nr.d.note(nr.n.Name, StepKeys, "left on the host: %s", strings.TrimPrefix(line, "kept "))
 		}
-		for _, p := range gone {
-			nr.wroteKeys = append(nr.wroteKeys, p+" removed")
-		}
+	}
+	if err == nil {
 		return nil
 	}
+	return nr.keysFailed(ctx, err, writes, stderr)
+}
+
+// restartLater adds u to the units to restart.
+func (nr *nodeRun) restartLater(u string) {
+	if u != "" && !slices.Contains(nr.wroteUnits, u) {
+		nr.wroteUnits = append(nr.wroteUnits, u)
+	}
+}
+
+// keysFailed is the failure of a keys action or query that ended with
+// err, what its script said on standard error (stderr: never its standard
+// output, which holds digests) naming the key of writes at fault.
+func (nr *nodeRun) keysFailed(ctx context.Context, err error, writes []Key, stderr ...string) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	exit, msg := exitOf(err, out)
-	if why, ok := fenced(exit, out); ok {
+	said := strings.Join(stderr, "")
+	exit, msg := exitOf(err, said)
+	var qe *keysQueryError
+	if errors.As(err, &qe) {
+		exit, msg = qe.exit, qe.msg
+	}
+	if why, ok := fenced(exit, said); ok {
 		return leaseLost("to put the node's keys in place", why, "no key was written")
 	}
-	if _, why, ok := strings.Cut(out, agreement.KeyFailed); ok {
+	if exit == 255 {
+		return nr.sessionDropped(ctx, "putting the node's keys in place", "each key written is whole (written to a temporary file, then renamed)")
+	}
+	if _, why, ok := strings.Cut(said, agreement.KeyFailed); ok {
 		why, _, _ = strings.Cut(why, "\n")
-		path, reason, _ := strings.Cut(strings.TrimSpace(why), ": ")
-		what := "key at " + path
-		for _, k := range writes {
-			if k.Path == path {
+		keyPath, reason, _ := strings.Cut(strings.TrimSpace(why), ": ")
+		what := "key at " + keyPath
+		for _, k := range nr.n.Keys {
+			if k.Path == keyPath {
 				what = k.String()
 			}
 		}
 		return fail(exit, "KeyUploadFailed", what+": "+reason, "fix the host (or the key's destination, user or group), then apply again: the next apply puts the keys in place")
 	}
-	return fail(exit, "KeyUploadFailed", "the keys could not be put on the host: "+msg, "")
+	if qe != nil {
+		return fail(exit, "KeyUploadFailed", qe.Error(), "")
+	}
+	return fail(exit, "KeyUploadFailed", "the keys could not be put on the host: "+orNone(msg), "")
+}
+
+// sessionDropped is the failure of a step whose SSH session dropped while
+// it did what (an action whose outcome on the host leaves says): the host
+// is asked, over a new login, whether it rebooted meanwhile (it lost the
+// run's records), which is then what the node failed of.
+func (nr *nodeRun) sessionDropped(ctx context.Context, what, leaves string) error {
+	actx, cancel := context.WithTimeout(ctx, nr.d.timing().AskFor())
+	defer cancel()
+	v, err := agreement.Ask(actx, host{nr.c}, nr.run())
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err == nil && v.Lost:
+		return nr.hostRebooted("the host rebooted while "+what+"; ", v)
+	}
+	return fail(255, "ConnectionLost", fmt.Sprintf("the SSH session dropped while %s: %s", what, leaves), "the next apply retries this node")
+}
+
+// keysSettled sets the node's KeysUploaded from what the host said of its
+// keys (never from what the deploy meant to do): True once every key of
+// the node is in place as configured; else False, naming each other one
+// and why, unless a step's failure already says why (it stands).
+func (nr *nodeRun) keysSettled() {
+	if !nr.r.HasKeys || nr.keys.here == nil {
+		return
+	}
+	var missing []string
+	for _, k := range nr.n.Keys {
+		if why := nr.keys.here[k.Name]; why != "" {
+			missing = append(missing, fmt.Sprintf("%s (%s)", k.Name, why))
+		}
+	}
+	if len(missing) == 0 {
+		nr.pass(CondKeys, "Uploaded", KeysInPlace)
+		return
+	}
+	if o, ok := nr.r.Outcomes[CondKeys]; ok && !o.Passed {
+		return
+	}
+	nr.r.Outcomes[CondKeys] = Outcome{Reason: "NotInPlace", Message: "not in place on the host: " + strings.Join(missing, "; ")}
+}
+
+// restartUnits restarts, fenced as run's action named action, the units
+// of the keys the deploy changed (and those the host had waiting): then
+// none waits. A failure is noted, and the units keep waiting on the host
+// (the next deploy restarts them); it says how it ended.
+func (nr *nodeRun) restartUnits(ctx context.Context, action string, step StepName) error {
+	if len(nr.wroteUnits) == 0 {
+		return nil
+	}
+	stdout, stderr, err := capture(nr.c.Command(ctx, agreement.RestartScript(nr.run(), action, nr.d.Options.Deployment, nr.wroteUnits)), false)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		exit, msg := exitOf(err, stdout+stderr)
+		if why, ok := fenced(exit, stderr); ok {
+			return leaseLost("to restart "+strings.Join(nr.wroteUnits, ", "), why, "the keys are in place; the units were not restarted (they wait on the host for the next deploy)")
+		}
+		nr.d.note(nr.n.Name, step, "restarting %s failed: %s", strings.Join(nr.wroteUnits, ", "), msg)
+		return fail(exit, "RestartFailed", fmt.Sprintf("restarting %s failed: %s", strings.Join(nr.wroteUnits, ", "), msg), "see the units' logs on the host (journalctl -u UNIT); they wait on the host, and the next deploy restarts them")
+	}
+	nr.restarted = append(nr.restarted, nr.wroteUnits...)
+	nr.wroteUnits = nil
+	return nil
+}
+
+// keysDone says what the deploy did of the node's keys, for its message:
+// "keys put in place: ...; removed ...; restarted ..."; empty when
+// nothing.
+func (nr *nodeRun) keysDone() string {
+	var parts []string
+	if len(nr.wroteKeys) > 0 {
+		parts = append(parts, "keys put in place: "+strings.Join(nr.wroteKeys, ", "))
+	}
+	if len(nr.removedKeys) > 0 {
+		parts = append(parts, "keys removed: "+strings.Join(nr.removedKeys, ", "))
+	}
+	if len(nr.keptKeys) > 0 {
+		parts = append(parts, "left on the host: "+strings.Join(nr.keptKeys, "; "))
+	}
+	if len(nr.restarted) > 0 {
+		parts = append(parts, "restarted "+strings.Join(nr.restarted, ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // The steps of a node's keys.
@@ -291,24 +553,25 @@ var keysStep = &step{
 		if err := nr.holdsLock(); err != nil {
 			return err
 		}
-		err := nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), nr.n.RemovedKeys)
+		err := nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), true)
 		var f *failure
-		if errors.As(err, &f) && !nr.keysOnly {
-			f.message += "; the new system was not activated: the host runs " + orNone(nr.r.PreviousSystem)
+		if errors.As(err, &f) && f.reason != reasonHostRebooted {
+			// The system stands: the units of the keys written restart
+			// now (else they wait on the host for the next deploy).
+			if rerr := nr.restartUnits(ctx, "restart", StepKeys); rerr != nil && ctx.Err() == nil {
+				f.message += "; " + rerr.Error()
+			}
+			if !nr.keysOnly {
+				f.message += "; the new system was not activated: the host runs " + orNone(nr.r.PreviousSystem)
+			}
 		}
-		if err != nil {
-			return err
-		}
-		if nr.keysOnly || len(nr.keysFor(UploadAfterVerdict)) == 0 {
-			nr.pass(CondKeys, "Uploaded", KeysInPlace)
-		}
-		return nil
+		return err
 	},
 	leaves: func(nr *nodeRun, during bool) string {
 		if !during {
 			return "nothing was activated; the host runs " + orNone(nr.r.PreviousSystem)
 		}
-		return "nothing was activated (the host runs " + orNone(nr.r.PreviousSystem) + "); each key written so far is whole (written to a temporary file, then renamed), the others as they were"
+		return "nothing was activated (the host runs " + orNone(nr.r.PreviousSystem) + "); each key written so far is whole (written to a temporary file, then renamed), the others as they were; the units of the keys written wait on the host for the next deploy to restart them"
 	},
 }
 
@@ -318,17 +581,16 @@ var keysAfterStep = &step{
 		if err := nr.holdsLock(); err != nil {
 			return err
 		}
-		err := nr.putKeys(ctx, "keys-after", nr.keysFor(UploadAfterVerdict), nil)
+		err := nr.putKeys(ctx, "keys-after", nr.keysFor(UploadAfterVerdict), false)
+		if rerr := nr.restartUnits(ctx, "restart-after", StepKeysAfter); err == nil {
+			err = rerr
+		}
 		var f *failure
 		if errors.As(err, &f) {
 			f.message = "the new system passed its verdict and stays active, but its after-verdict keys are not all in place: " + f.message
 			return f
 		}
-		if err != nil {
-			return err
-		}
-		nr.pass(CondKeys, "Uploaded", KeysInPlace)
-		return nil
+		return err
 	},
 	leaves: func(nr *nodeRun, _ bool) string {
 		return "the new system passed its verdict and stays active; its after-verdict keys may not all be in place (each one written is whole)"
@@ -336,42 +598,55 @@ var keysAfterStep = &step{
 }
 
 // restartStep ends a deploy of keys alone: it restarts the units of the
-// keys it wrote (restart_units), fenced, and records the node's system as
-// standing.
+// keys it wrote (restart_units) and of those the host had waiting,
+// fenced, and records the node's system as standing.
 var restartStep = &step{
 	name: StepRestart, does: "restarting the units of the keys that changed", cond: CondKeys,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if len(nr.wroteUnits) > 0 {
-			if err := nr.holdsLock(); err != nil {
-				return err
-			}
-			out, err := output(nr.c.Command(ctx, agreement.RestartScript(nr.run(), nr.wroteUnits)))
-			if err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				exit, msg := exitOf(err, out)
-				if why, ok := fenced(exit, out); ok {
-					return leaseLost("to restart "+strings.Join(nr.wroteUnits, ", "), why, "the keys are in place; the units were not restarted")
-				}
-				return fail(exit, "RestartFailed", fmt.Sprintf("the keys are in place (%s), but restarting %s failed: %s", strings.Join(nr.wroteKeys, ", "), strings.Join(nr.wroteUnits, ", "), msg),
-					"see the units' logs on the host (journalctl -u UNIT)")
-			}
+		if err := nr.holdsLock(); err != nil {
+			return err
 		}
-		msg := "every key was in place already"
-		if len(nr.wroteKeys) > 0 {
-			msg = "keys put in place: " + strings.Join(nr.wroteKeys, ", ")
+		if err := nr.restartUnits(ctx, "restart", StepRestart); err != nil {
+			var f *failure
+			if errors.As(err, &f) && f.reason == "RestartFailed" && len(nr.wroteKeys) > 0 {
+				f.message = fmt.Sprintf("the keys are in place (%s), but %s", strings.Join(nr.wroteKeys, ", "), f.message)
+			}
+			return err
 		}
-		if len(nr.wroteUnits) > 0 {
-			msg += "; restarted " + strings.Join(nr.wroteUnits, ", ")
+		msg := nr.keysDone()
+		if msg == "" {
+			msg = "every key was in place already"
 		}
 		nr.r.Phase, nr.r.Message = PhaseSucceeded, msg+"; the host runs "+orNone(nr.r.CurrentSystem)+", as before"
 		return nil
 	},
 	leaves: func(nr *nodeRun, during bool) string {
 		if !during {
-			return "the keys are in place; no unit was restarted"
+			return "the keys are in place; no unit was restarted (they wait on the host for the next deploy)"
 		}
-		return "the keys are in place; " + strings.Join(nr.wroteUnits, ", ") + " may not all have been restarted"
+		return "the keys are in place; " + strings.Join(nr.wroteUnits, ", ") + " may not all have been restarted (they wait on the host for the next deploy)"
+	},
+}
+
+// keyUnitsStep restarts, fenced, the units of the keys the deploy changed,
+// once the system they run under is the one the host keeps running:
+// goal boot's (it changes nothing running), or the booted one's after a
+// reboot (put back, its services started without them). A failure is
+// noted: the verdict, where one follows, judges the host as it is.
+var keyUnitsStep = &step{
+	name: StepRestart, does: "restarting the units of the keys that changed", cond: CondKeys,
+	run: func(ctx context.Context, nr *nodeRun) error {
+		err := nr.restartUnits(ctx, "restart", StepRestart)
+		var f *failure
+		if errors.As(err, &f) && f.reason == "RestartFailed" {
+			return nil // noted; they wait on the host
+		}
+		return err
+	},
+	leaves: func(nr *nodeRun, _ bool) string {
+		if nr.booted {
+			return nr.bootedLeaves()
+		}
+		return "the keys are in place; " + strings.Join(nr.wroteUnits, ", ") + " may not all have been restarted (they wait on the host for the next deploy)"
 	},
 }

@@ -101,7 +101,7 @@ func TestKeysOnlyReachTheHostWhole(t *testing.T) {
 
 	n.Keys, n.RemovedKeys = n.Keys[:1], []string{"/run/keys/empty"}
 	res = d.Deploy(context.Background(), []deploy.Target{n}, nil)
-	wantPhase(t, res[0], deploy.PhaseSucceeded, "/run/keys/empty removed")
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "keys removed: /run/keys/empty")
 	if tg.Exists("/run/keys/empty") || !tg.Exists("/run/keys/with space/blob") {
 		t.Errorf("after the removal: empty there %v, blob there %v", tg.Exists("/run/keys/empty"), tg.Exists("/run/keys/with space/blob"))
 	}

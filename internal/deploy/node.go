@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -99,8 +98,19 @@ type nodeRun struct {
 	silent             bool      // the host stopped answering while the activation was judged: its outcome is settled
 	bootedBefore       string    // what the host booted when read (BootEntryOnly: the system it no longer boots)
 	keysOnly           bool      // the system stands: the deploy puts the keys in place and activates nothing
+	keys               keysHeld  // what the host said of the node's keys
 	wroteKeys          []string  // the keys written, each with why ("db (missing on the host)")
-	wroteUnits         []string  // the restart_units of the keys written
+	wroteUnits         []string  // the units to restart: of the keys written, and those the host had waiting
+	restarted          []string  // the units restarted
+	removedKeys        []string  // the keys removed from the host
+	keptKeys           []string  // the keys left on the host, each with why
+	booted             bool      // the host booted the new system, which no verdict judged yet: a failure boots it back
+	judged             bool      // a verdict passed on the booted host: nothing undoes its boot entry
+	entrySet           bool      // a rebooting deploy pointed the system profile (and the boot entry) at the new system
+	leftAlone          bool      // another run (or something else) changed the host since this deploy's lease ended: it is left as it is
+	bootAttempt        int       // the last boot.N action of the run (finalise's attempts, then the entry put back)
+	runs               []string  // the runs of this deploy's leases, in order
+	rebootAskedAt      time.Time // when the deploy asked the host to reboot
 	rebooting          bool      // the new system is booted into, not activated live
 	rebootWhy          string    // why ("kernel, initrd changed", "reboot = always")
 	bootIDBefore       string    // the host's boot id before the reboot
@@ -143,9 +153,10 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 	}
 	nr.profileBack(ctx)
 	nr.r.KeysOnly = nr.keysOnly || n.KeysOnly
-	if nr.r.Phase == PhaseSucceeded && !nr.keysOnly && len(nr.wroteKeys) > 0 {
-		nr.r.Message += "; keys put in place: " + strings.Join(nr.wroteKeys, ", ")
+	if done := nr.keysDone(); nr.r.Phase == PhaseSucceeded && !nr.keysOnly && done != "" {
+		nr.r.Message += "; " + done
 	}
+	nr.keysSettled()
 	nr.begun()
 	nr.release()
 	nr.r.Finished = time.Now().UTC()
@@ -176,6 +187,11 @@ func (nr *nodeRun) sequence() []*step {
 	}
 	switch nr.d.Options.Goal {
 	case GoalBoot:
+		// The running system stands: the units of the keys that changed
+		// restart under it.
+		if len(keys) > 0 {
+			keys = append(keys, keyUnitsStep)
+		}
 		return slices.Concat(head, keys, []*step{profileStep, finaliseStep}, after)
 	case GoalDryActivate:
 		return append(head, dryActivateStep)
@@ -241,6 +257,12 @@ func (nr *nodeRun) step(ctx context.Context, s *step) bool {
 	nr.stepEnded(s.name, StepFailed, start, f.message)
 	nr.r.Phase, nr.r.ExitCode, nr.r.Message, nr.r.Hint, nr.r.Step = orPhase(f.phase, PhaseFailed), f.exit, f.message, f.hint, s.name
 	nr.r.Outcomes[s.cond] = Outcome{Reason: f.reason, Message: f.message}
+	if nr.entrySet && !nr.judged && !nr.leftAlone && f.phase != PhaseUnknown {
+		// A failure after the boot entry was made for the new system,
+		// before a verdict passed on the booted host: it is undone.
+		nr.undoBootAfter(ctx)
+		return false
+	}
 	switch {
 	case !f.rollback:
 	case nr.watch:

@@ -3,7 +3,10 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 )
 
 // Current is what a read of a node found.
@@ -25,6 +28,16 @@ type Current struct {
 	// none.
 	Boots   string
 	HostKey string // the key the host showed ("type base64"); empty when not known
+	// KeyRecords name the deployments whose record of the keys they wrote
+	// there the host keeps (agreement.KeyRecord), holding a path.
+	KeyRecords []string
+}
+
+// HasKeys says whether the host keeps a record of keys deployment wrote
+// there (which its next deploy removes once no key of it is there).
+func (c Current) HasKeys(deployment string) bool {
+	name := strings.TrimPrefix(agreement.KeyRecord(deployment), agreement.KeyRecordDir+"/")
+	return slices.Contains(c.KeyRecords, name)
 }
 
 // Runs reports whether the host runs system and a deploy of it passed its
@@ -45,9 +58,12 @@ func (d *Deployer) ReadCurrent(ctx context.Context, s Settings) (Current, error)
 
 // parseCurrent reads what agreement.ReadCurrentScript printed.
 func parseCurrent(out string) Current {
-	lines := strings.Split(strings.TrimSpace(out)+"\n\n\n\n", "\n")
+	lines := strings.Split(strings.TrimSpace(out)+"\n\n\n\n\n", "\n")
 	c := Current{System: strings.TrimSpace(lines[0]), Succeeded: strings.TrimSpace(lines[1]), BootDefault: strings.TrimSpace(lines[2]),
 		Settling: strings.TrimSpace(lines[3]) == "settling", Boots: strings.TrimSpace(lines[4])}
+	if f := strings.Fields(lines[5]); len(f) > 0 && f[0] == "keys" {
+		c.KeyRecords = f[1:]
+	}
 	if c.Settling {
 		// Nor is what it boots known: a watchdog switching back points
 		// the profile back.

@@ -49,18 +49,27 @@ func (d *Deployer) rebootTimeout() time.Duration {
 	return defaultRebootTimeout
 }
 
+// rebootStartBound bounds how long a host asked to reboot may go on
+// answering logins with its old boot id before the reboot is taken not to
+// happen (inhibited, failed, or a shutdown that hangs): a real host goes
+// on taking logins for seconds while it shuts down, not for minutes. Half
+// of reboot_timeout, at most two minutes.
+func (d *Deployer) rebootStartBound() time.Duration {
+	return min(d.rebootTimeout()/2, 2*time.Minute)
+}
+
 // rebootSteps are the steps after the reboot check of a node booted into
 // its new system: the profile and the boot entry (the previous system
-// kept as the fallback entry), the reboot, the wait for the host's
-// return, and the verdict over a new login on the booted host; then the
-// rest (the after-verdict keys).
-// A node with keys gets its before-activation keys again once the host is
-// back (a reboot empties /run/keys), and its keys' restart_units are
-// restarted, before the verdict.
+// kept as the fallback entry), the reboot, the wait for the host's return
+// (its lock taken again), the node's keys put back (a reboot empties
+// /run/keys) and their units restarted, and the verdict over a new login
+// on the booted host; then the rest (the after-verdict keys). A failure
+// after the boot entry was made, before a verdict passed on the booted
+// host, undoes it (see undoBoot).
 func (nr *nodeRun) rebootSteps(rest []*step) []*step {
 	out := []*step{profileStep, finaliseStep, rebootStep, returnStep}
 	if nr.r.KeysTouched {
-		out = append(out, keysStep, keyUnitsStep)
+		out = append(out, rebootKeysStep, keyUnitsStep)
 	}
 	out = append(out, bootVerdictStep)
 	for _, s := range rest {
@@ -71,27 +80,6 @@ func (nr *nodeRun) rebootSteps(rest []*step) []*step {
 		}
 	}
 	return out
-}
-
-// keyUnitsStep restarts, fenced, the units of the keys the deploy put back
-// once the host was back from its reboot (their services started without
-// them).
-var keyUnitsStep = &step{
-	name: StepRestart, does: "restarting the units of the keys put back after the reboot", cond: CondKeys, phase: PhaseVerifying,
-	run: func(ctx context.Context, nr *nodeRun) error {
-		if len(nr.wroteUnits) == 0 {
-			return nil
-		}
-		out, err := output(nr.c.Command(ctx, agreement.RestartScript(nr.run(), nr.wroteUnits)))
-		if err != nil && ctx.Err() == nil {
-			_, msg := exitOf(err, out)
-			nr.d.note(nr.n.Name, StepRestart, "restarting %s after the reboot failed: %s (the verdict judges the host as it is)", strings.Join(nr.wroteUnits, ", "), msg)
-		}
-		return ctx.Err()
-	},
-	leaves: func(nr *nodeRun, _ bool) string {
-		return "the host booted " + nr.n.System + ", which no verdict judged; its keys are back"
-	},
 }
 
 // rebootCheckStep decides whether the node's new system is booted into:
@@ -112,7 +100,10 @@ var rebootCheckStep = &step{
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			_, msg := exitOf(err, out)
+			exit, msg := exitOf(err, out)
+			if exit == 255 {
+				return nr.sessionDropped(ctx, "reading the booted system's kernel, initrd and modules", "nothing was activated; the host runs "+orNone(nr.r.PreviousSystem))
+			}
 			return fail(1, "RebootCheckFailed", "reading the booted system's kernel, initrd and modules failed: "+msg, "")
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -162,6 +153,10 @@ func bootID(ctx context.Context, c *Conn, fresh bool) (string, error) {
 	return strings.TrimSpace(out), nil
 }
 
+// rebootStep asks the host, fenced, to reboot. The lease stays held while
+// the host shuts down (a real host takes logins for seconds after it was
+// asked): it ends with the host's sessions, and nobody else's lease can
+// begin before.
 var rebootStep = &step{
 	name: StepReboot, does: "rebooting the host into the new system", cond: CondRebooted, phase: PhaseActivating,
 	run: func(ctx context.Context, nr *nodeRun) error {
@@ -177,100 +172,200 @@ var rebootStep = &step{
 		}
 		nr.bootIDBefore, nr.r.RebootTried = id, true
 		nr.d.note(nr.n.Name, StepReboot, "rebooting into %s (%s); boot id %s", nr.n.System, nr.rebootWhy, id)
-		out, err := output(nr.c.Command(ctx, agreement.RebootScript(nr.run())))
-		if err != nil && ctx.Err() == nil {
-			exit, msg := exitOf(err, out)
-			if why, ok := fenced(exit, out); ok {
-				return leaseLost("to reboot", why, "the boot entry points at "+nr.n.System+", which the host boots at its next reboot")
-			}
-			if exit != 255 {
-				return fail(exit, "RebootFailed", "systemctl reboot failed: "+msg, "the boot entry points at "+nr.n.System+": reboot the host, or apply again")
-			}
-			// 255: the session went with the host, as it should.
-		}
+		nr.rebootAskedAt = time.Now()
+		stdout, stderr, err := capture(nr.c.Command(ctx, agreement.RebootScript(nr.run())), false)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// The lease went with the host's sessions.
-		nr.lock.Release()
+		if err != nil {
+			exit, msg := exitOf(err, stdout+stderr)
+			if why, ok := fenced(exit, stderr); ok {
+				return leaseLost("to reboot", why, "the host did not reboot")
+			}
+			if exit != 255 {
+				nr.r.Outcomes[CondRebooted] = Outcome{Reason: "RebootFailed", Message: "systemctl reboot failed: " + msg}
+				return fail(exit, "RebootFailed", "systemctl reboot failed: "+msg+": the host did not reboot",
+					"check what keeps the host from rebooting (systemd-inhibit --list; journalctl -u systemd-logind), then apply again")
+			}
+			// 255: the session went with the host, as it should.
+		}
 		return nil
 	},
 	leaves: func(nr *nodeRun, during bool) string {
-		return "the boot entry points at " + nr.n.System + ", which the host boots at its next reboot (it may be rebooting now); the host ran " + orNone(nr.r.PreviousSystem)
+		return "the host was asked to reboot into " + nr.n.System + " (its boot entry, which no verdict judged; the system before, " + orNone(nr.r.PreviousSystem) + ", is the fallback entry): the next refresh reads what it runs"
 	},
 }
 
-// awaitBoot waits, within reboot_timeout, for the host to answer a new
-// login with another boot id than before (any, for before ""), then takes
-// its deploy lock as a new run over a new master connection. It returns
-// the system the host runs, read as the lock is taken.
-func (nr *nodeRun) awaitBoot(ctx context.Context, before string) (string, error) {
+// waitForBoot waits, within reboot_timeout, for the host to answer a new
+// login with another boot id than before: errHostAway when it does not;
+// errNoReboot when it went on answering with before's id, never going
+// away, for rebootStartBound since the reboot was asked.
+func (nr *nodeRun) waitForBoot(ctx context.Context, before string) error {
 	deadline := time.Now().Add(nr.d.rebootTimeout())
+	away := false
 	for {
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return ctx.Err()
 		}
 		lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		id, err := bootID(lctx, nr.c, true)
 		cancel()
-		if err == nil && id != before {
+		switch {
+		case err == nil && id != before:
 			nr.bootIDAfter = id
-			break
+			return nil
+		case err != nil:
+			away = true
+		case !away && time.Since(nr.rebootAskedAt) > nr.d.rebootStartBound():
+			return errNoReboot
 		}
 		if time.Now().After(deadline) {
-			return "", errHostAway
+			return errHostAway
 		}
 		if !sleep(ctx, time.Second) {
-			return "", ctx.Err()
+			return ctx.Err()
 		}
+	}
+}
+
+// retake takes the host's deploy lock again, as a new run over a new
+// master connection, once the lease held until now has ended or is let
+// go (a reboot ends it), within lock_timeout or remote_exec_timeout and
+// five seconds, whichever is longer. It returns what the take read of the
+// host and what other runs changed on it since that lease (see
+// othersSince).
+func (nr *nodeRun) retake(ctx context.Context) ([]string, others, error) {
+	old := ""
+	if nr.lock != nil {
+		old = nr.lock.Run()
+		nr.lock.Release()
 	}
 	nr.c.Close()
 	c, err := nr.d.Transport.Open(ctx, nr.n.Settings)
 	if err != nil {
-		return "", err
+		return nil, others{}, err
 	}
 	nr.c = c
 	if exit, msg := nr.d.startMaster(ctx, c); exit != 0 {
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return nil, others{}, ctx.Err()
 		}
-		return "", errors.New("logging in again: " + msg)
+		return nil, others{}, errors.New("logging in again: " + msg)
 	}
 	l, lines, err := nr.d.takeLock(ctx, nr.c, max(nr.d.Options.LockTimeout, nr.d.Transport.remoteExecTimeout()+5*time.Second), nil)
 	if err != nil {
-		return "", err
+		return nil, others{}, err
 	}
 	nr.lock = l
-	nr.d.note(nr.n.Name, StepReturn, "the host is back; run %s holds its deploy lock", l.Run())
-	if len(lines) > 0 {
-		return strings.TrimSpace(lines[0]), nil
+	nr.runs = append(nr.runs, l.Run())
+	nr.d.note(nr.n.Name, StepReturn, "run %s holds the host's deploy lock", l.Run())
+	o, err := nr.othersSince(ctx, old)
+	return lines, o, err
+}
+
+// others is what a lease taken again found of other runs since the one
+// before ended: what they did (acted: "RUN ACTION"), and what the host
+// booted.
+type others struct {
+	acted  []string
+	booted string
+}
+
+// othersSince asks the host, under the lease held now, which other runs
+// changed what it runs or boots since the lease of run old ended (see
+// agreement.SinceScript).
+func (nr *nodeRun) othersSince(ctx context.Context, old string) (others, error) {
+	out, err := output(nr.c.Command(ctx, agreement.SinceScript(old, nr.runs)))
+	if err != nil {
+		if ctx.Err() != nil {
+			return others{}, ctx.Err()
+		}
+		_, msg := exitOf(err, out)
+		return others{}, errors.New("asking the host which deployments acted on it since: " + msg)
 	}
-	return "", nil
+	var o others
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "other "); ok {
+			o.acted = append(o.acted, rest)
+		} else if rest, ok := strings.CutPrefix(line, "booted "); ok {
+			o.booted = strings.TrimSpace(rest)
+		}
+	}
+	return o, nil
+}
+
+// othersText names what other runs did (o.acted), for a message.
+func (o others) text() string {
+	byRun := map[string][]string{}
+	var runs []string
+	for _, a := range o.acted {
+		run, action, _ := strings.Cut(a, " ")
+		if byRun[run] == nil {
+			runs = append(runs, run)
+		}
+		byRun[run] = append(byRun[run], action)
+	}
+	parts := make([]string, len(runs))
+	for i, r := range runs {
+		parts[i] = fmt.Sprintf("run %s (%s)", r, strings.Join(byRun[r], ", "))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // errHostAway: the host did not come back within reboot_timeout.
 var errHostAway = errors.New("the host did not come back")
 
+// errNoReboot: the host went on answering with its boot id from before
+// the reboot was asked, for rebootStartBound.
+var errNoReboot = errors.New("the host did not reboot")
+
+// reasonOtherRun is the reason of a node whose host another deployment's
+// run changed while this one's lease had ended: it is left as it is.
+const reasonOtherRun = "SwitchedByAnother"
+
 var returnStep = &step{
 	name: StepReturn, does: "waiting for the host to come back with a new boot id", cond: CondRebooted, phase: PhaseVerifying,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		current, err := nr.awaitBoot(ctx, nr.bootIDBefore)
+		err := nr.waitForBoot(ctx, nr.bootIDBefore)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, errHostAway):
+			nr.keys.forget(nr.n.Keys, "not known: the host did not come back from its reboot")
 			nr.r.CurrentSystem, nr.r.BootSystem, nr.r.VerifiedSystem, nr.r.SystemsUnknown = "", "", "", true
 			f := unknown(fmt.Sprintf("the host did not come back within reboot_timeout (%s) after its reboot into %s: what it runs and boots is not known (the boot entry points at %s, the system before, %s, is its fallback entry)",
 				nr.d.rebootTimeout(), nr.n.System, nr.n.System, orNone(nr.r.PreviousSystem)))
 			f.reason = "DidNotReturn"
 			return f
-		case err != nil:
-			return fail(1, "ReturnFailed", "the host came back from its reboot, but "+err.Error(), "the next refresh reads what it runs")
+		case errors.Is(err, errNoReboot):
+			nr.r.Outcomes[CondRebooted] = Outcome{Reason: "DidNotReboot", Message: "the host did not reboot"}
+			return fail(1, "DidNotReboot", fmt.Sprintf("the host was asked to reboot into %s, but went on answering with the same boot id for %s: the reboot did not happen (inhibited, failed or hung)",
+				nr.n.System, nr.d.rebootStartBound()), "check what keeps the host from rebooting (systemd-inhibit --list; journalctl -u systemd-logind), then apply again")
 		}
-		nr.r.CurrentSystem = current
+		nr.keys.forget(nr.n.Keys, "not read since the host rebooted")
+		nr.booted = true
+		lines, o, err := nr.retake(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			nr.r.CurrentSystem, nr.r.BootSystem, nr.r.VerifiedSystem, nr.r.SystemsUnknown = "", "", "", true
+			f := unknown("the host came back from its reboot, but " + err.Error() + ": what it runs is not judged")
+			f.reason = "ReturnFailed"
+			return f
+		}
+		if len(lines) > 0 {
+			nr.r.CurrentSystem = strings.TrimSpace(lines[0])
+		}
+		if len(lines) > 4 {
+			nr.r.BootSystem = strings.TrimSpace(lines[4])
+		}
+		if len(o.acted) > 0 {
+			return nr.leftToOthers(o, "came back from its reboot")
+		}
 		nr.pass(CondRebooted, "Rebooted", fmt.Sprintf("the host rebooted (%s)", nr.rebootWhy))
-		// The keys put back now restart their units (keyUnitsStep), not
-		// those written before the reboot.
+		// The keys put back now restart their units (keyUnitsStep); the
+		// host says which still wait (those written before the reboot).
 		nr.wroteUnits = nil
 		return nil
 	},
@@ -279,11 +374,38 @@ var returnStep = &step{
 	},
 }
 
+// leftToOthers fails the node whose host another deployment's run changed
+// while this one's lease had ended (as the host came back, when): the
+// host is left as it is, and the record says what it runs and boots.
+func (nr *nodeRun) leftToOthers(o others, when string) *failure {
+	nr.leftAlone = true
+	f := fail(1, reasonOtherRun, fmt.Sprintf("the host %s, but %s acted on it after this deploy's lease ended: it is left as it is (it runs %s and boots %s)",
+		when, o.text(), orNone(nr.r.CurrentSystem), orNone(nr.r.BootSystem)),
+		"another deployment of this host ran meanwhile: check which system it should run, then apply again")
+	return f
+}
+
+// rebootKeysStep puts the node's keys back once the host is back from its
+// reboot (a reboot empties /run/keys): a failure boots the host back.
+var rebootKeysStep = &step{
+	name: StepKeys, does: "putting the node's keys back after the reboot", cond: CondKeys, phase: PhaseVerifying,
+	run: func(ctx context.Context, nr *nodeRun) error {
+		return nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), false)
+	},
+	leaves: func(nr *nodeRun, _ bool) string { return nr.bootedLeaves() },
+}
+
+// bootedLeaves says what a host that booted the new system, which no
+// verdict judged yet, is left with when the deploy stops.
+func (nr *nodeRun) bootedLeaves() string {
+	return fmt.Sprintf("the host runs and boots %s, which no verdict judged (the system before, %s, is the fallback entry): the next apply judges it", nr.n.System, orNone(nr.r.PreviousSystem))
+}
+
 // bootVerdictStep judges the booted host: /run/booted-system and
-// /run/current-system must be the new system, then the usual verdict. A
-// failure puts the boot entry back to the system before and reboots the
-// host into it (on_failure = keep: the entry is put back, and the host
-// keeps running the new system until its next reboot).
+// /run/current-system must be the new system, then the usual verdict; the
+// host's record of the system that passed it is written, fenced. A
+// failing verdict is a failure after the reboot: the node's steps end,
+// and undoBoot boots the host back.
 var bootVerdictStep = &step{
 	name: StepBootVerdict, does: "judging the booted host: the booted and current system, a new SSH login, systemd settled, the verdict's checks", cond: CondVerdict, phase: PhaseVerifying,
 	run: func(ctx context.Context, nr *nodeRun) error {
@@ -300,118 +422,263 @@ var bootVerdictStep = &step{
 		if v.Passed && booted != nr.n.System {
 			v = Verdict{Reason: "BootedAnother", Message: fmt.Sprintf("the host booted %s, not %s", orNone(booted), nr.n.System)}
 		}
-		if v.Passed {
-			if out, err := output(nr.c.Command(ctx, remote(agreement.MarkScript(nr.n.System)))); err != nil {
-				_, msg := exitOf(err, out)
-				nr.d.note(nr.n.Name, StepBootVerdict, "recording the passing verdict on the host failed: %s", msg)
-			}
-			nr.pass(CondVerdict, v.Reason, v.Message)
-			nr.r.Phase, nr.r.VerifiedSystem, nr.r.BootSystem = PhaseSucceeded, nr.n.System, nr.n.System
-			nr.r.Message = fmt.Sprintf("switched to %s by a reboot (%s)", nr.n.System, nr.rebootWhy)
-			return nil
+		if !v.Passed {
+			return fail(1, v.Reason, v.Message, v.Hint)
 		}
-		return nr.bootBack(ctx, v)
+		nr.judged = true
+		nr.pass(CondVerdict, v.Reason, v.Message)
+		nr.r.BootSystem = nr.n.System
+		stdout, stderr, err := capture(nr.c.Command(ctx, agreement.FencedMarkScript(nr.run(), nr.n.System)), false)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			exit, msg := exitOf(err, stdout+stderr)
+			if why, ok := fenced(exit, stderr); ok {
+				msg = "this deployer's lease had ended: " + why
+			}
+			return fail(exit, "RecordFailed", fmt.Sprintf("the host runs and boots %s, which passed its verdict there, but its record of that was not written (%s): the next apply judges it again", nr.n.System, msg), "")
+		}
+		nr.r.Phase, nr.r.VerifiedSystem = PhaseSucceeded, nr.n.System
+		nr.r.Message = fmt.Sprintf("switched to %s by a reboot (%s)", nr.n.System, nr.rebootWhy)
+		return nil
 	},
+	leaves: func(nr *nodeRun, _ bool) string { return nr.bootedLeaves() },
+}
+
+// undoStep is what a failure after the boot entry was made for the new
+// system (rebooting), before a verdict passed on the booted host, runs:
+// see undoBoot.
+var undoStep = &step{
+	name: StepUndoBoot, does: "putting the boot entry back to the system before", cond: CondBootloader,
 	leaves: func(nr *nodeRun, _ bool) string {
-		return "the host booted " + nr.n.System + " (its boot entry), which no verdict judged"
+		prev := orNone(nr.r.PreviousSystem)
+		switch {
+		case nr.r.BootSystem == nr.r.PreviousSystem && nr.booted:
+			return fmt.Sprintf("the boot entry points back at %s, which the host boots at its next reboot; it may still run %s", prev, nr.n.System)
+		case nr.r.BootSystem == nr.r.PreviousSystem:
+			return fmt.Sprintf("the boot entry points back at %s; the host runs %s", prev, orNone(nr.r.CurrentSystem))
+		case nr.booted:
+			return nr.bootedLeaves()
+		}
+		return fmt.Sprintf("the host runs %s; the system profile and the boot entry may still point at %s, which no verdict judged: a reboot before the next apply would boot it (the next apply deploys the node again)", prev, nr.n.System)
 	},
 }
 
-// bootBack puts the boot entry back to the system before, after the
-// failing verdict v on the booted new system, and reboots the host into
-// it (but under on_failure = keep), and records what the host runs and
-// boots after.
-func (nr *nodeRun) bootBack(ctx context.Context, v Verdict) error {
-	prev := nr.r.PreviousSystem
-	f := fail(1, v.Reason, v.Message, v.Hint)
-	if prev == "" {
-		f.message += "; there is no system before to boot back into"
-		return f
-	}
-	out, err := output(nr.c.Command(ctx, agreement.ProfileScript(nr.run(), prev)))
-	if exit, _ := exitOf(err, out); err != nil && exit == 255 && ctx.Err() == nil {
-		// The host went away as its verdict judged it (rebooted again,
-		// or its connection dropped): once it answers a new login again,
-		// within reboot_timeout, its lock is taken again and the boot
-		// back goes on. A new boot id says it rebooted.
-		before := nr.bootIDAfter
-		nr.d.note(nr.n.Name, StepBootVerdict, "the host went away as its verdict judged it: waiting for it, to boot it back into %s", prev)
-		nr.lock.Release()
-		if _, aerr := nr.awaitBoot(ctx, ""); aerr == nil {
-			if nr.bootIDAfter != before {
-				v.Message = fmt.Sprintf("the host rebooted again as the verdict judged %s, which it did not finish (%s)", nr.n.System, v.Message)
-				f.reason, f.hint, f.message = reasonHostRebooted, hintHostRebooted, v.Message
-			}
-			out, err = output(nr.c.Command(ctx, agreement.ProfileScript(nr.run(), prev)))
-		} else if ctx.Err() == nil {
-			err = aerr
+// StepUndoBoot names the undoing of a boot entry a failed deploy made.
+const StepUndoBoot StepName = "boot-back"
+
+// undoBootAfter runs undoBoot as a step of its own: an interrupt during
+// it is recorded beside the failure that asked for it, which stays the
+// node's outcome.
+func (nr *nodeRun) undoBootAfter(ctx context.Context) {
+	if ctx.Err() == nil {
+		nr.d.emit(Event{Kind: EventStepStarted, Node: nr.n.Name, Step: StepUndoBoot, Message: undoStep.does})
+		start := time.Now()
+		nr.undoBoot(ctx)
+		if ctx.Err() == nil {
+			nr.stepEnded(StepUndoBoot, StepDone, start, "")
+			return
 		}
+		nr.stepEnded(StepUndoBoot, StepInterrupted, start, cause(ctx))
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
+	nr.r.Message += fmt.Sprintf("; %s while the boot entry was put back: %s", cause(ctx), undoStep.leaves(nr, true))
+}
+
+// undoBoot puts back what a failed deploy that reboots its host into the
+// new system left: under the lease (taken again when it had ended, as
+// after the reboot), and only on a host no other run changed since and
+// that runs the new system or the one before: a host that runs the
+// system before gets its system profile and boot entry pointed back at
+// it; one that booted the new system, which no verdict judged, gets them
+// pointed back and is rebooted into it (on_failure = keep: it keeps
+// running the new system until its next reboot), then its keys back. It
+// records what the host runs and boots after.
+func (nr *nodeRun) undoBoot(ctx context.Context) {
+	prev := nr.r.PreviousSystem
+	if prev == "" {
+		nr.r.Message += "; there is no system before to boot back into"
+		return
 	}
+	current, err := nr.currentOnHost(ctx)
+	if err != nil || nr.lock == nil || nr.lock.Lost() {
+		// The lease ended (a reboot ends it), or the host went away as
+		// the deploy failed: once it answers a new login again, within
+		// reboot_timeout, its lock is taken again.
+		before := nr.bootIDAfter
+		if err := nr.waitForBoot(ctx, ""); err != nil {
+			if ctx.Err() == nil {
+				nr.r.Phase, nr.r.CurrentSystem, nr.r.BootSystem, nr.r.SystemsUnknown = PhaseUnknown, "", "", true
+				nr.r.Message += fmt.Sprintf("; the host went away and did not answer again within reboot_timeout (%s): what it runs and boots is not known (the boot entry pointed at %s)", nr.d.rebootTimeout(), nr.n.System)
+			}
+			return
+		}
+		if nr.booted && before != "" && nr.bootIDAfter != before {
+			// It rebooted again: why the deploy failed.
+			what := "the deploy"
+			if nr.r.Step == StepBootVerdict {
+				what = "the verdict"
+			}
+			nr.r.Message = fmt.Sprintf("the host rebooted again as %s judged %s, which it did not finish (%s)", what, nr.n.System, nr.r.Message)
+			nr.r.Hint = hintHostRebooted
+			if o, ok := nr.r.Outcomes[CondVerdict]; ok && !o.Passed {
+				o.Reason = reasonHostRebooted
+				nr.r.Outcomes[CondVerdict] = o
+			}
+		}
+		lines, o, err := nr.retake(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			nr.r.Message += fmt.Sprintf("; putting the boot entry back to %s needs the host's deploy lock, which could not be taken again (%v): %s", prev, err, undoStep.leaves(nr, false))
+			return
+		}
+		if len(lines) > 0 {
+			nr.r.CurrentSystem = strings.TrimSpace(lines[0])
+		}
+		if len(lines) > 4 {
+			nr.r.BootSystem = strings.TrimSpace(lines[4])
+		}
+		if len(o.acted) > 0 {
+			f := nr.leftToOthers(o, "was to get its boot entry back")
+			nr.r.Outcomes[CondBootloader] = Outcome{Reason: f.reason, Message: f.message}
+			nr.r.Message += "; " + f.message
+			return
+		}
+		current = nr.r.CurrentSystem
+	}
+	nr.r.CurrentSystem = current
+	if current != nr.n.System && current != prev {
+		nr.leftAlone = true
+		nr.r.Message += fmt.Sprintf("; the host runs %s, neither the new system nor the one before: something else switched it, and it is left as it is", orNone(current))
+		return
+	}
+	nr.booted = current == nr.n.System
+	if err := nr.entryBack(ctx, prev); err != nil {
+		if ctx.Err() == nil {
+			nr.r.Message += "; " + err.Error()
+		}
+		return
+	}
+	if !nr.booted {
+		nr.r.Outcomes[CondBootloader] = Outcome{Reason: "PutBack", Message: "the boot entry points back at the system before"}
+		nr.r.Message += fmt.Sprintf("; the boot entry was put back to %s: the host runs and boots it", prev)
+		return
+	}
+	if nr.d.Options.Keep {
+		nr.r.Message += fmt.Sprintf("; kept running for inspection (on_failure = keep): the boot entry points back at %s, which the host boots at its next reboot", prev)
+		return
+	}
+	nr.bootBack(ctx, prev)
+}
+
+// currentOnHost reads what the host runs, over the node's connection.
+func (nr *nodeRun) currentOnHost(ctx context.Context) (string, error) {
+	out, err := output(nr.c.Command(ctx, "readlink -f /run/current-system"))
 	if err != nil {
 		_, msg := exitOf(err, out)
-		f.message += fmt.Sprintf("; pointing the system profile back at %s failed (%s): the host runs and boots %s", prev, msg, nr.n.System)
-		return f
+		return "", errors.New(msg)
 	}
-	out, err = output(nr.c.Command(ctx, agreement.BootScript(nr.run(), prev, 1, nr.d.bootBound().Seconds(), false)))
+	return strings.TrimSpace(out), nil
+}
+
+// entryBack points the system profile and the boot entry back at prev,
+// fenced, and records where they point.
+func (nr *nodeRun) entryBack(ctx context.Context, prev string) error {
+	out, err := output(nr.c.Command(ctx, agreement.ProfileBackScript(nr.run(), prev)))
 	if err != nil {
 		_, msg := exitOf(err, out)
-		f.message += fmt.Sprintf("; making %s the boot entry again failed (%s): the host runs %s, and its boot entry may still be it", prev, msg, nr.n.System)
-		return f
+		return fmt.Errorf("pointing the system profile back at %s failed (%s): %s", prev, msg, undoStep.leaves(nr, false))
+	}
+	nr.bootAttempt++
+	out, err = output(nr.c.Command(ctx, agreement.BootScript(nr.run(), prev, nr.bootAttempt, nr.d.bootBound().Seconds(), false)))
+	if err != nil {
+		_, msg := exitOf(err, out)
+		return fmt.Errorf("the system profile points back at %s, but making it the boot entry again failed (%s): the boot entry may still point at %s", prev, msg, nr.n.System)
 	}
 	nr.r.BootSystem = prev
-	if nr.d.Options.Keep {
-		f.message += fmt.Sprintf("; kept running for inspection (on_failure = keep): the boot entry points back at %s, which the host boots at its next reboot", prev)
-		return f
-	}
+	nr.r.Outcomes[CondBootloader] = Outcome{Reason: "BootedBack", Message: "the boot entry points back at the system before"}
+	return nil
+}
+
+// bootBack reboots a host that runs the new system, whose boot entry
+// points back at prev, into prev, waits for it, and records what it runs
+// after; then its keys go back (every key of the node: the system before
+// is the node's too), and their units restart.
+func (nr *nodeRun) bootBack(ctx context.Context, prev string) {
 	id, err := bootID(ctx, nr.c, false)
 	if err == nil {
-		var out string
-		out, err = output(nr.c.Command(ctx, agreement.RebootScript(nr.run())))
-		if exit, _ := exitOf(err, out); exit == 255 {
+		nr.rebootAskedAt = time.Now()
+		var stdout, stderr string
+		stdout, stderr, err = capture(nr.c.Command(ctx, agreement.RebootScript(nr.run())), false)
+		if exit, msg := exitOf(err, stdout+stderr); err != nil && exit != 255 {
+			err = errors.New(msg)
+		} else {
 			err = nil // the session went with the host, as it should
 		}
 	}
+	if ctx.Err() != nil {
+		return
+	}
 	if err != nil {
-		f.message += fmt.Sprintf("; the boot entry points back at %s, but rebooting into it failed (%v): the host runs %s until its next reboot", prev, err, nr.n.System)
-		return f
+		nr.r.Message += fmt.Sprintf("; the boot entry points back at %s, but rebooting into it failed (%v): the host runs %s until its next reboot", prev, err, nr.n.System)
+		return
 	}
-	nr.lock.Release()
-	current, err := nr.awaitBoot(ctx, id)
-	switch {
+	switch err := nr.waitForBoot(ctx, id); {
 	case ctx.Err() != nil:
-		return ctx.Err()
+		return
+	case errors.Is(err, errNoReboot):
+		nr.r.Message += fmt.Sprintf("; the boot entry points back at %s, but the host did not reboot into it (it went on answering with the same boot id for %s): it runs %s until its next reboot", prev, nr.d.rebootStartBound(), nr.n.System)
+		return
 	case err != nil:
+		nr.keys.forget(nr.n.Keys, "not known: the host did not come back from its reboot")
 		nr.r.CurrentSystem, nr.r.BootSystem, nr.r.VerifiedSystem, nr.r.SystemsUnknown = "", "", "", true
-		u := unknown(fmt.Sprintf("%s; the boot entry was put back to %s and the host rebooted, but it did not come back within reboot_timeout (%s): what it runs is not known", v.Message, prev, nr.d.rebootTimeout()))
-		return u
+		nr.r.Phase = PhaseUnknown
+		nr.r.Message += fmt.Sprintf("; the boot entry was put back to %s and the host rebooted, but it did not come back within reboot_timeout (%s): what it runs is not known", prev, nr.d.rebootTimeout())
+		return
 	}
-	nr.r.CurrentSystem = current
-	nr.r.Outcomes[CondBootloader] = Outcome{Reason: "BootedBack", Message: "the boot entry points back at the system before"}
+	nr.keys.forget(nr.n.Keys, "not read since the host rebooted")
+	lines, o, err := nr.retake(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			nr.r.Phase = PhaseUnknown
+			nr.r.CurrentSystem, nr.r.SystemsUnknown = "", true
+			nr.r.Message += fmt.Sprintf("; the boot entry was put back to %s and the host rebooted, but %v: what it runs is not known", prev, err)
+		}
+		return
+	}
+	current := ""
+	if len(lines) > 0 {
+		current = strings.TrimSpace(lines[0])
+	}
+	nr.r.CurrentSystem, nr.booted = current, false
+	if len(lines) > 4 {
+		nr.r.BootSystem = strings.TrimSpace(lines[4])
+	}
+	if len(o.acted) > 0 {
+		f := nr.leftToOthers(o, "booted back")
+		nr.r.Outcomes[CondBootloader] = Outcome{Reason: f.reason, Message: f.message}
+		nr.r.Message += "; " + f.message
+		return
+	}
 	nr.r.Outcomes[CondActivated] = Outcome{Passed: true, Reason: "Booted", Message: "the host booted the new system, then the system before again"}
-	f.phase, f.message = PhaseRolledBack, fmt.Sprintf("%s; the boot entry was put back to %s and the host rebooted into it", v.Message, prev)
-	if current != prev {
-		f.phase, f.message = PhaseFailed, fmt.Sprintf("%s; the boot entry was put back to %s and the host rebooted, but it runs %s", v.Message, prev, orNone(current))
+	if current == prev {
+		nr.r.Phase, nr.r.RolledBack = PhaseRolledBack, true
+		nr.r.Message += fmt.Sprintf("; the boot entry was put back to %s and the host rebooted into it", prev)
+	} else {
+		nr.r.Message += fmt.Sprintf("; the boot entry was put back to %s and the host rebooted, but it runs %s", prev, orNone(current))
+		return
 	}
-	// The reboot emptied /run/keys again: the keys go back (those of the
-	// system before are the node's too), and their units restart.
 	if nr.r.KeysTouched {
 		nr.wroteUnits = nil
-		if err := nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), nil); err != nil {
+		err := nr.putKeys(ctx, "keys", nr.n.Keys, false)
+		if err == nil {
+			err = nr.restartUnits(ctx, "restart", StepUndoBoot)
+		}
+		if err != nil && ctx.Err() == nil {
 			nr.r.Outcomes[CondKeys] = Outcome{Reason: "KeyUploadFailed", Message: "after booting back: " + err.Error()}
-			f.message += "; its keys could not be put back: " + err.Error()
-		} else {
-			nr.r.Outcomes[CondKeys] = Outcome{Passed: true, Reason: "Uploaded", Message: KeysInPlace}
-			if len(nr.wroteUnits) > 0 {
-				if out, err := output(nr.c.Command(ctx, agreement.RestartScript(nr.run(), nr.wroteUnits))); err != nil {
-					_, msg := exitOf(err, out)
-					f.message += fmt.Sprintf("; its keys are back, but restarting %s failed: %s", strings.Join(nr.wroteUnits, ", "), msg)
-				}
-			}
+			nr.r.Message += "; its keys could not all be put back: " + err.Error()
 		}
 	}
-	nr.r.RolledBack = f.phase == PhaseRolledBack
-	return f
 }

@@ -29,11 +29,13 @@ import (
 type Session struct {
 	Current Current
 	conn    *Conn
-	cmd     *exec.Cmd
-	stdin   *os.File
-	errFile *os.File
-	ended   sync.Once
-	closed  sync.Once
+	// deployment names the deployment's record of its keys on the host.
+	deployment string
+	cmd        *exec.Cmd
+	stdin      *os.File
+	errFile    *os.File
+	ended      sync.Once
+	closed     sync.Once
 }
 
 // sessionEnd is what the session's command prints after the read, before
@@ -69,7 +71,7 @@ func (d *Deployer) OpenSession(ctx context.Context, s Settings) (*Session, error
 		c.Close()
 		return nil, err
 	}
-	sess := &Session{conn: c}
+	sess := &Session{conn: c, deployment: d.Options.Deployment}
 	fail := func(err error) (*Session, error) {
 		sess.Close()
 		return nil, err

@@ -66,6 +66,7 @@ var lockStep = &step{
 			return err
 		}
 		nr.lock, nr.read = l, lines
+		nr.runs = append(nr.runs, l.Run())
 		nr.d.note(nr.n.Name, StepLock, "run %s holds the host's deploy lock (its units on the host: %s, %s)", l.Run(), agreement.ActivationUnit(l.Run()), agreement.WatchdogUnit(l.Run()))
 		return nil
 	},
@@ -156,6 +157,7 @@ var profileStep = &step{
 		if err := nr.holdsLock(); err != nil {
 			return err
 		}
+		nr.entrySet = nr.rebooting
 		return nr.setProfile(ctx)
 	},
 	leaves: func(nr *nodeRun, during bool) string {
@@ -386,6 +388,11 @@ func (nr *nodeRun) lostText(v agreement.View, run string) string {
 	if v.Current != "" {
 		nr.r.CurrentSystem = v.Current
 	}
+	nr.keys.forget(nr.n.Keys, "not read since the host rebooted")
+	nr.r.RebootSeen = true
+	if !nr.r.RebootTried {
+		nr.r.Outcomes[CondRebooted] = Outcome{Reason: reasonHostRebooted, Message: "the host rebooted during the deploy, which did not ask it to"}
+	}
 	if v.Current != nr.n.System && nr.r.Outcomes[CondActivated].Passed {
 		nr.r.Outcomes[CondActivated] = Outcome{Reason: reasonHostRebooted, Message: fmt.Sprintf("the host rebooted and runs %s, not the new system", orNone(v.Current))}
 	}
@@ -419,13 +426,18 @@ func (nr *nodeRun) profileBack(ctx context.Context) {
 	if prev == "" || ctx.Err() != nil {
 		return
 	}
-	nr.lock.Release()
 	actx, cancel := context.WithTimeout(ctx, nr.d.timing().AskFor()+15*time.Second)
 	defer cancel()
-	_, err := nr.awaitBoot(actx, "")
-	if err == nil {
+	lines, o, err := nr.retake(actx)
+	switch {
+	case err == nil && len(o.acted) > 0:
+		nr.r.Message += fmt.Sprintf("; its system profile was not pointed back at %s: %s acted on the host since", prev, o.text())
+		return
+	case err == nil && len(lines) > 4 && strings.TrimSpace(lines[4]) != nr.n.System:
+		return // pointed elsewhere since
+	case err == nil:
 		var out string
-		if out, err = output(nr.c.Command(actx, agreement.ProfileScript(nr.run(), prev))); err != nil {
+		if out, err = output(nr.c.Command(actx, agreement.ProfileBackScript(nr.run(), prev))); err != nil {
 			_, msg := exitOf(err, out)
 			err = errors.New(msg)
 		}
@@ -857,8 +869,16 @@ var verdictStep = &step{
 	leaves: func(nr *nodeRun, _ bool) string { return nr.unconfirmed() },
 }
 
-// verdict observes the activated host and judges what it saw.
+// verdict restarts the units of the keys the deploy changed (the new
+// system runs: its units then run with them, and the verdict judges them
+// so), then observes the activated host and judges what it saw.
 func (nr *nodeRun) verdict(ctx context.Context) error {
+	if err := nr.restartUnits(ctx, "restart", StepVerdict); err != nil {
+		var f *failure
+		if !errors.As(err, &f) || f.reason != "RestartFailed" {
+			return err
+		}
+	}
 	{
 		obs := nr.d.observe(ctx, nr.c, nr.run(), nr.exit, nr.systemd)
 		if ctx.Err() != nil {
@@ -1024,6 +1044,7 @@ func (nr *nodeRun) finalise(ctx context.Context) error {
 		// Goal boot judged nothing: the host does not record the system
 		// as one that passed a verdict there.
 		// A system booted into is judged after the reboot (bootVerdictStep).
+		nr.bootAttempt = attempt
 		out, err := output(nr.c.Command(ctx, agreement.BootScript(nr.run(), nr.n.System, attempt, d.bootBound().Seconds(), d.Options.Goal != GoalBoot && !nr.rebooting)))
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -1141,7 +1162,14 @@ func (nr *nodeRun) relock(ctx context.Context, kept string) error {
 		return leaseLost("the boot entry", fmt.Sprintf("this deployer's lease on its deploy lock had ended, and the host runs %s now, not %s: something switched it since", orNone(current), nr.n.System),
 			"the boot entry was not made")
 	}
+	if nr.rebooting && current != nr.r.PreviousSystem {
+		l.Release()
+		nr.r.CurrentSystem = current
+		return leaseLost("the boot entry", fmt.Sprintf("this deployer's lease on its deploy lock had ended, and the host runs %s now, not %s: something switched it since", orNone(current), orNone(nr.r.PreviousSystem)),
+			"the boot entry was not made")
+	}
 	nr.lock = l
+	nr.runs = append(nr.runs, l.Run())
 	nr.d.note(nr.n.Name, StepFinalise, "the lease of run %s had ended; run %s holds the host's deploy lock now, to make the boot entry", old, l.Run())
 	return nil
 }

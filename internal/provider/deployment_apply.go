@@ -228,7 +228,7 @@ func (r *deploymentResource) targets(ctx context.Context, m *deploymentModel, a 
 		}
 		if a.goal != deploy.GoalDryActivate {
 			t.Keys = nodeKeys(a.keys, name)
-			t.RemovedKeys = keysOfNode(t.Keys, nodeKeys(a.priorKeys, name), nil, nil).removed
+			t.RemovedKeys = keysOfNode(t.Keys, nodeKeys(a.priorKeys, name), nil, nodeLook{}).removed
 		}
 		targets = append(targets, t)
 	}

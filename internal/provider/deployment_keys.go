@@ -164,6 +164,10 @@ func checkKeys(ctx context.Context, m *deploymentModel, config tfsdk.Config, see
 			}
 			dests[dest] = name
 		}
+		if k.Upload.ValueString() == string(deploy.UploadAfterVerdict) && !m.Goal.IsUnknown() && m.Goal.ValueString() == string(deploy.GoalBoot) {
+			diags.AddAttributeError(at(name).AtName("upload"), "After-verdict key without a verdict",
+				fmt.Sprintf("keys[%q].upload = \"after-verdict\" puts the key in place once the new system passed its verdict, and goal \"boot\" judges nothing (it only makes the boot entry): set upload = \"before-activation\" (or leave it unset), or deploy with goal \"switch\" or \"test\"", name))
+		}
 		if nodesKnown && fullyKnown(k.Nodes) && !k.Nodes.IsNull() {
 			var ignored diag.Diagnostics
 			for _, n := range stringsOf(ctx, k.Nodes, &ignored) {
@@ -223,8 +227,9 @@ var nodePrefix = regexp.MustCompile(`^node [^:]+: `)
 
 // keysOfNode compares a node's keys now (want) with those state has
 // (had) and its KeysUploaded condition; look holds what the plan's look
-// at the host found wrong with a key, by name.
-func keysOfNode(want, had []deploy.Key, conds []conditions.Condition, look map[string]string) keyNeeds {
+// at the host found: what is wrong with a key, by name, and the keys the
+// deployment wrote there that the node no longer has.
+func keysOfNode(want, had []deploy.Key, conds []conditions.Condition, look nodeLook) keyNeeds {
 	var k keyNeeds
 	before := map[string]deploy.Key{}
 	for _, h := range had {
@@ -237,8 +242,8 @@ func keysOfNode(want, had []deploy.Key, conds []conditions.Condition, look map[s
 			k.whys = append(k.whys, w.Name+": new")
 		case h.Path != w.Path || h.User != w.User || h.Group != w.Group || h.Mode != w.Mode:
 			k.whys = append(k.whys, w.Name+": its destination, owner or mode changed")
-		case look[w.Name] != "":
-			k.whys = append(k.whys, w.Name+": "+look[w.Name])
+		case look.why[w.Name] != "":
+			k.whys = append(k.whys, w.Name+": "+look.why[w.Name])
 		case !w.ContentKnown:
 			k.unknown = append(k.unknown, w.Name)
 		}
@@ -253,20 +258,36 @@ func keysOfNode(want, had []deploy.Key, conds []conditions.Condition, look map[s
 			k.removed = append(k.removed, h.Path)
 		}
 	}
+	for _, p := range look.stale {
+		if !slices.Contains(k.removed, p) {
+			k.removed = append(k.removed, p)
+		}
+	}
 	return k
+}
+
+// nodeLook is what the plan's look at a node's host found of its keys:
+// why each key whose content is known here is not in place (by name), and
+// the keys this deployment wrote there that no key of the node is written
+// to now (stale: its record on the host names them).
+type nodeLook struct {
+	why   map[string]string
+	stale []string
 }
 
 // keyLook asks each node's host, over the login this run's refresh kept
 // for the plan, about the files of its keys whose content is known here,
-// and returns, by node and key name, why a key's file there is not as
-// configured: missing, owned otherwise, of another mode, or holding
-// another content (compared by digest, computed on the host, in memory
-// here). A node the refresh did not read (-refresh=false, and the apply's
-// own plan, which must decide as the plan did) is asked over a login of
-// its own.
+// and returns, by node, why a key's file there is not as configured
+// (missing, owned otherwise, of another mode, or holding another content:
+// compared by digest, computed on the host, in memory here) and which
+// files the deployment's record on the host names that no key of the node
+// is written to now. A node with no key now is asked only when the
+// refresh found the deployment's record on its host. A node the refresh
+// did not read (-refresh=false, and the apply's own plan, which must
+// decide as the plan did) is asked over a login of its own.
 func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
-	readNow map[string]deploy.Settings, held map[string]heldNode, confs []keyConf) map[string]map[string]string {
-	if len(confs) == 0 || !fullyKnown(m.Defaults) {
+	readNow map[string]deploy.Settings, held map[string]heldNode, confs []keyConf) map[string]nodeLook {
+	if !fullyKnown(m.Defaults) {
 		return nil
 	}
 	var nd diag.Diagnostics
@@ -275,28 +296,35 @@ func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, no
 		name     string
 		settings deploy.Settings
 		sess     *deploy.Session // the refresh's login; nil: log in now
-		keys     []deploy.Key
-		out      map[string]string
+		all      []deploy.Key    // the node's keys
+		keys     []deploy.Key    // those whose content is known
+		out      nodeLook
 	}
 	var jobs []*job
 	for _, n := range nodes {
-		if !fullyKnownNode(n) {
+		if !fullyKnownNode(n) || !nodeKeysKnown(confs, n.Name.ValueString()) {
 			continue
 		}
 		name := n.Name.ValueString()
+		all := nodeKeys(confs, name)
 		var keys []deploy.Key
-		for _, k := range nodeKeys(confs, name) {
+		for _, k := range all {
 			if k.ContentKnown {
 				keys = append(keys, k)
 			}
 		}
-		if len(keys) == 0 {
-			continue
-		}
-		j := &job{name: name, keys: keys, settings: r.settings(ctx, defaults, n, priors[name], &nd)}
+		j := &job{name: name, all: all, keys: keys, settings: r.settings(ctx, defaults, n, priors[name], &nd)}
 		h, ok := held[name]
 		if read, readOK := readNow[name]; ok && readOK && h.sess != nil && reflect.DeepEqual(read, j.settings) && reflect.DeepEqual(h.settings, j.settings) {
 			j.sess = h.sess
+		}
+		switch {
+		case len(keys) > 0:
+		case j.sess != nil && j.sess.Current.HasKeys(m.ID.ValueString()):
+			// No key now, but the host keeps the deployment's record of
+			// keys it wrote there.
+		default:
+			continue
 		}
 		jobs = append(jobs, j)
 	}
@@ -312,31 +340,32 @@ func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, no
 		j := jobs[i]
 		lctx, cancel := context.WithTimeout(ctx, previewTimeout)
 		defer cancel()
-		var states []deploy.KeyState
+		var h deploy.KeysOnHost
 		var err error
 		if j.sess != nil {
-			states, err = j.sess.KeyStates(lctx, j.keys)
+			h, err = j.sess.KeyStates(lctx, j.keys)
 		} else {
 			// Not read by this run's refresh (-refresh=false, or the
 			// apply's own plan): asked over a login of its own.
-			states, err = d.KeyStatesOf(lctx, j.settings, j.keys)
+			h, err = d.KeyStatesOf(lctx, j.settings, j.keys)
 		}
 		if err != nil {
 			tflog.Debug(ctx, "a node's key files could not be read", map[string]any{"node": j.name, "error": err.Error()})
 			return
 		}
 		for i, k := range j.keys {
-			if why := k.Why(states[i]); why != "" {
-				if j.out == nil {
-					j.out = map[string]string{}
+			if why := k.Why(h.States[i]); why != "" {
+				if j.out.why == nil {
+					j.out.why = map[string]string{}
 				}
-				j.out[k.Name] = why
+				j.out.why[k.Name] = why
 			}
 		}
+		j.out.stale = deploy.StaleKeys(j.all, h)
 	})
-	out := map[string]map[string]string{}
+	out := map[string]nodeLook{}
 	for _, j := range jobs {
-		if j.out != nil {
+		if j.out.why != nil || len(j.out.stale) > 0 {
 			out[j.name] = j.out
 		}
 	}

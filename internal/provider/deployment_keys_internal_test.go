@@ -19,7 +19,7 @@ func TestWarnKeysOfANodeTheDeployDidNotReach(t *testing.T) {
 	needs := map[string]keyNeeds{}
 	for _, name := range []string{"n1", "n2"} {
 		conds := []conditions.Condition{{Type: string(deploy.CondKeys), Status: conditions.Unknown, Reason: "NotReached", Message: "node " + name + ": the deploy did not reach its keys"}}
-		needs[name] = keysOfNode(want, want, conds, nil)
+		needs[name] = keysOfNode(want, want, conds, nodeLook{})
 	}
 	var diags diag.Diagnostics
 	warnKeys(needs, []string{"n1", "n2"}, &diags)

@@ -416,6 +416,7 @@ func (r *deploymentResource) deployer(ctx context.Context, m *deploymentModel) (
 		ActivationTimeout: dur(m.ActivationTimeout.ValueString(), 5*time.Minute),
 		LockTimeout:       dur(m.LockTimeout.ValueString(), 0),
 		Holder:            holder(m.ID.ValueString()),
+		Deployment:        m.ID.ValueString(),
 		Reboot:            deploy.RebootPolicy(orStr(m.Reboot.ValueString(), string(deploy.RebootNever))),
 		RebootTimeout:     dur(m.RebootTimeout.ValueString(), 0),
 		Log: func(e deploy.Event) {

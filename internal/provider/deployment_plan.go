@@ -178,8 +178,8 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	goal := deploy.Goal(plan.Goal.ValueString())
 	keys, keysKnown := keyConfs(ctx, &plan, keyContents(ctx, req.Config, &resp.Diagnostics))
 	priorKeys, _ := keyConfs(ctx, prior, nil)
-	var look map[string]map[string]string
-	if goal != deploy.GoalDryActivate && keysKnown {
+	var look map[string]nodeLook
+	if goal != deploy.GoalDryActivate && keysKnown && prior != nil {
 		look = r.keyLook(ctx, &plan, nodes, priors, readNow, held, keys)
 	}
 	needs := map[string]keyNeeds{}

@@ -88,7 +88,9 @@ func (r *deploymentResource) Read(ctx context.Context, req resource.ReadRequest,
 		reads[i] = read{sess: sess, err: err, done: true}
 		if keys := nodeKeys(keyConfsNow, records[i].Name.ValueString()); err == nil && len(keys) > 0 {
 			reads[i].keys = keys
-			reads[i].states, reads[i].keysErr = sess.KeyStates(ctx, keys)
+			var h deploy.KeysOnHost
+			h, reads[i].keysErr = sess.KeyStates(ctx, keys)
+			reads[i].states = h.States
 		}
 	})
 	for _, i := range todo[started:] {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"path"
 	"strings"
 	"time"
 
@@ -150,26 +149,9 @@ func (keyDestinationValidator) ValidateString(_ context.Context, req validator.S
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
-	if why := keyDestinationFault(req.ConfigValue.ValueString()); why != "" {
+	if why := deploy.DestinationFault(req.ConfigValue.ValueString()); why != "" {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid key destination", fmt.Sprintf("%s: %s", req.Path, why))
 	}
-}
-
-// keyDestinationFault says what is wrong with a key's destination, or "".
-func keyDestinationFault(p string) string {
-	switch {
-	case !strings.HasPrefix(p, "/"):
-		return fmt.Sprintf("%q is not an absolute path: give the file's full path on the host, such as /run/keys/db-password", p)
-	case path.Clean(p) == "/nix/store" || strings.HasPrefix(path.Clean(p), "/nix/store/"):
-		return fmt.Sprintf("%q lies under /nix/store, which every user of the host can read: put keys under /run/keys (gone at a reboot) or /var/lib", p)
-	case strings.HasSuffix(p, "/") || path.Clean(p) != p:
-		return fmt.Sprintf("%q is not a clean path to a file (write it as %s)", p, path.Clean(p))
-	case p == "/nix/store" || strings.HasPrefix(p, "/nix/store/"):
-		return fmt.Sprintf("%q lies under /nix/store, which every user of the host can read: put keys under /run/keys (gone at a reboot) or /var/lib", p)
-	case strings.ContainsAny(p, "\n\x00"):
-		return "a destination cannot hold a newline"
-	}
-	return ""
 }
 
 // permissionsValidator accepts a file mode in octal ("0400", "640").

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"maps"
-	"regexp"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -85,9 +84,6 @@ var keyHints = map[string]string{
 	"content":    `A key's content goes in key_contents_wo, by the key's name: key_contents_wo = { "<name>" = var.<name> }.`,
 }
 
-// unitNamePattern is what a systemd unit's name may hold.
-var unitNamePattern = regexp.MustCompile(`^[A-Za-z0-9@._:\\-]+$`)
-
 // The deployment's nested inputs, checked key by key (see nestedInput).
 var (
 	deployNodesInput = nestedInput{name: "nodes", decl: schema.ListNestedAttribute{NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
@@ -117,7 +113,7 @@ var (
 		"nodes": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "The nodes whose hosts get the key. Default: every node. A name not in `nodes` is refused.",
 			Validators: []validator.List{listvalidator.UniqueValues()}},
 		"restart_units": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units restarted after a change of this key alone (no new system; its content, owner or mode put right): `[\"postgresql.service\"]`. A switch restarts what its activation restarts.",
-			Validators: []validator.List{listvalidator.ValueStringsAre(stringvalidator.RegexMatches(unitNamePattern, "must be a systemd unit name, such as postgresql.service"))}},
+			Validators: []validator.List{listvalidator.ValueStringsAre(stringvalidator.RegexMatches(deploy.UnitNamePattern, "must be a systemd unit name, such as postgresql.service"))}},
 	}}}, hints: keyHints}
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),
