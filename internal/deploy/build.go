@@ -172,7 +172,7 @@ var buildStep = &step{
 var remoteBuildStep = &step{
 	name: StepBuild, does: "building the system on the host with nix-store --realise", cond: CondCopied, phase: PhaseCopying,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.holdsLock(); err != nil {
+		if err := nr.holdsLock(ctx); err != nil {
 			return err
 		}
 		// The session's standard input stays open while the build runs:

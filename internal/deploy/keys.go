@@ -550,7 +550,7 @@ const (
 var keysStep = &step{
 	name: StepKeys, does: "putting the node's keys in place", cond: CondKeys,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.holdsLock(); err != nil {
+		if err := nr.holdsLock(ctx); err != nil {
 			return err
 		}
 		err := nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), true)
@@ -578,7 +578,7 @@ var keysStep = &step{
 var keysAfterStep = &step{
 	name: StepKeysAfter, does: "putting the node's after-verdict keys in place", cond: CondKeys,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.holdsLock(); err != nil {
+		if err := nr.holdsLock(ctx); err != nil {
 			return err
 		}
 		err := nr.putKeys(ctx, "keys-after", nr.keysFor(UploadAfterVerdict), false)
@@ -603,7 +603,7 @@ var keysAfterStep = &step{
 var restartStep = &step{
 	name: StepRestart, does: "restarting the units of the keys that changed", cond: CondKeys,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.holdsLock(); err != nil {
+		if err := nr.holdsLock(ctx); err != nil {
 			return err
 		}
 		if err := nr.restartUnits(ctx, "restart", StepRestart); err != nil {

@@ -110,6 +110,7 @@ type nodeRun struct {
 	leftAlone          bool      // another run (or something else) changed the host since this deploy's lease ended: it is left as it is
 	bootAttempt        int       // the last boot.N action of the run (finalise's attempts, then the entry put back)
 	runs               []string  // the runs of this deploy's leases, in order
+	stepNow            StepName  // the step running
 	rebootAskedAt      time.Time // when the deploy asked the host to reboot
 	rebooting          bool      // the new system is booted into, not activated live
 	rebootWhy          string    // why ("kernel, initrd changed", "reboot = always")
@@ -237,6 +238,7 @@ func (nr *nodeRun) step(ctx context.Context, s *step) bool {
 		nr.r.Phase = s.phase
 	}
 	nr.d.emit(Event{Kind: EventStepStarted, Node: nr.n.Name, Step: s.name, Message: s.does})
+	nr.stepNow = s.name
 	start := time.Now()
 	err := s.run(ctx, nr)
 	var f *failure

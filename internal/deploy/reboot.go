@@ -160,7 +160,7 @@ func bootID(ctx context.Context, c *Conn, fresh bool) (string, error) {
 var rebootStep = &step{
 	name: StepReboot, does: "rebooting the host into the new system", cond: CondRebooted, phase: PhaseActivating,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.holdsLock(); err != nil {
+		if err := nr.holdsLock(ctx); err != nil {
 			return err
 		}
 		id, err := bootID(ctx, nr.c, false)

@@ -154,7 +154,7 @@ var copyStep = &step{
 var profileStep = &step{
 	name: StepProfile, does: "pointing the system profile at the new system", cond: CondActivated, phase: PhaseActivating,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.holdsLock(); err != nil {
+		if err := nr.holdsLock(ctx); err != nil {
 			return err
 		}
 		nr.entrySet = nr.rebooting
@@ -171,7 +171,7 @@ var profileStep = &step{
 var dryActivateStep = &step{
 	name: StepDryActivate, does: "running switch-to-configuration dry-activate", cond: CondActivated, phase: PhaseActivating,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.holdsLock(); err != nil {
+		if err := nr.holdsLock(ctx); err != nil {
 			return err
 		}
 		// What it says (the units it would stop, restart, start) goes to
@@ -196,7 +196,7 @@ var dryActivateStep = &step{
 var activateStep = &step{
 	name: StepActivate, does: "activating the new system with switch-to-configuration test", cond: CondActivated, phase: PhaseActivating,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		if err := nr.holdsLock(); err != nil {
+		if err := nr.holdsLock(ctx); err != nil {
 			return err
 		}
 		nr.watch = !nr.d.Options.Keep && nr.r.PreviousSystem != "" && nr.r.PreviousSystem != nr.n.System
@@ -211,8 +211,16 @@ var activateStep = &step{
 // ended (the connection dropped, or the host heard nothing from this
 // deployer for remote_exec_timeout and ended the lease). The host fences
 // whatever comes later anyway; this only says so before sending it.
-func (nr *nodeRun) holdsLock() error {
+func (nr *nodeRun) holdsLock(ctx context.Context) error {
 	if nr.lock != nil && nr.lock.Lost() {
+		// Why, when the host can say: it rebooted (the run's records are
+		// gone with /run).
+		actx, cancel := context.WithTimeout(ctx, nr.d.timing().AskFor())
+		v, err := agreement.Ask(actx, host{nr.c}, nr.run())
+		cancel()
+		if err == nil && v.Lost {
+			return nr.hostRebooted("the host rebooted before the "+string(nr.stepNow)+" step; ", v)
+		}
 		return fail(1, "LeaseLost", "the host's deploy lock was lost before the system was changed (its session ended: the connection dropped, or the host heard nothing from this deployer for remote_exec_timeout and ended the lease): nothing was changed on the host",
 			"the next apply retries this node")
 	}

@@ -1,0 +1,360 @@
+package deploy_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// Issue 47: keys as safe as the switch. Root never follows what another
+// user could have put in a key's path, a record never says a key is in
+// place that is not, and only what the deployment wrote is removed.
+
+// keysOnly is a node of tg that puts keys alone on its host.
+func keysOnly(tg *nixtest.Target, system string, keys ...deploy.Key) deploy.Target {
+	n := targetOf(tg, "n1", system)
+	n.KeysOnly, n.Keys = true, keys
+	return n
+}
+
+func key(name, path string, units ...string) deploy.Key {
+	return deploy.Key{Name: name, Path: path, User: "root", Group: "root", Mode: "0400", Content: []byte("secret-" + name), ContentKnown: true, RestartUnits: units}
+}
+
+// A directory, a link (to a directory, or to a root-only file) or a FIFO
+// at a key's destination fails the node, naming what is there; nothing is
+// written into it or through it, and the record says the key is not in
+// place.
+func TestKeysRefuseWhatIsNotAFileAtTheDestination(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	d := deployer(t, deploy.Options{})
+	if err := os.MkdirAll(tg.Path("/run/keys/dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tg.Path("/run/root-only"), []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, what string }{
+		{"dir", "a directory is at it"},
+		{"link-to-dir", "a link is at it (to /run/keys/dir)"},
+		{"link-to-file", "a link is at it (to /run/root-only)"},
+		{"fifo", "a fifo is at it"},
+	} {
+		p := "/run/keys/" + c.name
+		switch c.name {
+		case "link-to-dir":
+			_ = os.Symlink("/run/keys/dir", tg.Path(p))
+		case "link-to-file":
+			_ = os.Symlink("/run/root-only", tg.Path(p))
+		case "fifo":
+			_ = syscall.Mkfifo(tg.Path(p), 0o600)
+		}
+		res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key(c.name, p))}, nil)
+		wantPhase(t, res[0], deploy.PhaseFailed, "key "+c.name+" ("+p+")", c.what, "nothing was written")
+		if o := res[0].Outcomes[deploy.CondKeys]; o.Passed {
+			t.Errorf("%s: KeysUploaded passed: %+v", c.name, o)
+		}
+	}
+	if left, _ := os.ReadDir(tg.Path("/run/keys/dir")); len(left) != 0 {
+		t.Errorf("the directory at a destination holds %d files: the key went into it", len(left))
+	}
+	if b, _ := os.ReadFile(tg.Path("/run/root-only")); string(b) != "root's" {
+		t.Errorf("a link at a destination was followed: the file it leads to holds %q", b)
+	}
+	if fi, err := os.Stat(tg.Path("/run/root-only")); err != nil || fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the file a link leads to was chowned or chmodded: %v %v", fi.Mode(), err)
+	}
+}
+
+// A key whose directory (or one above it) another user owns, or can
+// write, is refused, naming the directory and its owner: that user could
+// swap what root writes there. A sticky, root-owned directory (as /tmp) is
+// no such directory. A missing directory is made root's, mode 0755, each
+// one of them (the guide says so; umask 077 made the upper ones 0700).
+func TestKeysRefuseADirectoryAnotherUserCanWrite(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	d := deployer(t, deploy.Options{})
+	mk := func(p string, mode os.FileMode, uid int) {
+		t.Helper()
+		if err := os.MkdirAll(tg.Path(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(tg.Path(p), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(tg.Path(p), uid, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("/run/svc", 0o755, 65534)                  // a service's own directory
+	mk("/run/open", 0o777, 0)                     // anyone's
+	mk("/run/group", 0o775, 0)                    // its group's
+	_ = os.Chown(tg.Path("/run/group"), 0, 65534) // nogroup
+	mk("/run/sticky", os.ModeSticky|0o777, 0)     // as /tmp
+	mk("/run/svc/sub", 0o755, 0)                  // root's, under a user's
+	for _, c := range []struct{ path, why string }{
+		{"/run/svc/db", "its directory /run/svc is owned by nobody, not root, who could swap what root writes there"},
+		{"/run/svc/sub/db", "its directory /run/svc is owned by nobody"},
+		{"/run/svc/new/db", "its directory /run/svc is owned by nobody"},
+		{"/run/open/db", "its directory /run/open can be written by every user (mode 777)"},
+		{"/run/group/db", "its directory /run/group can be written by group nogroup (mode 775)"},
+	} {
+		res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key("db", c.path))}, nil)
+		wantPhase(t, res[0], deploy.PhaseFailed, c.why, "nothing was written")
+		if tg.Exists(c.path) {
+			t.Errorf("%s was written", c.path)
+		}
+	}
+	if tg.Exists("/run/svc/new") {
+		t.Errorf("a directory was made in a directory another user owns")
+	}
+	res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key("db", "/run/sticky/db"), key("deep", "/run/keys/a/b/deep"))}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	for _, p := range []string{"/run/keys/a", "/run/keys/a/b"} {
+		fi, err := os.Stat(tg.Path(p))
+		if err != nil || fi.Mode().Perm() != 0o755 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s made as %v (%v), want root's, 0755", p, fi.Mode(), err)
+		}
+	}
+}
+
+// A key written by a session killed mid-write leaves its temporary file;
+// the next write to that directory removes it. A key that cannot be
+// written after another was (a user the host lacks) leaves the first in
+// place, and its units are restarted all the same (the system stands);
+// the node's KeysUploaded names the one not in place.
+func TestKeysPartlyWrittenRestartWhatWasWritten(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	d := deployer(t, deploy.Options{})
+	if err := os.MkdirAll(tg.Path("/run/keys"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tg.Path("/run/keys/.fleet-key.AbC123"), []byte("half a secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := key("good", "/run/keys/good", "good.service")
+	bad := key("bad", "/run/keys/bad", "bad.service")
+	bad.User = "no-such-user-here"
+	res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, good, bad)}, nil)
+	wantPhase(t, res[0], deploy.PhaseFailed, "the host has no user no-such-user-here")
+	if !tg.Exists("/run/keys/good") || tg.Exists("/run/keys/bad") {
+		t.Errorf("good there %v, bad there %v", tg.Exists("/run/keys/good"), tg.Exists("/run/keys/bad"))
+	}
+	if tg.Exists("/run/keys/.fleet-key.AbC123") {
+		t.Errorf("a temporary file left by an earlier write is still there")
+	}
+	if r := tg.Restarts(); !slices.Equal(r, []string{"good.service"}) {
+		t.Errorf("restarts %q, want good.service (its key was written) alone", r)
+	}
+	if o := res[0].Outcomes[deploy.CondKeys]; o.Passed || !strings.Contains(o.Message, "bad") {
+		t.Errorf("KeysUploaded %+v, want failed, naming bad", o)
+	}
+	// Mended: only the key written now restarts its units.
+	res = d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, good, key("bad", "/run/keys/bad", "bad.service"))}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "keys put in place: bad (missing on the host)", "restarted bad.service")
+	if r := tg.Restarts(); !slices.Equal(r, []string{"good.service", "bad.service"}) {
+		t.Errorf("restarts %q, want good.service, then bad.service alone", r)
+	}
+	if o := res[0].Outcomes[deploy.CondKeys]; !o.Passed {
+		t.Errorf("KeysUploaded %+v", o)
+	}
+}
+
+// The units of a key whose write was cut short after its rename (the
+// deploy interrupted before the restart) wait on the host: the next deploy
+// of the node restarts them, though it finds the key in place.
+func TestKeysUnitsWaitingOnTheHostAreRestarted(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	d := deployer(t, deploy.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	onStep(d, deploy.StepRestart, false, cancel)
+	res := d.Deploy(ctx, []deploy.Target{keysOnly(tg, sys, key("db", "/run/keys/db", "db.service"))}, nil)
+	cancel()
+	if !res[0].Interrupted || !tg.Exists("/run/keys/db") || len(tg.Restarts()) != 0 {
+		t.Fatalf("interrupted %v, key there %v, restarts %q: want interrupted after the key, before its restart", res[0].Interrupted, tg.Exists("/run/keys/db"), tg.Restarts())
+	}
+	res = deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key("db", "/run/keys/db", "db.service"))}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "restarted db.service")
+	if r := tg.Restarts(); !slices.Equal(r, []string{"db.service"}) {
+		t.Errorf("restarts %q, want db.service once", r)
+	}
+}
+
+// Only what the deployment wrote is removed: a key it wrote and no longer
+// has goes when the node is next deployed, though nothing told the deploy
+// (state forgot it: the node was held when the key was removed); a path
+// state names that the host's record does not (someone else's file) is
+// left, and said so; another deployment's keys on the same host stand.
+func TestKeysRemovedAreOnlyThoseTheDeploymentWrote(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	a := deployer(t, deploy.Options{Deployment: "deployment-a"})
+	b := deployer(t, deploy.Options{Deployment: "deployment-b"})
+	res := a.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key("old", "/run/keys/old"), key("kept", "/run/keys/kept"))}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	res = b.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key("other", "/run/keys/other"))}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	if err := os.WriteFile(tg.Path("/run/keys/someone-elses"), []byte("theirs"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := keysOnly(tg, sys, key("kept", "/run/keys/kept"))
+	n.RemovedKeys = []string{"/run/keys/someone-elses"}
+	res = a.Deploy(context.Background(), []deploy.Target{n}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "keys removed: /run/keys/old", "left on the host: /run/keys/someone-elses: this deployment's record on the host does not name it")
+	for p, want := range map[string]bool{"/run/keys/old": false, "/run/keys/kept": true, "/run/keys/other": true, "/run/keys/someone-elses": true} {
+		if tg.Exists(p) != want {
+			t.Errorf("%s there: %v, want %v", p, tg.Exists(p), want)
+		}
+	}
+	// The record on the host now names the key kept alone.
+	rec, _ := os.ReadFile(tg.Path(agreement.KeyRecord("deployment-a")))
+	if strings.TrimSpace(string(rec)) != "/run/keys/kept" {
+		t.Errorf("the host's record of deployment-a: %q", rec)
+	}
+	// Destroyed: every key it wrote goes, the other deployment's stay.
+	gone := keysOnly(tg, sys)
+	gone.RemovedKeys = []string{"/run/keys/kept"}
+	res = a.Deploy(context.Background(), []deploy.Target{gone}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "keys removed: /run/keys/kept")
+	if tg.Exists("/run/keys/kept") || !tg.Exists("/run/keys/other") {
+		t.Errorf("after the removal: kept there %v, other there %v", tg.Exists("/run/keys/kept"), tg.Exists("/run/keys/other"))
+	}
+}
+
+// systemctl takes a pattern for every unit it matches: a unit that is not
+// a unit's name fails the node before anything is written.
+func TestKeysRefuseAUnitPattern(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key("db", "/run/keys/db", "*"))}, nil)
+	wantPhase(t, res[0], deploy.PhaseFailed, `"*" is not a systemd unit name`)
+	if len(tg.Restarts()) != 0 || tg.Exists("/run/keys/db") {
+		t.Errorf("restarts %q, key written %v", tg.Restarts(), tg.Exists("/run/keys/db"))
+	}
+}
+
+// Goal boot judges nothing: an after-verdict key is not put in place.
+func TestKeysAfterVerdictWaitForAVerdict(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	n := targetOf(tg, "n1", sys)
+	after := key("after", "/run/keys/after")
+	after.Upload = deploy.UploadAfterVerdict
+	n.Keys = []deploy.Key{key("before", "/run/keys/before", "app.service"), after}
+	res := deployer(t, deploy.Options{Goal: deploy.GoalBoot}).Deploy(context.Background(), []deploy.Target{n}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	if tg.Exists("/run/keys/after") || !tg.Exists("/run/keys/before") {
+		t.Errorf("goal boot: after-verdict key there %v, before-activation key there %v", tg.Exists("/run/keys/after"), tg.Exists("/run/keys/before"))
+	}
+	// The running system stands: the units of the key written restart.
+	if r := tg.Restarts(); !slices.Equal(r, []string{"app.service"}) {
+		t.Errorf("restarts %q, want app.service", r)
+	}
+	if o := res[0].Outcomes[deploy.CondKeys]; o.Passed || !strings.Contains(o.Message, "after") {
+		t.Errorf("KeysUploaded %+v, want not in place, naming after", o)
+	}
+}
+
+// A key rotated in the same apply as a switch restarts its units once the
+// new system runs, before the verdict judges it; after-verdict keys
+// restart theirs once written.
+func TestKeysRotatedWithASwitchRestartTheirUnits(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	d := deployer(t, deploy.Options{})
+	before, after := key("db", "/run/keys/db", "db.service"), key("api", "/run/keys/api", "api.service")
+	after.Upload = deploy.UploadAfterVerdict
+	res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, old, before, after)}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	before.Content, after.Content = []byte("rotated"), []byte("rotated too")
+	n := targetOf(tg, "n1", sys)
+	n.Keys = []deploy.Key{before, after}
+	res = d.Deploy(context.Background(), []deploy.Target{n}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "keys put in place: db (another content on the host), api (another content on the host)", "restarted db.service, api.service")
+	if r := tg.Restarts(); !slices.Equal(r, []string{"db.service", "api.service", "db.service", "api.service"}) {
+		t.Errorf("restarts %q, want each unit again after the switch", r)
+	}
+	var verdictAt, restartAt int
+	for i, c := range tg.SystemctlCalls() {
+		if strings.HasPrefix(c, "restart") && strings.Contains(c, "db.service") {
+			restartAt = i
+		}
+		if strings.HasPrefix(c, "is-system-running") && verdictAt == 0 {
+			verdictAt = i
+		}
+	}
+	if restartAt > verdictAt {
+		t.Errorf("db.service restarted after the verdict looked at the host: %q", tg.SystemctlCalls())
+	}
+}
+
+// What the key query prints (a digest of each key) never reaches a
+// node's record: a session dropped after it printed one says what ssh
+// said, not what the host printed.
+func TestKeysQueryOutputNeverInAMessage(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	first, second := key("first", "/run/keys/first"), key("second", "/run/keys/second")
+	for _, k := range []deploy.Key{first, second} {
+		if err := os.MkdirAll(tg.Path("/run/keys"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(tg.Path(k.Path), k.Content, 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The host's session ends (killed) as it reads the second key, once
+	// it has printed the first one's digest.
+	wrapper := filepath.Join(tg.StateDir, "bin", "sha256sum")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nn=$(cat /run/nixtest/sha-calls 2>/dev/null || echo 0); echo $((n+1)) > /run/nixtest/sha-calls\n[ \"$n\" = 0 ] || kill -KILL 0\nexec /usr/bin/sha256sum \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first.Content = []byte("another")
+	res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, first, second)}, nil)
+	if res[0].Phase == deploy.PhaseSucceeded {
+		t.Fatalf("the query's session was killed, and the node succeeded: %s", res[0].Message)
+	}
+	sum := sha256.Sum256([]byte("secret-first"))
+	digest := hex.EncodeToString(sum[:])
+	all := res[0].Message + res[0].Hint
+	for _, o := range res[0].Outcomes {
+		all += o.Message
+	}
+	if strings.Contains(all, digest) || strings.Contains(all, digest[:16]) {
+		t.Errorf("a key's digest reached the record: %q", all)
+	}
+}

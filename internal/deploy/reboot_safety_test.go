@@ -1,0 +1,155 @@
+package deploy_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// Issue 47: no record contradicts the host after a reboot. Every failure
+// after the boot entry was made boots the host back, every key comes back
+// after any reboot, and the record says what the host runs and boots.
+
+var rebootOpts = deploy.Options{Reboot: deploy.RebootAlways, RebootTimeout: 30 * time.Second,
+	Verdict: deploy.VerdictSpec{ConfirmTimeout: 5 * time.Second, SettleTimeout: 2 * time.Second}}
+
+// After a boot back, every key of the node is back (after-verdict ones
+// too), and KeysUploaded says what the host holds.
+func TestRebootBootBackPutsEveryKeyBack(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	bad := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	d := deployer(t, rebootOpts)
+	after := key("api", "/run/keys/api", "api.service")
+	after.Upload = deploy.UploadAfterVerdict
+	keys := []deploy.Key{key("db", "/run/keys/db", "db.service"), after}
+	res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, old, keys...)}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	n := targetOf(tg, "n1", bad)
+	n.Keys = keys
+	res = d.Deploy(context.Background(), []deploy.Target{n}, nil)
+	wantPhase(t, res[0], deploy.PhaseRolledBack, "db.service", "the host rebooted into it")
+	if len(tg.Boots()) != 2 || tg.CurrentSystem() != old || tg.BootEntry() != old {
+		t.Fatalf("boots %d, runs %s, boots %s", len(tg.Boots()), tg.CurrentSystem(), tg.BootEntry())
+	}
+	for _, k := range keys {
+		if !tg.Exists(k.Path) {
+			t.Errorf("%s is not on the host after the boot back", k)
+		}
+	}
+	if o := res[0].Outcomes[deploy.CondKeys]; !o.Passed {
+		t.Errorf("KeysUploaded %+v", o)
+	}
+}
+
+// A key that cannot be put back once the host booted the new system
+// boots the host back into the system before, as a failing verdict does,
+// and the record says what it runs and boots; an interrupt in that step
+// says the host runs and boots the new system, which no verdict judged.
+func TestRebootKeyFailureAfterTheRebootBootsBack(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	t.Run("failure", func(t *testing.T) {
+		t.Parallel()
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, old)
+		d := deployer(t, rebootOpts)
+		// Once the host is back, something takes the key's destination:
+		// the key cannot be put back.
+		afterReboot(d, func() {
+			if err := os.MkdirAll(tg.Path("/run/keys/db"), 0o755); err != nil {
+				t.Error(err)
+			}
+		})
+		n := targetOf(tg, "n1", good)
+		n.Keys = []deploy.Key{key("db", "/run/keys/db")}
+		res := d.Deploy(context.Background(), []deploy.Target{n}, nil)
+		wantPhase(t, res[0], deploy.PhaseRolledBack, "a directory is at it", "the boot entry was put back to "+old+" and the host rebooted into it")
+		if strings.Contains(res[0].Message, "was not activated") {
+			t.Errorf("the record says the new system was not activated, which the host booted: %s", res[0].Message)
+		}
+		if tg.CurrentSystem() != old || tg.BootEntry() != old || len(tg.Boots()) != 2 {
+			t.Errorf("runs %s, boots %s, %d boots; want %s, and two boots", tg.CurrentSystem(), tg.BootEntry(), len(tg.Boots()), old)
+		}
+		if res[0].CurrentSystem != old || res[0].BootSystem != old {
+			t.Errorf("record: runs %s, boots %s", res[0].CurrentSystem, res[0].BootSystem)
+		}
+	})
+	t.Run("interrupt", func(t *testing.T) {
+		t.Parallel()
+		tg := nixtest.NewTarget(t)
+		tg.Boot(t, old)
+		d := deployer(t, rebootOpts)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		afterReboot(d, cancel)
+		n := targetOf(tg, "n1", good)
+		n.Keys = []deploy.Key{key("db", "/run/keys/db")}
+		res := d.Deploy(ctx, []deploy.Target{n}, nil)
+		if !res[0].Interrupted {
+			t.Fatalf("not interrupted: %s", res[0].Message)
+		}
+		if !strings.Contains(res[0].Message, "the host runs and boots "+good+", which no verdict judged") || strings.Contains(res[0].Message, "nothing was activated") {
+			t.Errorf("the record of an interrupt after the reboot: %s", res[0].Message)
+		}
+		if tg.CurrentSystem() != good {
+			t.Errorf("the host runs %s", tg.CurrentSystem())
+		}
+	})
+}
+
+// afterReboot calls f as the deploy puts the node's keys back, once the
+// host is back from its reboot: the second keys step.
+func afterReboot(d *deploy.Deployer, f func()) {
+	log := d.Options.Log
+	seen := 0
+	d.Options.Log = func(e deploy.Event) {
+		log(e)
+		if e.Kind == deploy.EventStepStarted && e.Step == deploy.StepKeys {
+			if seen++; seen == 2 {
+				f()
+			}
+		}
+	}
+}
+
+// A host rebooted by hand while the deploy puts its keys in place: the
+// node fails naming the reboot (not a failed read of its kernel), and its
+// Rebooted condition says the host rebooted, not what an earlier deploy's
+// reboot did; KeysUploaded says the keys are not known to be in place.
+func TestRebootByHandDuringTheKeys(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	tg.SetRebootDown(200 * time.Millisecond)
+	d := deployer(t, rebootOpts)
+	onStep(d, deploy.StepKeys, false, func() {
+		tg.Reboot(200 * time.Millisecond)
+		for end := time.Now().Add(10 * time.Second); len(tg.Boots()) == 0 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		}
+		tg.WaitUp(10 * time.Second)
+	})
+	n := targetOf(tg, "n1", good)
+	n.Keys = []deploy.Key{key("db", "/run/keys/db")}
+	res := d.Deploy(context.Background(), []deploy.Target{n}, nil)
+	wantPhase(t, res[0], deploy.PhaseFailed, "the host rebooted")
+	if o := res[0].Outcomes[deploy.CondRebooted]; o.Passed || o.Reason != "HostRebooted" || !res[0].RebootSeen {
+		t.Errorf("Rebooted %+v (seen %v), want the host's own reboot", o, res[0].RebootSeen)
+	}
+	if o := res[0].Outcomes[deploy.CondKeys]; o.Passed {
+		t.Errorf("KeysUploaded passed after a reboot emptied /run/keys: %+v", o)
+	}
+	if tg.CurrentSystem() != old {
+		t.Errorf("the host runs %s", tg.CurrentSystem())
+	}
+}
