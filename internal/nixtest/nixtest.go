@@ -168,12 +168,13 @@ func WithSSHDOptions(opts ...sshtest.SSHDOption) Option {
 // Target is a NixOS-like host reached over SSH at Host:Port (a gate in front
 // of its sshd, so the host can cut itself off, see CutSSH).
 type Target struct {
-	// How a reboot goes (SetRebootDown, SetRebootNever), and whether one
-	// is under way.
-	rebootMu    sync.Mutex
-	rebootDown  time.Duration
-	rebootNever bool
-	rebooting   atomic.Bool
+	// How a reboot goes (SetRebootDown, SetRebootNever, SetRebootLinger),
+	// and whether one is under way (asked for and lingering, or down).
+	rebootMu     sync.Mutex
+	rebootDown   time.Duration
+	rebootNever  bool
+	rebootLinger time.Duration
+	rebooting    atomic.Bool
 
 	Host string // "127.0.0.1"
 	Port int
@@ -215,7 +216,7 @@ func NewTarget(tb TB, opts ...Option) *Target {
 		tb.Fatalf("nixtest: current user: %v", err)
 	}
 
-	t := &Target{Host: "127.0.0.1", User: u.Username, StateDir: tb.TempDir(), tb: tb}
+	t := &Target{Host: "127.0.0.1", User: u.Username, StateDir: tb.TempDir(), tb: tb, rebootLinger: DefaultRebootLinger}
 	if cfg.user != "" {
 		t.User = cfg.user
 	}
@@ -673,6 +674,20 @@ type Event struct {
 	// made the call); empty for another.
 	Output string
 	RC     int // end's exit status
+
+	// A "reboot-refused" event's: how the target refused systemctl
+	// reboot (SetRebootRefusal). A "reboot-asked" event (PID 0) is a
+	// reboot asked for and accepted, with Action, Lease and Unit as its
+	// "reboot" event has them.
+	Refusal RebootRefusal
+	// A "hostile" event's (a hostile local user's attack, see Hostile):
+	// what it did, where, and around what (Action: "before:chown",
+	// "after:mktemp", "loop").
+	Attack Attack
+	// A "hostile" or "write" event's path; a write's mode (octal, as
+	// stat %a prints it) and owner ("user:group") as the content was
+	// written (see Writes).
+	Path, Mode, Owner string
 }
 
 // KeysSeen are the key files each activation found in /run/keys as it
@@ -706,6 +721,14 @@ func (t *Target) Events() []Event {
 			e.System = f[3]
 		case e.Kind == "reboot" && len(f) == 7:
 			e.System, e.Action, e.Lease, e.Unit = strings.TrimPrefix(f[3], "-"), strings.TrimPrefix(f[4], "-"), strings.TrimPrefix(f[5], "-"), strings.TrimPrefix(f[6], "-")
+		case e.Kind == "reboot-asked" && len(f) == 6:
+			e.Action, e.Lease, e.Unit = strings.TrimPrefix(f[3], "-"), strings.TrimPrefix(f[4], "-"), strings.TrimPrefix(f[5], "-")
+		case e.Kind == "reboot-refused" && len(f) == 4:
+			e.Refusal = RebootRefusal(f[3])
+		case e.Kind == "hostile" && len(f) >= 6:
+			e.Attack, e.Action, e.Path = Attack(f[3]), f[4], rest(line, 5)
+		case e.Kind == "write" && len(f) >= 6:
+			e.Mode, e.Owner, e.Path = f[3], f[4], rest(line, 5)
 		case e.Kind == "end" && len(f) == 4:
 			e.RC, err = strconv.Atoi(f[3])
 		default:
@@ -857,6 +880,15 @@ func (t *Target) readFile(rel string) string {
 		t.tb.Fatalf("nixtest: %v", err)
 	}
 	return string(b)
+}
+
+// rest is what follows the first n space-separated fields of line: a
+// path, which may hold spaces.
+func rest(line string, n int) string {
+	for range n {
+		_, line, _ = strings.Cut(line, " ")
+	}
+	return line
 }
 
 func lines(text string) []string {
