@@ -195,6 +195,10 @@ type Target struct {
 	tb      TB
 	nsRoot  string // /proc/<holder>/root: the target's file system view
 	nsIdent string // the namespace's /proc/<pid>/ns/mnt link
+	home    string // the login's home, a tmpfs of the target's own
+
+	hostileMu sync.Mutex
+	hostile   *Hostile // Hostile's, once asked for
 }
 
 // NewTarget starts a target and tears it down when the test ends. Missing
@@ -216,7 +220,7 @@ func NewTarget(tb TB, opts ...Option) *Target {
 		tb.Fatalf("nixtest: current user: %v", err)
 	}
 
-	t := &Target{Host: "127.0.0.1", User: u.Username, StateDir: tb.TempDir(), tb: tb, rebootLinger: DefaultRebootLinger}
+	t := &Target{Host: "127.0.0.1", User: u.Username, StateDir: tb.TempDir(), tb: tb, rebootLinger: DefaultRebootLinger, home: u.HomeDir}
 	if cfg.user != "" {
 		t.User = cfg.user
 	}
@@ -302,7 +306,7 @@ func requireNix(tb TB) {
 // target's answers.
 func (t *Target) writeState(tb TB, cfg config) {
 	tb.Helper()
-	for _, d := range []string{"bin", "libexec", "etc/nix", "units", "counters", "systemd-run"} {
+	for _, d := range []string{"bin", "libexec", "etc/nix", "units", "counters", "systemd-run", "hostile"} {
 		if err := os.MkdirAll(filepath.Join(t.StateDir, d), 0o755); err != nil {
 			tb.Fatalf("nixtest: %v", err)
 		}
@@ -323,6 +327,16 @@ func (t *Target) writeState(tb TB, cfg config) {
 		{"systemctl.log", "", 0o644},
 		{"failed-units", "", 0o644},
 		{"boot-id", newBootID() + "\n", 0o644},
+		{"libexec/hostile-wrap", hostileWrapScript, 0o755},
+		{"libexec/hostile-attack", hostileAttackScript, 0o644},
+	}
+	// The wrappers of the commands a deployer writes files with (see
+	// Hostile.Arm and Writes).
+	for _, tool := range wrappedTools {
+		files = append(files, struct {
+			rel, text string
+			mode      os.FileMode
+		}{"bin/" + tool, wrapperScript(tool, realTool(tb, tool)), 0o755})
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(t.StateDir, f.rel), []byte(f.text), f.mode); err != nil {
@@ -348,7 +362,11 @@ func (t *Target) bareLoginPath(tb TB) string {
 		if slices.Contains(systemTools, e.Name()) {
 			continue
 		}
-		if err := os.Symlink(filepath.Join("/usr/bin", e.Name()), filepath.Join(dir, e.Name())); err != nil {
+		target := filepath.Join("/usr/bin", e.Name())
+		if slices.Contains(wrappedTools, e.Name()) {
+			target = filepath.Join(stateLink, "bin", e.Name())
+		}
+		if err := os.Symlink(target, filepath.Join(dir, e.Name())); err != nil {
 			tb.Fatalf("nixtest: %v", err)
 		}
 	}
@@ -356,9 +374,22 @@ func (t *Target) bareLoginPath(tb TB) string {
 }
 
 // env is the environment of commands the harness runs on the target, the
-// same as its SSH sessions get.
+// same as its SSH sessions get, but that the hostile user's attacks leave
+// them alone (NIXTEST_HARNESS).
 func (t *Target) env() []string {
-	return []string{"PATH=" + SessionPath, "NIX_CONF_DIR=" + stateLink + "/etc/nix", "HOME=/root"}
+	return []string{"PATH=" + SessionPath, "NIX_CONF_DIR=" + stateLink + "/etc/nix", "HOME=/root", "NIXTEST_HARNESS=1"}
+}
+
+// realTool is where the machine's own tool is, which its wrapper runs.
+func realTool(tb TB, tool string) string {
+	tb.Helper()
+	for _, dir := range []string{"/usr/bin", "/bin"} {
+		if fi, err := os.Stat(filepath.Join(dir, tool)); err == nil && fi.Mode().IsRegular() {
+			return filepath.Join(dir, tool)
+		}
+	}
+	tb.Fatalf("nixtest: %s not found in /usr/bin or /bin: install Debian package coreutils", tool)
+	return ""
 }
 
 // command is argv run inside the target's namespace with its environment.

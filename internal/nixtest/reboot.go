@@ -316,6 +316,13 @@ func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool, as
 	// Written in place: the bind mount over the kernel's boot_id shows
 	// this file's content.
 	_ = os.WriteFile(filepath.Join(t.StateDir, "boot-id"), []byte(id+"\n"), 0o644)
+	// What a service's runtime directory is made again at boot.
+	t.hostileMu.Lock()
+	h := t.hostile
+	t.hostileMu.Unlock()
+	if h != nil {
+		h.remakeRuntime()
+	}
 	if entry != "" {
 		t.inNamespace("ln -sfn " + shell.Quote(entry) + " /run/current-system && ln -sfn " + shell.Quote(entry) + " /run/booted-system && " +
 			shell.Quote(entry+"/bin/switch-to-configuration") + " nixtest-boot")
