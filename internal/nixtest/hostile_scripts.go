@@ -63,7 +63,7 @@ if [ "$tool" = base64 ] && [ -f /proc/$$/fd/1 ]; then
 	if [ -n "$decode" ]; then
 		# The file as the content goes in: a mode or owner it takes
 		# only later was too late.
-		printf '%s %s write %s %s\n' "$(date +%s.%N)" "$$" "$(stat -L -c '%a %U:%G' /proc/$$/fd/1)" "$out" >> "$state/events.log"
+		printf '%s 0 write %s %s\n' "$(date +%s.%N)" "$(stat -L -c '%a %U:%G' /proc/$$/fd/1)" "$out" >> "$state/events.log"
 	fi
 fi
 [ -n "$armed" ] || { PATH=$user_path; exec "$real" "$@"; }
@@ -174,7 +174,7 @@ umask 022
 moment=$1 tool=$2 bait=$3 attacks=$4
 shift 4
 baitdir=${bait%/*}
-ev() { printf '%s %s hostile %s %s:%s %s\n' "$(date +%s.%N)" "$$" "$1" "$moment" "$tool" "$2"; }
+ev() { printf '%s 0 hostile %s %s:%s %s\n' "$(date +%s.%N)" "$1" "$moment" "$tool" "$2"; }
 ` + hostileAttacksLib + `
 for p; do
 	ifs=$IFS; IFS=,
@@ -259,7 +259,7 @@ bait=$2
 shift 2
 baitdir=${bait%/*}
 moment=loop tool=
-ev() { printf '%s %s hostile %s loop %s\n' "$(date +%s.%N)" "$$" "$1" "$2"; }
+ev() { printf '%s 0 hostile %s loop %s\n' "$(date +%s.%N)" "$1" "$2"; }
 ` + hostileAttacksLib + `
 rnd() { r=$(( (r * 1103515245 + 12345) % 2147483648 )); }
 nl='

@@ -103,7 +103,7 @@ func TestHostileSwapForLink(t *testing.T) {
 // and what root writes below it lands there.
 func TestHostilePlantDirAndLinkDirToRoot(t *testing.T) {
 	t.Parallel()
-	tg := NewTarget(t)
+	tg := NewTarget(t, WithShell(ShellBash)) // the wrappers and attacks under bash as sh
 	d := newDeployer(t, tg)
 	h := tg.Hostile(t)
 	h.Own("/run/svc")
@@ -139,7 +139,7 @@ func TestHostilePlantDirAndLinkDirToRoot(t *testing.T) {
 // decode into a pipe.
 func TestWrites(t *testing.T) {
 	t.Parallel()
-	tg := NewTarget(t)
+	tg := NewTarget(t, WithShell(ShellBash)) // the wrappers under bash as sh, as on NixOS
 	d := newDeployer(t, tg)
 	d.must(`umask 077 && t=$(mktemp /run/.k.XXXXXX) && echo aGkK | base64 -d > "$t" && chmod 0644 "$t" && mv "$t" /run/k1`)
 	d.must(`umask 022 && echo aGkK | base64 --decode > /run/k2 && base64 /run/k2 > /run/k3 && echo aGkK | base64 -d | cat > /dev/null`)

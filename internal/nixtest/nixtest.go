@@ -682,7 +682,9 @@ func (t *Target) Calls() []string { return lines(t.readFile("switch.log")) }
 type Event struct {
 	Time time.Time
 	PID  int    // the call's: its events share it
-	Kind string // "start", "set-current", "set-boot", "end"; "reboot" (PID 0)
+	// "start", "set-current", "set-boot", "end"; the host's (PID 0):
+	// "reboot", "reboot-asked", "reboot-refused", "hostile", "write"
+	Kind string
 	// Action and Before are the start's: test, boot or switch, and what
 	// /run/current-system was. A reboot's Action is who asked for it:
 	// "systemctl" on the target, "" the harness (Target.Reboot).
