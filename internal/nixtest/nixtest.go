@@ -681,7 +681,7 @@ func (t *Target) Calls() []string { return lines(t.readFile("switch.log")) }
 // entry, and its end.
 type Event struct {
 	Time time.Time
-	PID  int    // the call's: its events share it
+	PID  int // the call's: its events share it
 	// "start", "set-current", "set-boot", "end"; the host's (PID 0):
 	// "reboot", "reboot-asked", "reboot-refused", "hostile", "write"
 	Kind string
