@@ -248,8 +248,9 @@ func (h *Hostile) Arm(attacks ...Attack) {
 // ends it keeps swapping entries of the user's directories (Own) and of
 // their subdirectories for links to the bait, and planting directories
 // and links at names it saw there that are gone, choosing with a
-// generator seeded with seed (logged). A reboot kills it; it starts again
-// once the target is back. Each attack is in the event log (kind
+// generator seeded with seed (logged). It attacks the directories Own
+// made before it started. A reboot kills it; it starts again once the
+// target is back. Each attack is in the event log (kind
 // "hostile", Action "loop").
 func (h *Hostile) Loop(tb TB, seed int64) {
 	tb.Helper()

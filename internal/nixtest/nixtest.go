@@ -24,6 +24,15 @@
 // so a CutSSH activation can refuse new connections while open ones carry
 // on (SSHD.Port bypasses it).
 //
+// A target is as unkind as a real host where a deployer could be fooled:
+// a reboot lingers before it goes down (SetRebootLinger) and may be
+// refused or hang (SetRebootRefusal); a hostile local user (Hostile) owns
+// directories on it and swaps what root is about to write there for links
+// to root's files, at the worst moment (Hostile.Arm, through wrappers of
+// chown, mv, base64 and the like first on PATH) or all the time
+// (Hostile.Loop). Writes says with which mode and owner each base64 -d
+// as root wrote its file, and Snapshot and Diff what else changed.
+//
 // Like sshtest, it is imported only from tests (it takes sshtest.TB), and it
 // needs root: mount namespaces, and sshd logging in the current user.
 package nixtest
