@@ -741,7 +741,9 @@ func (t *Target) KeysSeen() []string { return lines(t.readFile("keys-seen.log"))
 func (t *Target) Restarts() []string { return lines(t.readFile("restarts.log")) }
 
 // Events lists what every switch-to-configuration call (test, boot,
-// switch) did on the target, in the order it happened.
+// switch) did on the target, and what befell the host (reboots asked for,
+// refused and done; the hostile user's attacks; root's base64 -d writes),
+// in the order it happened.
 func (t *Target) Events() []Event {
 	var out []Event
 	for _, line := range lines(t.readFile("events.log")) {
