@@ -387,16 +387,14 @@ func (h *Hostile) Harmed() []string {
 		}
 	}
 	for _, d := range planted {
-		_ = filepath.WalkDir(t.Path(d), func(p string, e os.DirEntry, err error) error {
-			if err != nil || !e.Type().IsRegular() {
-				return nil
-			}
-			info, err := e.Info()
-			if err != nil {
-				return nil
-			}
-			if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != h.uid {
-				out = append(out, fmt.Sprintf("root wrote %s inside the directory the user planted at %s", strings.TrimPrefix(p, t.Path("")), d))
+		// What cannot be read (gone meanwhile) is passed over.
+		_ = filepath.WalkDir(t.Path(d), func(p string, e os.DirEntry, walkErr error) error {
+			if walkErr == nil && e.Type().IsRegular() {
+				if info, err := e.Info(); err == nil {
+					if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != h.uid {
+						out = append(out, fmt.Sprintf("root wrote %s inside the directory the user planted at %s", strings.TrimPrefix(p, t.Path("")), d))
+					}
+				}
 			}
 			return nil
 		})

@@ -9,24 +9,24 @@ var wrappedTools = []string{"chown", "chmod", "mv", "rm", "mkdir", "base64", "ln
 // while the user is armed.
 const armedFile = "hostile/armed"
 
-// wrapperScript is the stand-in for tool, whose real command is real. Not
+// wrapperScript is the stand-in for tool, whose real command is realPath. Not
 // armed, it costs a test(1) of a file and an exec: it runs on every
 // deploy's commands. base64 also looks for a decode (Target.Writes).
-func wrapperScript(tool, real string) string {
+func wrapperScript(tool, realPath string) string {
 	head := "#!/bin/sh\n# nixtest wrapper for " + tool + ": transparent unless a hostile user is armed (Hostile.Arm).\n"
 	if tool == "base64" {
 		return head + `for a; do
 	case $a in
 	--) break ;;
-	-d|--decode|-[!-]*d*) exec ` + stateLink + `/libexec/hostile-wrap ` + tool + ` ` + real + ` "$@" ;;
+	-d|--decode|-[!-]*d*) exec ` + stateLink + `/libexec/hostile-wrap ` + tool + ` ` + realPath + ` "$@" ;;
 	esac
 done
-[ -e ` + stateLink + `/` + armedFile + ` ] || exec ` + real + ` "$@"
-exec ` + stateLink + `/libexec/hostile-wrap ` + tool + ` ` + real + ` "$@"
+[ -e ` + stateLink + `/` + armedFile + ` ] || exec ` + realPath + ` "$@"
+exec ` + stateLink + `/libexec/hostile-wrap ` + tool + ` ` + realPath + ` "$@"
 `
 	}
-	return head + `[ -e ` + stateLink + `/` + armedFile + ` ] || exec ` + real + ` "$@"
-exec ` + stateLink + `/libexec/hostile-wrap ` + tool + ` ` + real + ` "$@"
+	return head + `[ -e ` + stateLink + `/` + armedFile + ` ] || exec ` + realPath + ` "$@"
+exec ` + stateLink + `/libexec/hostile-wrap ` + tool + ` ` + realPath + ` "$@"
 `
 }
 
