@@ -24,6 +24,15 @@
 // so a CutSSH activation can refuse new connections while open ones carry
 // on (SSHD.Port bypasses it).
 //
+// A target is as unkind as a real host where a deployer could be fooled:
+// a reboot lingers before it goes down (SetRebootLinger) and may be
+// refused or hang (SetRebootRefusal); a hostile local user (Hostile) owns
+// directories on it and swaps what root is about to write there for links
+// to root's files, at the worst moment (Hostile.Arm, through wrappers of
+// chown, mv, base64 and the like first on PATH) or all the time
+// (Hostile.Loop). Writes says with which mode and owner each base64 -d
+// as root wrote its file, and Snapshot and Diff what else changed.
+//
 // Like sshtest, it is imported only from tests (it takes sshtest.TB), and it
 // needs root: mount namespaces, and sshd logging in the current user.
 package nixtest
@@ -168,12 +177,13 @@ func WithSSHDOptions(opts ...sshtest.SSHDOption) Option {
 // Target is a NixOS-like host reached over SSH at Host:Port (a gate in front
 // of its sshd, so the host can cut itself off, see CutSSH).
 type Target struct {
-	// How a reboot goes (SetRebootDown, SetRebootNever), and whether one
-	// is under way.
-	rebootMu    sync.Mutex
-	rebootDown  time.Duration
-	rebootNever bool
-	rebooting   atomic.Bool
+	// How a reboot goes (SetRebootDown, SetRebootNever, SetRebootLinger),
+	// and whether one is under way (asked for and lingering, or down).
+	rebootMu     sync.Mutex
+	rebootDown   time.Duration
+	rebootNever  bool
+	rebootLinger time.Duration
+	rebooting    atomic.Bool
 
 	Host string // "127.0.0.1"
 	Port int
@@ -194,6 +204,10 @@ type Target struct {
 	tb      TB
 	nsRoot  string // /proc/<holder>/root: the target's file system view
 	nsIdent string // the namespace's /proc/<pid>/ns/mnt link
+	home    string // the login's home, a tmpfs of the target's own
+
+	hostileMu sync.Mutex
+	hostile   *Hostile // Hostile's, once asked for
 }
 
 // NewTarget starts a target and tears it down when the test ends. Missing
@@ -215,7 +229,7 @@ func NewTarget(tb TB, opts ...Option) *Target {
 		tb.Fatalf("nixtest: current user: %v", err)
 	}
 
-	t := &Target{Host: "127.0.0.1", User: u.Username, StateDir: tb.TempDir(), tb: tb}
+	t := &Target{Host: "127.0.0.1", User: u.Username, StateDir: tb.TempDir(), tb: tb, rebootLinger: DefaultRebootLinger, home: u.HomeDir}
 	if cfg.user != "" {
 		t.User = cfg.user
 	}
@@ -301,7 +315,7 @@ func requireNix(tb TB) {
 // target's answers.
 func (t *Target) writeState(tb TB, cfg config) {
 	tb.Helper()
-	for _, d := range []string{"bin", "libexec", "etc/nix", "units", "counters", "systemd-run"} {
+	for _, d := range []string{"bin", "libexec", "etc/nix", "units", "counters", "systemd-run", "hostile"} {
 		if err := os.MkdirAll(filepath.Join(t.StateDir, d), 0o755); err != nil {
 			tb.Fatalf("nixtest: %v", err)
 		}
@@ -322,6 +336,16 @@ func (t *Target) writeState(tb TB, cfg config) {
 		{"systemctl.log", "", 0o644},
 		{"failed-units", "", 0o644},
 		{"boot-id", newBootID() + "\n", 0o644},
+		{"libexec/hostile-wrap", hostileWrapScript, 0o755},
+		{"libexec/hostile-attack", hostileAttackScript, 0o644},
+	}
+	// The wrappers of the commands a deployer writes files with (see
+	// Hostile.Arm and Writes).
+	for _, tool := range wrappedTools {
+		files = append(files, struct {
+			rel, text string
+			mode      os.FileMode
+		}{"bin/" + tool, wrapperScript(tool, realTool(tb, tool)), 0o755})
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(t.StateDir, f.rel), []byte(f.text), f.mode); err != nil {
@@ -347,7 +371,11 @@ func (t *Target) bareLoginPath(tb TB) string {
 		if slices.Contains(systemTools, e.Name()) {
 			continue
 		}
-		if err := os.Symlink(filepath.Join("/usr/bin", e.Name()), filepath.Join(dir, e.Name())); err != nil {
+		target := filepath.Join("/usr/bin", e.Name())
+		if slices.Contains(wrappedTools, e.Name()) {
+			target = filepath.Join(stateLink, "bin", e.Name())
+		}
+		if err := os.Symlink(target, filepath.Join(dir, e.Name())); err != nil {
 			tb.Fatalf("nixtest: %v", err)
 		}
 	}
@@ -355,9 +383,22 @@ func (t *Target) bareLoginPath(tb TB) string {
 }
 
 // env is the environment of commands the harness runs on the target, the
-// same as its SSH sessions get.
+// same as its SSH sessions get, but that the hostile user's attacks leave
+// them alone (NIXTEST_HARNESS).
 func (t *Target) env() []string {
-	return []string{"PATH=" + SessionPath, "NIX_CONF_DIR=" + stateLink + "/etc/nix", "HOME=/root"}
+	return []string{"PATH=" + SessionPath, "NIX_CONF_DIR=" + stateLink + "/etc/nix", "HOME=/root", "NIXTEST_HARNESS=1"}
+}
+
+// realTool is where the machine's own tool is, which its wrapper runs.
+func realTool(tb TB, tool string) string {
+	tb.Helper()
+	for _, dir := range []string{"/usr/bin", "/bin"} {
+		if fi, err := os.Stat(filepath.Join(dir, tool)); err == nil && fi.Mode().IsRegular() {
+			return filepath.Join(dir, tool)
+		}
+	}
+	tb.Fatalf("nixtest: %s not found in /usr/bin or /bin: install Debian package coreutils", tool)
+	return ""
 }
 
 // command is argv run inside the target's namespace with its environment.
@@ -649,8 +690,10 @@ func (t *Target) Calls() []string { return lines(t.readFile("switch.log")) }
 // entry, and its end.
 type Event struct {
 	Time time.Time
-	PID  int    // the call's: its events share it
-	Kind string // "start", "set-current", "set-boot", "end"; "reboot" (PID 0)
+	PID  int // the call's: its events share it
+	// "start", "set-current", "set-boot", "end"; the host's (PID 0):
+	// "reboot", "reboot-asked", "reboot-refused", "hostile", "write"
+	Kind string
 	// Action and Before are the start's: test, boot or switch, and what
 	// /run/current-system was. A reboot's Action is who asked for it:
 	// "systemctl" on the target, "" the harness (Target.Reboot).
@@ -673,6 +716,20 @@ type Event struct {
 	// made the call); empty for another.
 	Output string
 	RC     int // end's exit status
+
+	// A "reboot-refused" event's: how the target refused systemctl
+	// reboot (SetRebootRefusal). A "reboot-asked" event (PID 0) is a
+	// reboot asked for and accepted, with Action, Lease and Unit as its
+	// "reboot" event has them.
+	Refusal RebootRefusal
+	// A "hostile" event's (a hostile local user's attack, see Hostile):
+	// what it did, where, and around what (Action: "before:chown",
+	// "after:mktemp", "loop").
+	Attack Attack
+	// A "hostile" or "write" event's path; a write's mode (octal, as
+	// stat %a prints it) and owner ("user:group") as the content was
+	// written (see Writes).
+	Path, Mode, Owner string
 }
 
 // KeysSeen are the key files each activation found in /run/keys as it
@@ -684,7 +741,9 @@ func (t *Target) KeysSeen() []string { return lines(t.readFile("keys-seen.log"))
 func (t *Target) Restarts() []string { return lines(t.readFile("restarts.log")) }
 
 // Events lists what every switch-to-configuration call (test, boot,
-// switch) did on the target, in the order it happened.
+// switch) did on the target, and what befell the host (reboots asked for,
+// refused and done; the hostile user's attacks; root's base64 -d writes),
+// in the order it happened.
 func (t *Target) Events() []Event {
 	var out []Event
 	for _, line := range lines(t.readFile("events.log")) {
@@ -706,6 +765,14 @@ func (t *Target) Events() []Event {
 			e.System = f[3]
 		case e.Kind == "reboot" && len(f) == 7:
 			e.System, e.Action, e.Lease, e.Unit = strings.TrimPrefix(f[3], "-"), strings.TrimPrefix(f[4], "-"), strings.TrimPrefix(f[5], "-"), strings.TrimPrefix(f[6], "-")
+		case e.Kind == "reboot-asked" && len(f) == 6:
+			e.Action, e.Lease, e.Unit = strings.TrimPrefix(f[3], "-"), strings.TrimPrefix(f[4], "-"), strings.TrimPrefix(f[5], "-")
+		case e.Kind == "reboot-refused" && len(f) == 4:
+			e.Refusal = RebootRefusal(f[3])
+		case e.Kind == "hostile" && len(f) >= 6:
+			e.Attack, e.Action, e.Path = Attack(f[3]), f[4], rest(line, 5)
+		case e.Kind == "write" && len(f) >= 6:
+			e.Mode, e.Owner, e.Path = f[3], f[4], rest(line, 5)
 		case e.Kind == "end" && len(f) == 4:
 			e.RC, err = strconv.Atoi(f[3])
 		default:
@@ -857,6 +924,15 @@ func (t *Target) readFile(rel string) string {
 		t.tb.Fatalf("nixtest: %v", err)
 	}
 	return string(b)
+}
+
+// rest is what follows the first n space-separated fields of line: a
+// path, which may hold spaces.
+func rest(line string, n int) string {
+	for range n {
+		_, line, _ = strings.Cut(line, " ")
+	}
+	return line
 }
 
 func lines(text string) []string {

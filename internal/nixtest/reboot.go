@@ -15,8 +15,11 @@ import (
 )
 
 // The reboot stand-in: `systemctl reboot` on a target asks the harness
-// (the stand-in writes reboot-request in the state directory), which
-// reboots it as a host reboots: new connections are reset at once, every
+// (the stand-in writes reboot-request in the state directory; unless the
+// target refuses, see SetRebootRefusal), which reboots it as a host
+// reboots: for a while nothing seems to happen (SetRebootLinger: a
+// shutting-down host still takes logins, its sessions and processes carry
+// on, its boot id and /run are unchanged), then new connections are reset, every
 // process but its sshd's listener is killed (the sessions drop, the
 // deploy lock's keeper and any unit with them), /run is emptied (keys, the
 // agreement's lease and runs, /run/current-system), and after
@@ -47,6 +50,70 @@ func (t *Target) SetRebootDown(d time.Duration) {
 	t.rebootDown = d
 }
 
+// DefaultRebootLinger is how long a new target goes on as before once a
+// reboot is asked for (see SetRebootLinger): a real host takes logins for
+// seconds while it shuts down, and a deployer must not take a login then
+// for the host being back.
+const DefaultRebootLinger = time.Second
+
+// SetRebootLinger sets how long the target goes on as before once a
+// reboot is asked for (by systemctl reboot on it, or Reboot): sshd takes
+// new logins, sessions and processes carry on, the boot id and /run are
+// unchanged; only then does the reboot proceed (connections reset,
+// processes killed, /run emptied, the boot entry booted with a new boot
+// id). WaitUp counts a lingering reboot as under way. Zero reboots at
+// once; a new target lingers DefaultRebootLinger.
+func (t *Target) SetRebootLinger(d time.Duration) {
+	t.rebootMu.Lock()
+	defer t.rebootMu.Unlock()
+	t.rebootLinger = d
+}
+
+// RebootRefusal is how a target answers `systemctl reboot` (see
+// SetRebootRefusal).
+type RebootRefusal string
+
+const (
+	// RebootAccepted: systemctl reboot exits 0 and the target reboots
+	// (after its linger). The default.
+	RebootAccepted RebootRefusal = ""
+	// RebootInhibited: a block inhibitor holds the reboot back, as
+	// logind refuses it: systemctl prints why on standard error (see
+	// RebootInhibitedMessage) and exits 1; nothing happens. systemctl
+	// reboot -i (--ignore-inhibitors, --check-inhibitors=no) reboots
+	// all the same, as the real one does.
+	RebootInhibited RebootRefusal = "inhibited"
+	// RebootFails: systemctl cannot reach logind (RebootFailsMessage on
+	// standard error), exits 1; nothing happens.
+	RebootFails RebootRefusal = "fails"
+	// RebootHangs: systemctl exits 0 as if the reboot were under way,
+	// but the shutdown hangs: the target never goes down, keeps its boot
+	// id, and its sessions carry on.
+	RebootHangs RebootRefusal = "hangs"
+)
+
+// What systemctl reboot prints on standard error on a target that
+// refuses (its first line, for RebootInhibited).
+const (
+	RebootInhibitedMessage = `Call to Reboot failed: Operation inhibited by "nixtest" (PID 1 "sleep", user root), reason is "a test holds a block inhibitor".`
+	RebootFailsMessage     = `Failed to reboot system via logind: Transport endpoint is not connected`
+)
+
+// SetRebootRefusal makes the target answer systemctl reboot as r says,
+// from now on. Each refused (or hung) request is in the event log as an
+// Event of kind "reboot-refused" with its Refusal. Reboot, the harness's
+// own reboot (an operator's, a power cut), is never refused.
+func (t *Target) SetRebootRefusal(r RebootRefusal) {
+	switch r {
+	case RebootAccepted, RebootInhibited, RebootFails, RebootHangs:
+	default:
+		t.tb.Fatalf("nixtest: SetRebootRefusal(%q): want RebootAccepted, RebootInhibited, RebootFails or RebootHangs", r)
+	}
+	if err := os.WriteFile(filepath.Join(t.StateDir, "reboot-refusal"), []byte(string(r)+"\n"), 0o644); err != nil {
+		t.tb.Fatalf("nixtest: SetRebootRefusal: %v", err)
+	}
+}
+
 // SetRebootNever keeps the target away for good at its next reboot, as a
 // host that does not come back.
 func (t *Target) SetRebootNever(never bool) {
@@ -56,12 +123,28 @@ func (t *Target) SetRebootNever(never bool) {
 }
 
 // Reboot asks the target to reboot, as a host whose operator (or power)
-// reboots it: down for this long (zero: as SetRebootDown says), then it boots its
-// boot entry. Each reboot is logged in the event log too (an Event of kind
-// "reboot" naming the boot entry the target boots), once every process of
-// it has been killed.
+// reboots it: after its linger (SetRebootLinger), down for this long
+// (zero: as SetRebootDown says), then it boots its boot entry; it is never
+// refused (SetRebootRefusal is systemctl's). Each request is logged in
+// the event log as it is made (an Event of kind "reboot-asked"), and
+// each reboot (kind "reboot", naming the boot entry the target boots)
+// once every process of it has been killed.
 func (t *Target) Reboot(down time.Duration) {
-	_ = os.WriteFile(filepath.Join(t.StateDir, "reboot-request"), []byte("down="+strconv.FormatFloat(down.Seconds(), 'f', 3, 64)+"\n"), 0o644)
+	t.appendEvent("0 reboot-asked - - -")
+	req := filepath.Join(t.StateDir, "reboot-request")
+	if err := os.WriteFile(req+".harness", []byte("down="+strconv.FormatFloat(down.Seconds(), 'f', 3, 64)+"\n"), 0o644); err == nil {
+		_ = os.Rename(req+".harness", req)
+	}
+}
+
+// appendEvent appends a line to the event log, after the time.
+func (t *Target) appendEvent(line string) {
+	f, err := os.OpenFile(filepath.Join(t.StateDir, "events.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	_, _ = fmt.Fprintf(f, "%s %s\n", strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 9, 64), line)
+	_ = f.Close()
 }
 
 // WaitUp waits, up to timeout, until the target is up: no reboot asked
@@ -115,40 +198,71 @@ func (t *Target) watchReboots(tb TB) {
 				return
 			case <-tick.C:
 			}
-			req := filepath.Join(t.StateDir, "reboot-request")
 			t.rebooting.Store(true)
-			if err := os.Rename(req, req+".taken"); err != nil {
+			asked, down, ok := t.takeRebootRequest()
+			if !ok {
 				t.rebooting.Store(false)
 				continue
 			}
 			t.rebootMu.Lock()
-			down, never := t.rebootDown, t.rebootNever
+			linger := t.rebootLinger
 			t.rebootMu.Unlock()
-			// "down=SECONDS" (Reboot), or "asked=systemctl lease=RUN"
-			// (the stand-in).
-			var asked rebootAsked
-			if b, err := os.ReadFile(req + ".taken"); err == nil {
-				for _, f := range strings.Fields(string(b)) {
-					k, v, _ := strings.Cut(f, "=")
-					switch k {
-					case "down":
-						if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 {
-							down = time.Duration(secs * float64(time.Second))
-						}
-					case "asked":
-						asked.by = v
-					case "lease":
-						asked.lease = v
-					case "run":
-						asked.run = v
-					}
+			// A host shutting down goes on as before for a while: sshd
+			// takes logins, sessions run on, /run and the boot id stay.
+			if linger > 0 {
+				select {
+				case <-done:
+					t.rebooting.Store(false)
+					return
+				case <-time.After(linger):
+				}
+				// Asked again while it shut down: the same reboot (a
+				// later request's down wins).
+				if _, d, ok := t.takeRebootRequest(); ok && d > 0 {
+					down = d
 				}
 			}
+			t.rebootMu.Lock()
+			never := t.rebootNever
+			if down == 0 {
+				down = t.rebootDown
+			}
+			t.rebootMu.Unlock()
 			t.reboot(done, down, never, asked)
 			t.rebooting.Store(false)
 		}
 	})
 	tb.Cleanup(func() { close(done); wg.Wait() })
+}
+
+// takeRebootRequest takes the reboot request in the state directory, if
+// any: who asked for it, and how long it keeps the target away (zero: as
+// SetRebootDown says).
+func (t *Target) takeRebootRequest() (asked rebootAsked, down time.Duration, ok bool) {
+	req := filepath.Join(t.StateDir, "reboot-request")
+	if err := os.Rename(req, req+".taken"); err != nil {
+		return asked, 0, false
+	}
+	// "down=SECONDS" (Reboot), or "asked=systemctl lease=RUN run=RUN"
+	// (the stand-in).
+	if b, err := os.ReadFile(req + ".taken"); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "down":
+				if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 {
+					down = time.Duration(secs * float64(time.Second))
+				}
+			case "asked":
+				asked.by = v
+			case "lease":
+				asked.lease = v
+			case "run":
+				asked.run = v
+			}
+		}
+	}
+	return asked, down, true
 }
 
 // rebootAsked is who asked for a reboot: by "systemctl" on the target,
@@ -202,6 +316,13 @@ func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool, as
 	// Written in place: the bind mount over the kernel's boot_id shows
 	// this file's content.
 	_ = os.WriteFile(filepath.Join(t.StateDir, "boot-id"), []byte(id+"\n"), 0o644)
+	// What a service's runtime directory is made again at boot.
+	t.hostileMu.Lock()
+	h := t.hostile
+	t.hostileMu.Unlock()
+	if h != nil {
+		h.remakeRuntime()
+	}
 	if entry != "" {
 		t.inNamespace("ln -sfn " + shell.Quote(entry) + " /run/current-system && ln -sfn " + shell.Quote(entry) + " /run/booted-system && " +
 			shell.Quote(entry+"/bin/switch-to-configuration") + " nixtest-boot")

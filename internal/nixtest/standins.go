@@ -231,12 +231,14 @@ const systemctlScript = `#!/bin/sh
 state=` + stateLink + `
 printf '%s\n' "$*" >> "$state/systemctl.log"
 ` + noSystemd + unitName + `
-quiet=0 wait=0 failed=0 verb=
+quiet=0 wait=0 failed=0 inhibitors=1 verb=
 set -- "$@" --nixtest-end
 while [ "$1" != --nixtest-end ]; do
 	case "$1" in
 	-q|--quiet) quiet=1 ;;
 	--wait) wait=1 ;;
+	-i|--ignore-inhibitors|--check-inhibitors=no) inhibitors=0 ;;
+	--check-inhibitors=*) ;;
 	--failed|--state=failed) failed=1 ;;
 	--no-pager|--plain|--no-legend|--full|-l|--all|-a|--system|--no-ask-password|--type=*|--output=*) ;;
 	--) ;;
@@ -323,14 +325,39 @@ stop|kill)
 	exit 0
 	;;
 reboot)
+	# A target may refuse (Target.SetRebootRefusal): an inhibitor, no
+	# logind, or a shutdown that hangs once it is accepted. The event
+	# log says so.
+	refusal=
+	[ -f "$state/reboot-refusal" ] && read -r refusal < "$state/reboot-refusal"
+	[ "$refusal" = inhibited ] && [ "$inhibitors" = 0 ] && refusal=
+	case "$refusal" in
+	inhibited|fails|hangs)
+		printf '%s 0 reboot-refused %s\n' "$(date +%s.%N)" "$refusal" >> "$state/events.log" ;;
+	esac
+	case "$refusal" in
+	inhibited)
+		echo '` + RebootInhibitedMessage + `' >&2
+		echo 'Please retry operation after closing inhibitors and logging out other users.' >&2
+		echo "Alternatively, ignore inhibitors and users with 'systemctl reboot -i'." >&2
+		exit 1 ;;
+	fails)
+		echo '` + RebootFailsMessage + `' >&2
+		exit 1 ;;
+	hangs)
+		exit 0 ;;
+	esac
 	# The harness reboots the target (Target's reboot stand-in), as
-	# systemd does once this returns; the event log says whose deploy
-	# lease held the host as it was asked (Event.Lease), and which run's
-	# fenced script asked (Event.Unit: the run whose reboot fate the
-	# host's fence claimed, once a boot; empty for none).
+	# systemd does once this returns, after its linger; the event log
+	# says it was asked now, whose deploy lease held the host as it was
+	# (Event.Lease), and which run's fenced script asked (Event.Unit: the
+	# run whose reboot fate the host's fence claimed, once a boot; empty
+	# for none).
 	fleet_l=; read -r fleet_l _ 2>/dev/null < /run/fleet-deploy.lease
 	fleet_r=; for f in /run/fleet-deploy/*/reboot.fate; do [ -L "$f" ] || continue; f=${f%/reboot.fate}; fleet_r=${f##*/}; done
-	printf 'asked=systemctl lease=%s run=%s\n' "$fleet_l" "$fleet_r" > "$state/reboot-request"
+	printf '%s 0 reboot-asked systemctl %s %s\n' "$(date +%s.%N)" "${fleet_l:--}" "${fleet_r:--}" >> "$state/events.log"
+	printf 'asked=systemctl lease=%s run=%s\n' "$fleet_l" "$fleet_r" > "$state/reboot-request.$$" &&
+		mv -f "$state/reboot-request.$$" "$state/reboot-request"
 	exit 0
 	;;
 restart|try-restart)
