@@ -57,7 +57,8 @@ func (t *Target) SetRebootDown(d time.Duration) {
 const DefaultRebootLinger = time.Second
 
 // SetRebootLinger sets how long the target goes on as before once a
-// reboot is asked for (by systemctl reboot on it, or Reboot): sshd takes
+// reboot is asked for by systemctl reboot on it (Reboot, a power cut,
+// does not linger): sshd takes
 // new logins, sessions and processes carry on, the boot id and /run are
 // unchanged; only then does the reboot proceed (connections reset,
 // processes killed, /run emptied, the boot entry booted with a new boot
@@ -122,8 +123,9 @@ func (t *Target) SetRebootNever(never bool) {
 	t.rebootNever = never
 }
 
-// Reboot asks the target to reboot, as a host whose operator (or power)
-// reboots it: after its linger (SetRebootLinger), down for this long
+// Reboot reboots the target at once, as a host whose power is cut or
+// that crashes (no linger: that is a shutdown systemctl asked for), down
+// for this long
 // (zero: as SetRebootDown says), then it boots its boot entry; it is never
 // refused (SetRebootRefusal is systemctl's). Each request is logged in
 // the event log as it is made (an Event of kind "reboot-asked"), and
@@ -209,7 +211,7 @@ func (t *Target) watchReboots(tb TB) {
 			t.rebootMu.Unlock()
 			// A host shutting down goes on as before for a while: sshd
 			// takes logins, sessions run on, /run and the boot id stay.
-			if linger > 0 {
+			if linger > 0 && asked.by == "systemctl" {
 				select {
 				case <-done:
 					t.rebooting.Store(false)
