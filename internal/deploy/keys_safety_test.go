@@ -358,3 +358,62 @@ func TestKeysQueryOutputNeverInAMessage(t *testing.T) {
 		t.Errorf("a key's digest reached the record: %q", all)
 	}
 }
+
+// A hostile local user who owns a key's directory (a service's state
+// directory) and swaps, plants or links what root is about to use there,
+// at the worst moment: the key is refused before root touches anything
+// there, naming the directory and its owner, and root never follows the
+// user (its bait, a root-only file, is untouched; nothing is written in a
+// directory the user planted).
+func TestKeysInAHostileUsersDirectoryAreRefused(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	for _, attack := range []nixtest.Attack{nixtest.SwapForLink, nixtest.PlantDir, nixtest.LinkDirToRoot} {
+		t.Run(string(attack), func(t *testing.T) {
+			t.Parallel()
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, sys)
+			h := tg.Hostile(t)
+			h.Own("/run/svc")
+			h.Arm(attack)
+			db := key("db", "/run/svc/db")
+			db.User = h.User()
+			deep := key("deep", "/run/svc/keys/deep")
+			for _, k := range []deploy.Key{db, deep} {
+				res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, k)}, nil)
+				wantPhase(t, res[0], deploy.PhaseFailed, "its directory /run/svc is owned by "+h.User()+", not root", "nothing was written")
+			}
+			if harmed := h.Harmed(); len(harmed) > 0 {
+				t.Errorf("root followed the hostile user: %q", harmed)
+			}
+			if w := tg.Writes(); len(w) > 0 {
+				t.Errorf("root wrote a key's content: %+v", w)
+			}
+		})
+	}
+}
+
+// The content of a key is written, as the host records it (its base64 -d
+// as root), to a temporary file beside the destination, never to the
+// destination itself, and never while the file is readable by anyone the
+// key's owner, group and mode do not name.
+func TestKeysContentGoesToATemporaryFileOfTheKeysModeAndOwner(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	db := key("db", "/run/keys/db")
+	db.User, db.Group, db.Mode = "nobody", "nogroup", "0440"
+	res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, db)}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	w := tg.Writes()
+	if len(w) != 1 {
+		t.Fatalf("writes %+v, want one", w)
+	}
+	if filepath.Dir(w[0].Path) != "/run/keys" || !strings.HasPrefix(filepath.Base(w[0].Path), ".fleet-key.") {
+		t.Errorf("the content was written to %s, not a temporary file beside /run/keys/db", w[0].Path)
+	}
+	if w[0].Mode.Perm() != 0o440 || w[0].Owner != "nobody:nogroup" {
+		t.Errorf("the content was written to a file of mode %v, owned by %s; want 0440, nobody:nogroup", w[0].Mode.Perm(), w[0].Owner)
+	}
+}

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +152,95 @@ func TestRebootByHandDuringTheKeys(t *testing.T) {
 	}
 	if tg.CurrentSystem() != old {
 		t.Errorf("the host runs %s", tg.CurrentSystem())
+	}
+}
+
+// A reboot that does not happen (systemctl reboot refused by an
+// inhibitor, failing, or accepted and then hanging, the host answering
+// with its old boot id) puts the boot entry back to the system before,
+// well within reboot_timeout: the host never boots the unjudged system
+// later, and the record says what it runs and boots.
+func TestRebootThatDoesNotHappenPutsTheEntryBack(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	for _, c := range []struct {
+		refusal nixtest.RebootRefusal
+		says    string
+	}{
+		{nixtest.RebootInhibited, "Operation inhibited"},
+		{nixtest.RebootFails, "Transport endpoint is not connected"},
+		{nixtest.RebootHangs, "went on answering with the same boot id"},
+	} {
+		t.Run(string(c.refusal), func(t *testing.T) {
+			t.Parallel()
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, old)
+			tg.SetRebootRefusal(c.refusal)
+			o := rebootOpts
+			o.RebootTimeout = 40 * time.Second // the bound: 20 s
+			start := time.Now()
+			res := deployer(t, o).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", good)}, nil)
+			wantPhase(t, res[0], deploy.PhaseFailed, c.says, "the boot entry was put back to "+old+": the host runs and boots it")
+			if took := time.Since(start); took > 35*time.Second {
+				t.Errorf("took %s: the deploy waited for reboot_timeout", took)
+			}
+			if tg.CurrentSystem() != old || tg.BootEntry() != old || tg.ProfileSystem() != old || len(tg.Boots()) != 0 {
+				t.Errorf("runs %s, boot entry %s, profile %s, %d boots; want %s and no boot", tg.CurrentSystem(), tg.BootEntry(), tg.ProfileSystem(), len(tg.Boots()), old)
+			}
+			if res[0].CurrentSystem != old || res[0].BootSystem != old {
+				t.Errorf("record: runs %s, boots %s", res[0].CurrentSystem, res[0].BootSystem)
+			}
+		})
+	}
+}
+
+// A host that takes logins for seconds after it was asked to reboot (a
+// real one shutting down) is not taken for back: the verdict judges the
+// booted host, once it answers with a new boot id.
+func TestRebootAHostThatTakesLoginsWhileItShutsDown(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	tg.SetRebootLinger(4 * time.Second)
+	before := tg.BootID()
+	res := deployer(t, rebootOpts).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", good)}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "by a reboot")
+	if tg.BootID() == before || len(tg.Boots()) != 1 || tg.BootedSystem() != good {
+		t.Errorf("boot id changed %v, %d boots, booted %s", tg.BootID() != before, len(tg.Boots()), tg.BootedSystem())
+	}
+}
+
+// Another deployment that switched the host while this one waited for it
+// to come back (it got the lock first) is left as it is: this deploy's
+// boot back would undo a switch another deployer confirmed. The record
+// says so, naming the other run, and what the host runs and boots.
+func TestRebootLeavesAnotherDeployersSwitch(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	bad := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}})
+	theirs := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	other := deployer(t, deploy.Options{Verdict: rebootOpts.Verdict, Holder: "the other deployment"})
+	var theirsRes []deploy.Result
+	tg.SetOnBoot(func() {
+		tg.SetOnBoot(nil)
+		n := targetOf(tg, "n1", theirs)
+		n.SSHOpts = []string{"Port=" + strconv.Itoa(tg.SSHD.Port), "IdentitiesOnly=yes"}
+		theirsRes = other.Deploy(context.Background(), []deploy.Target{n}, nil)
+	})
+	res := deployer(t, rebootOpts).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", bad)}, nil)
+	if len(theirsRes) != 1 || theirsRes[0].Phase != deploy.PhaseSucceeded {
+		t.Fatalf("the other deployment: %+v", theirsRes)
+	}
+	wantPhase(t, res[0], deploy.PhaseFailed, "acted on it after this deploy's lease ended: it is left as it is", "it runs "+theirs+" and boots "+theirs)
+	if tg.CurrentSystem() != theirs || tg.BootEntry() != theirs || len(tg.Boots()) != 1 {
+		t.Errorf("runs %s, boots %s, %d boots: the other deployer's switch was undone", tg.CurrentSystem(), tg.BootEntry(), len(tg.Boots()))
+	}
+	if res[0].RolledBack || res[0].CurrentSystem != theirs {
+		t.Errorf("record: rolled back %v, runs %s", res[0].RolledBack, res[0].CurrentSystem)
 	}
 }

@@ -301,7 +301,7 @@ activate() {
 	if [ "$kind" = cut-ssh ]; then
 		log "firewall: new connections to port 22 are now dropped ($cut)"
 		printf '%s\n' "$cut" > "$state/ssh-cut"
-	else
+	elif [ ! -e "$state/hold-cut" ]; then
 		rm -f "$state/ssh-cut"
 	fi
 	case "$kind" in

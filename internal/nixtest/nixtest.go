@@ -183,6 +183,7 @@ type Target struct {
 	rebootDown   time.Duration
 	rebootNever  bool
 	rebootLinger time.Duration
+	onBoot       func()
 	rebooting    atomic.Bool
 
 	Host string // "127.0.0.1"

@@ -70,6 +70,17 @@ func (t *Target) SetRebootLinger(d time.Duration) {
 	t.rebootLinger = d
 }
 
+// SetOnBoot makes f run at each boot of the target, once it has booted
+// its boot entry (new boot id, /run/current-system set) and before it
+// takes new connections through its gate (Host:Port, which resets them
+// meanwhile): f may act on the target through SSHD.Port, which bypasses
+// the gate, as another deployer that got there first would. Nil: none.
+func (t *Target) SetOnBoot(f func()) {
+	t.rebootMu.Lock()
+	defer t.rebootMu.Unlock()
+	t.onBoot = f
+}
+
 // RebootRefusal is how a target answers `systemctl reboot` (see
 // SetRebootRefusal).
 type RebootRefusal string
@@ -325,10 +336,23 @@ func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool, as
 	if h != nil {
 		h.remakeRuntime()
 	}
+	t.rebootMu.Lock()
+	onBoot := t.onBoot
+	t.rebootMu.Unlock()
+	hold := filepath.Join(t.StateDir, "hold-cut")
+	if onBoot != nil {
+		// The gate goes on resetting new connections while f runs.
+		_ = os.WriteFile(hold, nil, 0o644)
+	}
 	if entry != "" {
 		t.inNamespace("ln -sfn " + shell.Quote(entry) + " /run/current-system && ln -sfn " + shell.Quote(entry) + " /run/booted-system && " +
 			shell.Quote(entry+"/bin/switch-to-configuration") + " nixtest-boot")
-	} else {
+	}
+	if onBoot != nil {
+		onBoot()
+		_ = os.Remove(hold)
+	}
+	if entry == "" || onBoot != nil && t.SSHCut() == CutReset {
 		_ = os.Remove(filepath.Join(t.StateDir, "ssh-cut"))
 	}
 	log(time.Now(), id, orDash(entry))
