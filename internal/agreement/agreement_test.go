@@ -355,3 +355,77 @@ func TestViewSettled(t *testing.T) {
 		t.Errorf("Kept() = %q", got)
 	}
 }
+
+// Every action of the keys and reboots is fenced as the activation is
+// (issue 47): a key written, a unit restarted, a system recorded as
+// verified, the profile pointed back, a reboot asked: each is refused for
+// a run that does not hold the lease, and changes nothing; the holder's
+// pass. What another run did since a lease ended is named by SinceScript.
+func TestKeysAndRebootActionsAreFenced(t *testing.T) {
+	t.Parallel()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	h := newHost(t, tg, tg.Port)
+	ctx := context.Background()
+	run := agreement.NewRun()
+	l, _, err := agreement.Take(ctx, h, run, "first", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := agreement.KeyFile{Path: "/run/keys/k", User: "root", Group: "root", Mode: "0400", Units: []string{"k.service"}}
+	actions := func(run string) map[string]string {
+		return map[string]string{
+			"keys":         agreement.KeysScript(run, "keys", "d", []agreement.KeyFile{key}, nil, nil),
+			"restart":      agreement.RestartScript(run, "restart", "d", []string{"k.service"}),
+			"mark":         agreement.FencedMarkScript(run, "/nix/store/x-verified"),
+			"profile-back": agreement.ProfileBackScript(run, old),
+			"reboot":       agreement.RebootScript(run),
+		}
+	}
+	do := func(script string) (string, int) {
+		cmd := h.Command(ctx, script, false)
+		cmd.Stdin = strings.NewReader("c2VjcmV0\n")
+		out, err := cmd.CombinedOutput()
+		return string(out), exitOf(err)
+	}
+	for name, script := range actions(agreement.NewRun()) {
+		if out, exit := do(script); exit != agreement.FencedExit || !strings.Contains(out, agreement.FencedMarker) {
+			t.Errorf("%s of a run that holds no lease: exit %d, %q; want refused", name, exit, out)
+		}
+	}
+	if tg.Exists("/run/keys/k") || len(tg.Restarts()) != 0 || tg.Exists(agreement.SucceededFile) || len(tg.Events()) != 0 {
+		t.Errorf("a refused action changed the host: key %v, restarts %q, record %v, events %+v", tg.Exists("/run/keys/k"), tg.Restarts(), tg.Exists(agreement.SucceededFile), tg.Events())
+	}
+	mine := actions(run)
+	for _, name := range []string{"keys", "restart", "mark"} {
+		if out, exit := do(mine[name]); exit != 0 {
+			t.Errorf("%s of the lease's run: exit %d, %q", name, exit, out)
+		}
+	}
+	if !tg.Exists("/run/keys/k") || len(tg.Restarts()) != 1 || !tg.Exists(agreement.SucceededFile) {
+		t.Errorf("the holder's actions: key %v, restarts %q, record %v", tg.Exists("/run/keys/k"), tg.Restarts(), tg.Exists(agreement.SucceededFile))
+	}
+	// Another run takes the lease once this one ends, and acts: named
+	// by SinceScript, the ended run's own actions not.
+	l.Release()
+	other := agreement.NewRun()
+	l2, _, err := agreement.Take(ctx, h, other, "second", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, exit := do(agreement.FencedMarkScript(other, old)); exit != 0 {
+		t.Fatalf("the other run's mark: exit %d, %q", exit, out)
+	}
+	l2.Release()
+	third := agreement.NewRun()
+	l3, _, err := agreement.Take(ctx, h, third, "third", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l3.Release()
+	out, err := h.Output(ctx, agreement.SinceScript(run, []string{run, third}), false)
+	if err != nil || !strings.Contains(out, "other "+other+" mark\n") || strings.Contains(out, "other "+run) || !strings.Contains(out, "booted "+old) {
+		t.Errorf("since run's lease: %q (%v); want the other run's mark alone, and what the host booted", out, err)
+	}
+}
