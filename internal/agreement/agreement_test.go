@@ -80,8 +80,8 @@ func TestFencing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lines) != 5 || lines[0] != old || lines[2] != "systemd" || lines[4] != old {
-		t.Errorf("what the take read: %q, want the current system %s first, then bare, systemd, the last verified system, and what it boots (%[2]s)", lines, old)
+	if len(lines) != 6 || lines[0] != old || lines[2] != "systemd" || lines[4] != old || lines[5] != "keys" {
+		t.Errorf("what the take read: %q, want the current system %s first, then bare, systemd, the last verified system, what it boots (%[2]s), and no deployment's keys", lines, old)
 	}
 	// A second run finds the lock held, and by whom.
 	_, _, err = agreement.Take(ctx, h, agreement.NewRun(), "second", 0, timing, nil)

@@ -79,14 +79,22 @@ func GuardHolder(holder string) bool { return strings.HasPrefix(holder, guardHol
 // readEnd ends what readScript prints in the lock session's output.
 const readEnd = "--read--"
 
+// readKeyRecords prints "keys" and the name of each deployment's record
+// of the keys it wrote on the host (KeyRecord) that holds a path, with the
+// shell's builtins only.
+const readKeyRecords = `printf keys; for fleet_f in ` + KeyRecordDir + `/*; do [ -s "$fleet_f" ] || continue; case $fleet_f in *.restart|*.new) continue ;; esac; printf ' %s' "${fleet_f##*/}"; done; echo`
+
 // readScript prints the current system, whether the host is a container,
 // whether systemd runs, the last system a run finished with a passing
-// verdict and the system the host boots next (readBoots), a line each.
+// verdict, the system the host boots next (readBoots), and the
+// deployments whose record of keys the host keeps (readKeyRecords), a
+// line each.
 const readScript = `readlink -f /run/current-system || echo
 if systemd-detect-virt --container >/dev/null 2>&1; then echo container; else echo bare; fi
 if [ -d /run/systemd/system ]; then echo systemd; else echo nosystemd; fi
 ` + readSucceeded + `
-` + readBoots
+` + readBoots + `
+` + readKeyRecords
 
 // readBoots prints the system the host boots next, or an empty line when
 // it has no system profile: the profile's, from which NixOS's
@@ -122,7 +130,7 @@ done
 [ "$fleet_s" = idle ] || { flock -n -x ` + GuardFile + ` true 2>/dev/null && fleet_s=idle || fleet_s=settling; }
 echo "$fleet_s"
 ` + readBoots + `
-printf keys; for fleet_f in ` + KeyRecordDir + `/*; do [ -s "$fleet_f" ] || continue; case $fleet_f in *.restart|*.new) continue ;; esac; printf ' %s' "${fleet_f##*/}"; done; echo`
+` + readKeyRecords
 
 // MarkScript records on the host that system was deployed with a passing
 // verdict (SucceededFile).

@@ -111,6 +111,7 @@ type nodeRun struct {
 	bootAttempt        int       // the last boot.N action of the run (finalise's attempts, then the entry put back)
 	runs               []string  // the runs of this deploy's leases, in order
 	stepNow            StepName  // the step running
+	keysStale          bool      // the host keeps keys the deployment wrote there that the node no longer has
 	rebootAskedAt      time.Time // when the deploy asked the host to reboot
 	rebooting          bool      // the new system is booted into, not activated live
 	rebootWhy          string    // why ("kernel, initrd changed", "reboot = always")
@@ -146,6 +147,8 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 		switch {
 		case steps[i] == readStep && nr.keysOnly:
 			steps = append(steps[:i+1:i+1], keysStep, restartStep)
+		case steps[i] == readStep && nr.keysStale && !slices.Contains(steps, keysStep):
+			steps = append(steps[:i+1:i+1], append([]*step{keysStep}, steps[i+1:]...)...)
 		case steps[i] == readStep && nr.r.BootEntryOnly:
 			steps = append(steps[:i+1:i+1], bootEntrySteps(steps[i+1:])...)
 		case steps[i] == rebootCheckStep && nr.rebooting:

@@ -82,8 +82,14 @@ var readStep = &step{
 			return ctx.Err()
 		}
 		lines := nr.read
-		for len(lines) < 5 {
+		for len(lines) < 6 {
 			lines = append(lines, "")
+		}
+		if f := strings.Fields(lines[5]); !nr.r.KeysTouched && nr.d.Options.Goal != GoalDryActivate && len(f) > 0 && f[0] == "keys" &&
+			(Current{KeyRecords: f[1:]}).HasKeys(nr.d.Options.Deployment) {
+			// The host keeps the deployment's record of keys it wrote
+			// there, which the node no longer has: they go now.
+			nr.r.KeysTouched, nr.keysStale = true, true
 		}
 		nr.r.PreviousSystem = strings.TrimSpace(lines[0])
 		nr.r.CurrentSystem = nr.r.PreviousSystem

@@ -282,11 +282,13 @@ type nodeLook struct {
 // compared by digest, computed on the host, in memory here) and which
 // files the deployment's record on the host names that no key of the node
 // is written to now. A node with no key now is asked only when the
-// refresh found the deployment's record on its host. A node the refresh
-// did not read (-refresh=false, and the apply's own plan, which must
-// decide as the plan did) is asked over a login of its own.
+// refresh found the deployment's record on its host, or when the refresh
+// did not read it because it was held (it was not deployed when keys
+// may have changed). A node the refresh did not read (-refresh=false, and
+// the apply's own plan, which must decide as the plan did) is asked over
+// a login of its own. A node held now is not asked.
 func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, nodes []deployNodeModel, priors map[string]priorNode,
-	readNow map[string]deploy.Settings, held map[string]heldNode, confs []keyConf) map[string]nodeLook {
+	readNow map[string]deploy.Settings, held map[string]heldNode, hold map[string]bool, confs []keyConf) map[string]nodeLook {
 	if !fullyKnown(m.Defaults) {
 		return nil
 	}
@@ -302,7 +304,7 @@ func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, no
 	}
 	var jobs []*job
 	for _, n := range nodes {
-		if !fullyKnownNode(n) || !nodeKeysKnown(confs, n.Name.ValueString()) {
+		if !fullyKnownNode(n) || !nodeKeysKnown(confs, n.Name.ValueString()) || hold[n.Name.ValueString()] {
 			continue
 		}
 		name := n.Name.ValueString()
@@ -323,6 +325,9 @@ func (r *deploymentResource) keyLook(ctx context.Context, m *deploymentModel, no
 		case j.sess != nil && j.sess.Current.HasKeys(m.ID.ValueString()):
 			// No key now, but the host keeps the deployment's record of
 			// keys it wrote there.
+		case j.sess == nil && priors[name].action == actionSkip:
+			// Held at the last apply, and not read since: its host may
+			// keep keys removed meanwhile.
 		default:
 			continue
 		}

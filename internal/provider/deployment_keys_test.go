@@ -40,6 +40,11 @@ func digest(s string) string {
 // when it changes alone) on every node, from an ephemeral variable, and
 // api-token (after the verdict) on n1 and n2, unless extra says otherwise.
 func keysConfig(tgs []*nixtest.Target, systems []string, keys, contents string) string {
+	return keysConfigWith(tgs, systems, keys, contents, "")
+}
+
+// keysConfigWith is keysConfig with more of the deployment's attributes.
+func keysConfigWith(tgs []*nixtest.Target, systems []string, keys, contents, more string) string {
 	return `
 variable "db_password" {
   type      = string
@@ -51,7 +56,7 @@ variable "api_token" {
   sensitive = true
   ephemeral = true
 }
-` + deploymentConfig(tgs, systems, "  keys = {\n"+keys+"  }\n  key_contents_wo = {\n"+contents+"  }\n")
+` + deploymentConfig(tgs, systems, "  keys = {\n"+keys+"  }\n  key_contents_wo = {\n"+contents+"  }\n"+more)
 }
 
 const (
@@ -192,6 +197,13 @@ func TestDeploymentKeysReachTheHosts(t *testing.T) {
 			}
 			s.WantNoChanges()
 
+			// A key put in place with a switch restarts its units once the
+			// new system runs (before the verdict), as a key alone does.
+			for i, tg := range tgs {
+				if got := tg.Restarts(); len(got) != 1 || got[0] != restartUnit {
+					t.Errorf("n%d restarted %q after the switch, want %s once", i+1, got, restartUnit)
+				}
+			}
 			// A reboot empties /run/keys: here one host's key goes.
 			calls := len(tgs[1].Calls())
 			if err := os.Remove(tgs[1].Path(dbKeyPath)); err != nil {
@@ -219,8 +231,8 @@ func TestDeploymentKeysReachTheHosts(t *testing.T) {
 			if got := tgs[1].Calls()[calls:]; len(got) != 0 {
 				t.Errorf("n2 was switched again for its key: %q", got)
 			}
-			if got := tgs[1].Restarts(); len(got) != 1 || got[0] != restartUnit {
-				t.Errorf("n2 restarted %q, want %s once", got, restartUnit)
+			if got := tgs[1].Restarts(); len(got) != 2 || got[1] != restartUnit {
+				t.Errorf("n2 restarted %q, want %s once more, for the key put back", got, restartUnit)
 			}
 			s.WantNoChanges()
 
@@ -563,3 +575,73 @@ func TestDeploymentKeysOnARealSystemdHost(t *testing.T) {
 		})
 	}
 }
+
+// Keys removed while their node is not deployed (held) go from its host
+// the next time it is (issue 47): the host's record of the keys the
+// deployment wrote there says which, though state no longer names them;
+// the plan says so, with the node's action keys; the deployment's last
+// keys, removed at once, too. A converged fleet then plans nothing.
+func TestDeploymentKeysRemovedWhileANodeWasHeldGoLater(t *testing.T) {
+	t.Parallel()
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.AlternateCLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := []*nixtest.Target{nixtest.NewTarget(t), nixtest.NewTarget(t)}
+			systems := []string{sys, sys}
+			for _, tg := range tgs {
+				tg.Boot(t, sys)
+			}
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.Setenv("TF_VAR_db_password", secretValue(t))
+			s.Setenv("TF_VAR_api_token", secretValue(t))
+			api := `    "api-token"   = {}` + "\n"
+			s.WriteConfig(keysConfig(tgs, systems, dbKey+api, dbContent+apiContent))
+			s.Run("apply", "-auto-approve", "-input=false")
+			for i, tg := range tgs {
+				if _, _, _, ok := keyFile(t, tg, apiKeyPath); !ok {
+					t.Fatalf("n%d lacks %s", i+1, apiKeyPath)
+				}
+			}
+			// api-token goes while n2 is held: n1 loses it, n2 keeps it.
+			s.WriteConfig(keysConfigWith(tgs, systems, dbKey, dbContent, holdN2))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if _, _, _, ok := keyFile(t, tgs[0], apiKeyPath); ok {
+				t.Errorf("n1 keeps %s", apiKeyPath)
+			}
+			if _, _, _, ok := keyFile(t, tgs[1], apiKeyPath); !ok {
+				t.Errorf("the held n2 lost %s", apiKeyPath)
+			}
+			// n2 is deployed again: its host's record names api-token.
+			s.WriteConfig(keysConfig(tgs, systems, dbKey, dbContent))
+			plan, _ := s.Run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, "Key "+apiKeyPath+" will be removed from node n2") || !strings.Contains(plan, `"n2" = "skip" -> "keys"`) {
+				t.Errorf("the plan does not remove n2's stale key:\n%s", plan)
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			if _, _, _, ok := keyFile(t, tgs[1], apiKeyPath); ok {
+				t.Errorf("n2 keeps %s once deployed again", apiKeyPath)
+			}
+			s.WantNoChanges()
+			// Every key goes while n2 is held; then n2 is deployed again.
+			s.WriteConfig(keysConfigWith(tgs, systems, "", "", holdN2))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if _, _, _, ok := keyFile(t, tgs[1], dbKeyPath); !ok {
+				t.Errorf("the held n2 lost %s", dbKeyPath)
+			}
+			s.WriteConfig(keysConfigWith(tgs, systems, "", "", ""))
+			plan, _ = s.Run("plan", "-input=false", "-no-color")
+			if !strings.Contains(plan, "Key "+dbKeyPath+" will be removed from node n2") {
+				t.Errorf("the plan does not remove the held node's last key:\n%s", plan)
+			}
+			s.Run("apply", "-auto-approve", "-input=false")
+			if _, _, _, ok := keyFile(t, tgs[1], dbKeyPath); ok {
+				t.Errorf("n2 keeps %s once deployed again", dbKeyPath)
+			}
+			s.WantNoChanges()
+		})
+	}
+}
+
+const holdN2 = `  hold = ["n2"]` + "\n"

@@ -180,7 +180,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 	priorKeys, _ := keyConfs(ctx, prior, nil)
 	var look map[string]nodeLook
 	if goal != deploy.GoalDryActivate && keysKnown && prior != nil {
-		look = r.keyLook(ctx, &plan, nodes, priors, readNow, held, keys)
+		look = r.keyLook(ctx, &plan, nodes, priors, readNow, held, hold, keys)
 	}
 	needs := map[string]keyNeeds{}
 	var needOrder, unknownKeys []string
