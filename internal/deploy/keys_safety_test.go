@@ -306,6 +306,14 @@ func TestKeysRotatedWithASwitchRestartTheirUnits(t *testing.T) {
 	if r := tg.Restarts(); !slices.Equal(r, []string{"db.service", "api.service", "db.service", "api.service"}) {
 		t.Errorf("restarts %q, want each unit again after the switch", r)
 	}
+	// The after-verdict key was rotated once the verdict passed: the
+	// activation found the one before.
+	rotated := sha256.Sum256(after.Content)
+	for _, seen := range tg.KeysSeen() {
+		if strings.Contains(seen, "/run/keys/api "+hex.EncodeToString(rotated[:])) {
+			t.Errorf("the activation found the after-verdict key rotated already: %s", seen)
+		}
+	}
 	var verdictAt, restartAt int
 	for i, c := range tg.SystemctlCalls() {
 		if strings.HasPrefix(c, "restart") && strings.Contains(c, "db.service") {

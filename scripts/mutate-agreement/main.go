@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,9 +26,13 @@ import (
 	"time"
 )
 
-// mutation is one change to the code, an exact text replaced once.
+// mutation is one change to the code, an exact text replaced once (and,
+// with old2, a second one in the same file). With tests set it is caught
+// by those tests (go test -run tests in pkg), not by exploring.
 type mutation struct {
 	name, file, old, new string
+	old2, new2           string
+	tests, pkg           string
 }
 
 // mutations are the agreement's safety mutations: the review's five, the
@@ -41,43 +46,105 @@ type mutation struct {
 var mutations = []mutation{
 	{"the fence's lease check removed", "internal/agreement/scripts/fence.sh",
 		`[ "$fleet_t" = "$1" ] || { echo "{{.FencedMarker}}another deployment's lease holds the host's deploy lock: this deployer's had ended" >&2; exit {{.FencedExit}}; }`,
-		`:`},
+		`:`, "", "", "", ""},
 	{"a new lease does not wait for the earlier run's actors (the guard)", "internal/agreement/scripts/take.sh",
-		"until flock -n 8; do", "until true; do"},
+		"until flock -n 8; do", "until true; do", "", "", "", ""},
 	{"the host never ends a silent lease", "internal/agreement/scripts/take.sh",
-		"[ $fleet_m -lt {{.LeaseMisses}} ] || { kill -TERM $fleet_me; exit 0; }", "[ $fleet_m -lt {{.LeaseMisses}} ] || :"},
+		"[ $fleet_m -lt {{.LeaseMisses}} ] || { kill -TERM $fleet_me; exit 0; }", "[ $fleet_m -lt {{.LeaseMisses}} ] || :", "", "", "", ""},
 	{"a confirmation the watchdog had refused recorded Succeeded", "internal/deploy/steps.go",
 		"case err == nil && decision == agreement.DecisionConfirm:",
-		"case err == nil && (decision == agreement.DecisionConfirm || decision == agreement.DecisionRollback):"},
+		"case err == nil && (decision == agreement.DecisionConfirm || decision == agreement.DecisionRollback):", "", "", "", ""},
 	{"a lost confirmation's answer recorded RolledBack without asking", "internal/deploy/steps.go",
 		"\to, err := nr.settle(ctx, true)\n\tswitch {",
-		"\to, err := settled{phase: PhaseRolledBack, text: \"rolled back\"}, error(nil)\n\tswitch {"},
+		"\to, err := settled{phase: PhaseRolledBack, text: \"rolled back\"}, error(nil)\n\tswitch {", "", "", "", ""},
 	{"a retried activation taken for finished (the attempt's status as the activation's)", "internal/agreement/scripts/unit.sh",
-		`[ "$rc" = {{.SwitchLockedExit}} ] || echo "$rc" > "$d/activated"`, `[ "$rc" = {{.SwitchLockedExit}} ] || :; echo "$rc" > "$d/activated"`},
+		`[ "$rc" = {{.SwitchLockedExit}} ] || echo "$rc" > "$d/activated"`, `[ "$rc" = {{.SwitchLockedExit}} ] || :; echo "$rc" > "$d/activated"`, "", "", "", ""},
 	{"the watchdog switches back while an attempt runs", "internal/agreement/scripts/watchdog.sh",
-		"\n{{.StopAttempts}}\n", "\n:\n"},
+		"\n{{.StopAttempts}}\n", "\n:\n", "", "", "", ""},
 	{"the activation starts without its lease", "internal/agreement/scripts/unit.sh",
-		`if [ "$fleet_t" != {{q .Run}} ]; then echo`, `if false && [ "$fleet_t" != {{q .Run}} ]; then echo`},
+		`if [ "$fleet_t" != {{q .Run}} ]; then echo`, `if false && [ "$fleet_t" != {{q .Run}} ]; then echo`, "", "", "", ""},
 	{"a host's records lost in a reboot read as a run that never started", "internal/agreement/scripts/ask.sh",
-		`[ -d "$d" ] || echo lost=yes`, `mkdir -p "$d"`},
+		`[ -d "$d" ] || echo lost=yes`, `mkdir -p "$d"`, "", "", "", ""},
 	{"a deploy's reboot not fenced", "internal/agreement/keys.go",
-		`fenceScript + "fleet_fence " + shell.Quote(run) + " reboot\nsystemctl reboot\n"`, `"systemctl reboot\n"`},
+		`fenceScript + "fleet_fence " + shell.Quote(run) + " reboot\nsystemctl reboot\n"`, `"systemctl reboot\n"`, "", "", "", ""},
 	{"the deployer takes a host for decided at half confirm_timeout", "internal/agreement/timing.go",
 		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm + watchdogTick }",
-		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm / 2 }"},
+		"func (t Timing) HostGivesUp() time.Duration { return t.Confirm / 2 }", "", "", "", ""},
 	{"the watchdog waits twice confirm_timeout", "internal/agreement/host.go",
-		"Confirm:            centis(a.Timing.Confirm),", "Confirm:            centis(2 * a.Timing.Confirm),"},
+		"Confirm:            centis(a.Timing.Confirm),", "Confirm:            centis(2 * a.Timing.Confirm),", "", "", "", ""},
 	{"a lease ends after twice its silence", "internal/agreement/host.go",
-		"LeaseMisses: leaseMisses,", "LeaseMisses: 2 * leaseMisses,"},
+		"LeaseMisses: leaseMisses,", "LeaseMisses: 2 * leaseMisses,", "", "", "", ""},
 	{"a spare only once the host may have decided", "internal/agreement/timing.go",
-		"return max(2*t.WordEvery(), t.Confirm/3)", "return t.HostGivesUp()"},
+		"return max(2*t.WordEvery(), t.Confirm/3)", "return t.HostGivesUp()", "", "", "", ""},
 	{"a word every confirm_timeout", "internal/agreement/timing.go",
-		"return min(max(t.Confirm/4, 100*time.Millisecond), time.Second)", "return t.Confirm"},
+		"return min(max(t.Confirm/4, 100*time.Millisecond), time.Second)", "return t.Confirm", "", "", "", ""},
+}
+
+// keyMutations are issue 47's: the six that survived every test of the
+// review (a temporary file 0644 while the content is written, the key
+// action unfenced, the restart action unfenced, an unchanged boot id
+// accepted as back, the units of keys not written restarted, the key
+// written straight to its destination), the seventh that only an
+// acceptance test caught (after-verdict keys uploaded before the
+// activation), and the review's others: a link or a directory another
+// user can write followed, something other than a file at a destination
+// written into, a boot back that undoes another deployer's switch, a
+// reboot that does not happen waited for to the end, a boot back without
+// the after-verdict keys, KeysUploaded assumed rather than read, a failure
+// after the reboot not undone. Each is caught by the tests it names.
+var keyMutations = []mutation{
+	{name: "a key's temporary file 0644 while its content is written", file: "internal/agreement/scripts/keys.sh",
+		old: `chmod -- "$5" /proc/self/fd/3 2>/dev/null || fleet_key_fail "$2" "chmod $5 failed"`, new: `chmod 0644 /proc/self/fd/3`,
+		old2: "fleet_c=\nexec 3>&-", new2: "fleet_c=\nchmod -- \"$5\" /proc/self/fd/3\nexec 3>&-",
+		tests: "TestKeysContentGoesToATemporaryFileOfTheKeysModeAndOwner", pkg: "./internal/deploy/"},
+	{name: "the key action unfenced", file: "internal/agreement/scripts/keys.sh",
+		old: "fleet_fence {{q .Run}} {{q .Action}}", new: ":",
+		tests: "TestKeysAndRebootActionsAreFenced", pkg: "./internal/agreement/"},
+	{name: "the restart action unfenced", file: "internal/agreement/keys.go",
+		old: `fenceScript + "fleet_fence " + shell.Quote(run) + " " + shell.Quote(action) + "\nsystemctl restart`, new: `"systemctl restart`,
+		tests: "TestKeysAndRebootActionsAreFenced", pkg: "./internal/agreement/"},
+	{name: "an unchanged boot id accepted as back", file: "internal/deploy/reboot.go",
+		old: "case err == nil && id != before:", new: "case err == nil:",
+		tests: "TestRebootAHostThatTakesLoginsWhileItShutsDown", pkg: "./internal/deploy/"},
+	{name: "the units of keys not written restarted", file: "internal/deploy/keys.go",
+		old:   "\tfor _, u := range h.Restart {\n\t\tnr.restartLater(u)\n\t}\n",
+		new:   "\tfor _, u := range h.Restart {\n\t\tnr.restartLater(u)\n\t}\n\tfor _, k := range keys {\n\t\tfor _, u := range k.RestartUnits {\n\t\t\tnr.restartLater(u)\n\t\t}\n\t}\n",
+		tests: "TestKeysPartlyWrittenRestartWhatWasWritten|TestKeysOnlyReachTheHostWhole", pkg: "./internal/deploy/"},
+	{name: "a key written straight to its destination", file: "internal/agreement/scripts/keys.sh",
+		old:  `fleet_t=$(mktemp -- "$fleet_d/.fleet-key.XXXXXX" 2>/dev/null) || { fleet_t=; fleet_key_fail "$2" "its directory $fleet_d is not writable"; }`,
+		new:  `fleet_t=$fleet_f; : > "$fleet_t"`,
+		old2: `mv -T -f -- "$fleet_t" "$fleet_f" 2>/dev/null || fleet_key_fail "$2" "the written file could not be renamed to it (is something other than a file there now?)"`, new2: ":",
+		tests: "TestKeysContentGoesToATemporaryFileOfTheKeysModeAndOwner", pkg: "./internal/deploy/"},
+	{name: "after-verdict keys uploaded before the activation", file: "internal/deploy/keys.go",
+		old: "if k.Upload == upload || upload == UploadBeforeActivation && k.Upload == \"\" {", new: "if k.Upload == upload || upload == UploadBeforeActivation {",
+		tests: "TestKeysRotatedWithASwitchRestartTheirUnits", pkg: "./internal/deploy/"},
+	{name: "a key's directory another user owns followed", file: "internal/agreement/scripts/keys.sh",
+		old: `[ "$fleet_u" = 0 ] || fleet_key_fail`, new: `[ -n "$fleet_u" ] || fleet_key_fail`,
+		tests: "TestKeysRefuseADirectoryAnotherUserCanWrite|TestKeysInAHostileUsersDirectoryAreRefused", pkg: "./internal/deploy/"},
+	{name: "something other than a file at a key's destination written over", file: "internal/agreement/scripts/keys.sh",
+		old: "fleet_not_file \"$2\" \"$fleet_f\"\n", new: "\n",
+		tests: "TestKeysRefuseWhatIsNotAFileAtTheDestination", pkg: "./internal/deploy/"},
+	{name: "a boot back that undoes another deployer's switch", file: "internal/deploy/reboot.go",
+		old: "\t\tif len(o.acted) > 0 {\n\t\t\treturn nr.leftToOthers(o, \"came back from its reboot\")", new: "\t\tif false {\n\t\t\treturn nr.leftToOthers(o, \"came back from its reboot\")",
+		tests: "TestRebootLeavesAnotherDeployersSwitch", pkg: "./internal/deploy/"},
+	{name: "a reboot that does not happen waited for to the end", file: "internal/deploy/reboot.go",
+		old: "case !away && time.Since(nr.rebootAskedAt) > nr.d.rebootStartBound():", new: "case false:",
+		tests: "TestRebootThatDoesNotHappenPutsTheEntryBack", pkg: "./internal/deploy/"},
+	{name: "a boot back without the after-verdict keys", file: "internal/deploy/reboot.go",
+		old: `err := nr.putKeys(ctx, "keys", nr.n.Keys, false)`, new: `err := nr.putKeys(ctx, "keys", nr.keysFor(UploadBeforeActivation), false)`,
+		tests: "TestRebootBootBackPutsEveryKeyBack", pkg: "./internal/deploy/"},
+	{name: "KeysUploaded assumed, not read from the host", file: "internal/deploy/keys.go",
+		old: "\t\tif why := nr.keys.here[k.Name]; why != \"\" {\n\t\t\tmissing", new: "\t\tif why := nr.keys.here[k.Name]; false {\n\t\t\tmissing",
+		tests: "TestKeysAfterVerdictWaitForAVerdict|TestRebootByHandDuringTheKeys", pkg: "./internal/deploy/"},
+	{name: "a failure after the reboot not undone", file: "internal/deploy/node.go",
+		old: "if nr.entrySet && !nr.judged && !nr.leftAlone && f.phase != PhaseUnknown {", new: "if false {",
+		tests: "TestRebootKeyFailureAfterTheRebootBootsBack|TestRebootThatDoesNotHappenPutsTheEntryBack", pkg: "./internal/deploy/"},
 }
 
 func main() {
 	schedules := flag.Int("schedules", 50, "fresh schedules the explorer draws for each mutation")
 	only := flag.String("run", "", "comma-separated substrings: only the mutations whose names hold one")
+	list := flag.Bool("list", false, "check that each mutation applies to HEAD and list them, running nothing")
 	flag.Parse()
 	root, err := os.Getwd()
 	if err != nil {
@@ -87,7 +154,7 @@ func main() {
 		fail(err)
 	}
 	var chosen []mutation
-	for _, m := range mutations {
+	for _, m := range append(slices.Clone(mutations), keyMutations...) {
 		if *only != "" && !matches(m.name, *only) {
 			continue
 		}
@@ -95,12 +162,38 @@ func main() {
 			fail(fmt.Errorf("%s: %w", m.name, err))
 		}
 		chosen = append(chosen, m)
+		if *list {
+			by := "fresh schedules"
+			if m.tests != "" {
+				by = m.tests
+			}
+			fmt.Printf("%s\t(%s)\n", m.name, by)
+		}
+	}
+	if *list {
+		return
 	}
 	var rows strings.Builder
 	rows.WriteString("mutation\tcaught by\tfirst seed\ttook\n")
 	missed := 0
 	for _, m := range chosen {
 		start := time.Now()
+		if m.tests != "" {
+			failed, err := tryTests(root, m)
+			if err != nil {
+				fail(fmt.Errorf("%s: %w", m.name, err))
+			}
+			caught := "no test: " + m.tests
+			if len(failed) > 0 {
+				caught = strings.Join(failed, ", ")
+			} else {
+				missed++
+			}
+			row := fmt.Sprintf("%s\t%s\t-\t%s\n", m.name, caught, time.Since(start).Round(time.Second))
+			fmt.Fprint(os.Stderr, strings.ReplaceAll(row, "\t", "  "))
+			rows.WriteString(row)
+			continue
+		}
 		broke, err := try(root, m, *schedules)
 		if err != nil {
 			fail(fmt.Errorf("%s: %w", m.name, err))
@@ -123,7 +216,7 @@ func main() {
 		fail(err)
 	}
 	if missed > 0 {
-		fmt.Fprintf(os.Stderr, "mutate-agreement: %d mutations caught by no schedule\n", missed)
+		fmt.Fprintf(os.Stderr, "mutate-agreement: %d mutations caught by no schedule or test\n", missed)
 		os.Exit(1)
 	}
 }
@@ -137,35 +230,75 @@ func matches(name, only string) bool {
 	return false
 }
 
+// worktree makes a worktree of HEAD with m applied; done removes it.
+func worktree(root string, m mutation) (tree string, done func(), err error) {
+	dir, err := os.MkdirTemp("", "mutate-agreement-")
+	if err != nil {
+		return "", nil, err
+	}
+	tree = filepath.Join(dir, "tree")
+	done = func() {
+		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", tree).Run()
+		_ = os.RemoveAll(dir)
+	}
+	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", tree, "HEAD").CombinedOutput(); err != nil {
+		done()
+		return "", nil, fmt.Errorf("git worktree add: %v: %s", err, out)
+	}
+	path := filepath.Join(tree, m.file)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		var mutated string
+		if mutated, err = m.apply(string(b)); err == nil {
+			err = os.WriteFile(path, []byte(mutated), 0o644)
+		}
+	}
+	if err != nil {
+		done()
+		return "", nil, err
+	}
+	return tree, done, nil
+}
+
+var failPattern = regexp.MustCompile(`(?m)^--- FAIL: (\S+)`)
+
+// tryTests applies m in a worktree of HEAD and runs its tests; it returns
+// those that failed. A mutation that does not build is an error.
+func tryTests(root string, m mutation) ([]string, error) {
+	tree, done, err := worktree(root, m)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	cmd := exec.Command("go", "test", "-race", "-count=1", "-timeout", "20m", "-parallel", "8", "-run", "^("+m.tests+")$", m.pkg)
+	cmd.Dir = tree
+	out, _ := cmd.CombinedOutput()
+	if err := os.WriteFile(filepath.Join(root, "bench", "out", "mutate-"+slug(m.name)+".txt"), out, 0o644); err != nil {
+		return nil, err
+	}
+	if strings.Contains(string(out), "[build failed]") || strings.Contains(string(out), "[setup failed]") {
+		return nil, fmt.Errorf("the mutation does not build:\n%s", tail(string(out), 20))
+	}
+	var failed []string
+	for _, f := range failPattern.FindAllSubmatch(out, -1) {
+		failed = append(failed, string(f[1]))
+	}
+	if len(failed) == 0 && !strings.Contains(string(out), "\nok ") {
+		return nil, fmt.Errorf("the tests did not run:\n%s", tail(string(out), 20))
+	}
+	return failed, nil
+}
+
 var brokePattern = regexp.MustCompile(`explored \d+ schedules .*; \d+ broke the agreement: \[([0-9 ]*)\]`)
 
 // try applies m in a worktree of HEAD and explores; it returns the seeds
 // whose schedules broke an invariant.
 func try(root string, m mutation, schedules int) ([]uint64, error) {
-	dir, err := os.MkdirTemp("", "mutate-agreement-")
+	tree, done, err := worktree(root, m)
 	if err != nil {
 		return nil, err
 	}
-	tree := filepath.Join(dir, "tree")
-	defer func() {
-		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", tree).Run()
-		_ = os.RemoveAll(dir)
-	}()
-	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", tree, "HEAD").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("git worktree add: %v: %s", err, out)
-	}
-	path := filepath.Join(tree, m.file)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	mutated, err := m.apply(string(b))
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, []byte(mutated), 0o644); err != nil {
-		return nil, err
-	}
+	defer done()
 	cmd := exec.Command("go", "test", "-race", "-count=1", "-timeout", "0", "-parallel", "8", "-v", "-run", "^TestHostAgreementExplored$", "./internal/deploy/")
 	cmd.Dir = tree
 	cmd.Env = append(os.Environ(), "FLEET_EXPLORE_FRESH_ONLY=1", "FLEET_EXPLORE_SCHEDULES="+strconv.Itoa(schedules))
@@ -192,10 +325,16 @@ func try(root string, m mutation, schedules int) ([]uint64, error) {
 // apply is text, m's file, with m's old text replaced by its new; an
 // error when the old text does not occur in it exactly once.
 func (m mutation) apply(text string) (string, error) {
-	if n := strings.Count(text, m.old); n != 1 {
-		return "", fmt.Errorf("the text to mutate occurs %d times in %s (want once): the code changed; update the mutation", n, m.file)
+	for _, e := range [][2]string{{m.old, m.new}, {m.old2, m.new2}} {
+		if e[0] == "" {
+			continue
+		}
+		if n := strings.Count(text, e[0]); n != 1 {
+			return "", fmt.Errorf("the text to mutate occurs %d times in %s (want once): the code changed; update the mutation", n, m.file)
+		}
+		text = strings.Replace(text, e[0], e[1], 1)
 	}
-	return strings.Replace(text, m.old, m.new, 1), nil
+	return text, nil
 }
 
 // check says whether m applies to HEAD (see apply), before any is
