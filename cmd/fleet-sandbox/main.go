@@ -44,12 +44,15 @@ type host struct {
 }
 
 type vars struct {
-	User           string          `json:"user"`
-	ClientKeyFile  string          `json:"client_key_file"`
-	KnownHostsFile string          `json:"known_hosts_file"`
-	Hosts          map[string]host `json:"hosts"`
-	StorageRoot    string          `json:"storage_root"`
-	Nodes          map[string]host `json:"nodes"`
+	User           string `json:"user"`
+	ClientKeyFile  string `json:"client_key_file"`
+	KnownHostsFile string `json:"known_hosts_file"`
+	// Left out when their hosts were not started (-start), so that a
+	// configuration of what was started is not warned of values for
+	// variables it does not declare.
+	Hosts       map[string]host `json:"hosts,omitempty"`
+	StorageRoot string          `json:"storage_root,omitempty"`
+	Nodes       map[string]host `json:"nodes,omitempty"`
 	// Deploy targets: NixOS-like hosts and the systems to switch them to.
 	DeployTargets []deployTarget `json:"deploy_targets"`
 	// NixOSDir holds the deploy targets' configurations, a flake

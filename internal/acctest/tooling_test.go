@@ -243,6 +243,13 @@ func TestMakeSandboxStartsOnlyWhatIsAskedFor(t *testing.T) {
 	if len(vars.Hosts) != 0 || len(vars.Nodes) != 0 || len(vars.DeployTargets) != 2 || vars.DeployTargets[0].Name != "node01" {
 		t.Fatalf("-start= -deploy-hosts 2: %d hosts, %d storage nodes, %d deploy targets; want 0, 0 and node01, node02:\n%s", len(vars.Hosts), len(vars.Nodes), len(vars.DeployTargets), b)
 	}
+	// The variables of hosts not started are left out: a configuration
+	// that deploys only is not warned of values it does not declare.
+	for _, name := range []string{`"hosts"`, `"nodes"`, `"storage_root"`} {
+		if strings.Contains(string(b), name) {
+			t.Errorf("the sandbox's variables hold %s, whose hosts it did not start:\n%s", name, b)
+		}
+	}
 	for _, d := range vars.DeployTargets {
 		login := func(user, command string) (string, error) {
 			out, err := exec.Command("ssh", "-F", "none", "-i", d.PrivateKeyFile, "-p", fmt.Sprint(d.Port),
