@@ -112,6 +112,7 @@ type nodeRun struct {
 	runs               []string  // the runs of this deploy's leases, in order
 	stepNow            StepName  // the step running
 	keysStale          bool      // the host keeps keys the deployment wrote there that the node no longer has
+	entryBackBegun     bool      // the undo of a boot entry began pointing it back
 	rebootAskedAt      time.Time // when the deploy asked the host to reboot
 	rebooting          bool      // the new system is booted into, not activated live
 	rebootWhy          string    // why ("kernel, initrd changed", "reboot = always")

@@ -451,8 +451,19 @@ var bootVerdictStep = &step{
 // see undoBoot.
 var undoStep = &step{
 	name: StepUndoBoot, does: "putting the boot entry back to the system before", cond: CondBootloader,
-	leaves: func(nr *nodeRun, _ bool) string {
+	leaves: func(nr *nodeRun, during bool) string {
 		prev := orNone(nr.r.PreviousSystem)
+		if during && nr.entryBackBegun {
+			// Where the entry points now, if the host says at once.
+			boots, ok := nr.bootsNow()
+			if !ok && nr.r.BootSystem != nr.r.PreviousSystem {
+				nr.r.BootSystem = ""
+				return fmt.Sprintf("the boot entry was being put back to %s, and may point at it or still at %s (the host could not say at once; the next refresh reads it); the host runs %s", prev, nr.n.System, orNone(nr.r.CurrentSystem))
+			}
+			if ok {
+				nr.r.BootSystem = boots
+			}
+		}
 		switch {
 		case nr.r.BootSystem == nr.r.PreviousSystem && nr.booted:
 			return fmt.Sprintf("the boot entry points back at %s, which the host boots at its next reboot; it may still run %s", prev, nr.n.System)
@@ -573,6 +584,18 @@ func (nr *nodeRun) undoBoot(ctx context.Context) {
 	nr.bootBack(ctx, prev)
 }
 
+// bootsNow reads, within askTimeout (an interrupted deploy ends at once),
+// what the host boots next: its system profile's system.
+func (nr *nodeRun) bootsNow() (string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+	defer cancel()
+	out, err := output(nr.c.Command(ctx, "readlink -e "+agreement.ProfilePath))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(out), true
+}
+
 // currentOnHost reads what the host runs, over the node's connection.
 func (nr *nodeRun) currentOnHost(ctx context.Context) (string, error) {
 	out, err := output(nr.c.Command(ctx, "readlink -f /run/current-system"))
@@ -586,6 +609,7 @@ func (nr *nodeRun) currentOnHost(ctx context.Context) (string, error) {
 // entryBack points the system profile and the boot entry back at prev,
 // fenced, and records where they point.
 func (nr *nodeRun) entryBack(ctx context.Context, prev string) error {
+	nr.entryBackBegun = true
 	out, err := output(nr.c.Command(ctx, agreement.ProfileBackScript(nr.run(), prev)))
 	if err != nil {
 		_, msg := exitOf(err, out)

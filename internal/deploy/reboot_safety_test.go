@@ -244,3 +244,45 @@ func TestRebootLeavesAnotherDeployersSwitch(t *testing.T) {
 		t.Errorf("record: rolled back %v, runs %s", res[0].RolledBack, res[0].CurrentSystem)
 	}
 }
+
+// An interrupt during the boot back, once the boot entry points back at
+// the system before, says so: not that the host boots the new system.
+func TestRebootInterruptDuringTheBootBackSaysWhatTheHostBoots(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	bad := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	tg.SetRebootDown(3 * time.Second)
+	d := deployer(t, rebootOpts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	onStep(d, deploy.StepUndoBoot, false, func() {
+		go func() {
+			for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if tg.BootEntry() == old {
+					cancel()
+					return
+				}
+			}
+		}()
+	})
+	res := d.Deploy(ctx, []deploy.Target{targetOf(tg, "n1", bad)}, nil)
+	// The host says where its entry points (within the moment an
+	// interrupted deploy gives it), or the record says it is not known.
+	switch res[0].BootSystem {
+	case old:
+		if !strings.Contains(res[0].Message, "the boot entry points back at "+old) {
+			t.Errorf("an interrupt once the boot entry was put back: %s", res[0].Message)
+		}
+	case "":
+		if !strings.Contains(res[0].Message, "may point at it or still at "+bad) {
+			t.Errorf("an interrupt once the boot entry was put back: %s", res[0].Message)
+		}
+	default:
+		t.Errorf("record: boots %s, want %s (or not known): %s", res[0].BootSystem, old, res[0].Message)
+	}
+	if strings.Contains(res[0].Message, "runs and boots "+bad) {
+		t.Errorf("the record says the host boots the new system, whose entry was put back: %s", res[0].Message)
+	}
+}
