@@ -169,7 +169,7 @@ func TestHostileLoop(t *testing.T) {
 	h.Own("/run/svc")
 	h.Loop(t, 42)
 	d.must(`for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do echo x > /run/svc/f$i; sleep 0.05; done`)
-	if !eventually(5*time.Second, func() bool { return len(hostileEvents(tg)) > 0 }) {
+	if !eventually(30*time.Second, func() bool { return len(hostileEvents(tg)) > 0 }) {
 		t.Fatal("the loop made no attack")
 	}
 	for _, e := range hostileEvents(tg) {
@@ -179,7 +179,7 @@ func TestHostileLoop(t *testing.T) {
 	}
 	tg.SetRebootLinger(0)
 	tg.Reboot(200 * time.Millisecond)
-	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 1 }) || !tg.WaitUp(5*time.Second) {
+	if !eventually(30*time.Second, func() bool { return len(tg.Boots()) == 1 }) || !tg.WaitUp(30*time.Second) {
 		t.Fatal("the target did not reboot")
 	}
 	booted := tg.Boots()[0].Up
@@ -187,7 +187,7 @@ func TestHostileLoop(t *testing.T) {
 		t.Fatalf("/run/svc after the reboot: %v", err)
 	}
 	d.must(`for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do echo x > /run/svc/g$i; sleep 0.05; done`)
-	if !eventually(5*time.Second, func() bool {
+	if !eventually(30*time.Second, func() bool {
 		ev := hostileEvents(tg)
 		return len(ev) > 0 && ev[len(ev)-1].Time.After(booted)
 	}) {

@@ -152,10 +152,12 @@ func TestRebootLingers(t *testing.T) {
 	tg.SetRebootLinger(0)
 	at := time.Now()
 	tg.Reboot(300 * time.Millisecond)
-	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 2 }) {
+	if !eventually(30*time.Second, func() bool { return len(tg.Boots()) == 2 }) {
 		t.Fatal("the second reboot did not happen")
 	}
-	if down := tg.Boots()[1].Down.Sub(at); down > 500*time.Millisecond {
+	// At once: well before the linger above would have let it (a
+	// generous bound: the machine may be busy).
+	if down := tg.Boots()[1].Down.Sub(at); down >= 2*time.Second {
 		t.Errorf("without a linger the target went down %s after it was asked", down)
 	}
 }
@@ -224,13 +226,13 @@ func TestRebootRefusals(t *testing.T) {
 	if out, code := d.ssh("", "systemctl reboot -i"); code != 0 {
 		t.Errorf("systemctl reboot -i on an inhibited target: exit %d, %q", code, out)
 	}
-	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 1 }) || !tg.WaitUp(5*time.Second) {
+	if !eventually(30*time.Second, func() bool { return len(tg.Boots()) == 1 }) || !tg.WaitUp(30*time.Second) {
 		t.Fatal("systemctl reboot -i did not reboot an inhibited target")
 	}
 	// The harness's own reboot is never refused.
 	tg.SetRebootRefusal(RebootHangs)
 	tg.Reboot(200 * time.Millisecond)
-	if !eventually(5*time.Second, func() bool { return len(tg.Boots()) == 2 }) {
+	if !eventually(30*time.Second, func() bool { return len(tg.Boots()) == 2 }) {
 		t.Error("Target.Reboot was refused")
 	}
 	if got := refused(); len(got) != 3 {
