@@ -148,10 +148,15 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 		switch {
 		case steps[i] == readStep && nr.keysOnly:
 			steps = append(steps[:i+1:i+1], keysStep, restartStep)
-		case steps[i] == readStep && nr.keysStale && !slices.Contains(steps, keysStep):
-			steps = append(steps[:i+1:i+1], append([]*step{keysStep}, steps[i+1:]...)...)
-		case steps[i] == readStep && nr.r.BootEntryOnly:
-			steps = append(steps[:i+1:i+1], bootEntrySteps(steps[i+1:])...)
+		case steps[i] == readStep:
+			if nr.r.BootEntryOnly {
+				steps = append(steps[:i+1:i+1], bootEntrySteps(steps[i+1:])...)
+			}
+			if nr.keysStale && !slices.Contains(steps, keysStep) {
+				// Keys the node no longer has go before anything else
+				// changes on the host.
+				steps = append(steps[:i+1:i+1], append([]*step{keysStep}, steps[i+1:]...)...)
+			}
 		case steps[i] == rebootCheckStep && nr.rebooting:
 			steps = append(steps[:i+1:i+1], nr.rebootSteps(steps[i+1:])...)
 		}
