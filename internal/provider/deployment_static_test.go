@@ -111,6 +111,12 @@ func TestDeploymentRefusesStaticFaults(t *testing.T) {
 			[]string{"Unknown node in a key's nodes", `keys["db"].nodes names "n9", which is not in nodes (n1)`}},
 		{"a unit that is not a unit name", resource("nodes = [" + node("") + "]\nkeys = { db = { restart_units = [\"x.service; reboot\"] } }\nkey_contents_wo = { db = \"x\" }"), "validate",
 			[]string{`keys["db"].restart_units`, "a systemd unit name"}},
+		// Issue 47: a pattern restarts every unit it matches; goal boot
+		// judges nothing for an after-verdict key to wait for.
+		{"a unit pattern", resource("nodes = [" + node("") + "]\nkeys = { db = { restart_units = [\"*\"] } }\nkey_contents_wo = { db = \"x\" }"), "validate",
+			[]string{`keys["db"].restart_units`, "a systemd unit name"}},
+		{"an after-verdict key with goal boot", resource("nodes = [" + node("") + "]\ngoal = \"boot\"\nkeys = { db = { upload = \"after-verdict\" } }\nkey_contents_wo = { db = \"x\" }"), "validate",
+			[]string{"After-verdict key without a verdict", `keys["db"].upload = "after-verdict"`, `goal "boot" judges nothing`}},
 		{"a colmena key setting", resource("nodes = [" + node("") + "]\nkeys = { db = { destDir = \"/run/keys\" } }\nkey_contents_wo = { db = \"x\" }"), "validate",
 			[]string{`"destDir" is not expected in keys["db"]`, "destination takes the file's whole path"}},
 		{"a null content", resource("nodes = [" + node("") + "]\nkeys = { db = {} }\nkey_contents_wo = { db = null }"), "validate",
