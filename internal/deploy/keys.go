@@ -347,7 +347,7 @@ func (nr *nodeRun) putKeys(ctx context.Context, action string, keys []Key, remov
 	}
 	h, err := keysOnHost(ctx, nr.c, nr.d.Options.Deployment, nr.n.Keys)
 	if err != nil {
-		return nr.keysFailed(ctx, err, nil)
+		return nr.keysFailed(ctx, err)
 	}
 	nr.keys.seen(nr.n.Keys, h.States)
 	for _, u := range h.Restart {
@@ -408,7 +408,7 @@ func (nr *nodeRun) putKeys(ctx context.Context, action string, keys []Key, remov
 	if err == nil {
 		return nil
 	}
-	return nr.keysFailed(ctx, err, writes, stderr)
+	return nr.keysFailed(ctx, err, stderr)
 }
 
 // restartLater adds u to the units to restart.
@@ -420,8 +420,8 @@ func (nr *nodeRun) restartLater(u string) {
 
 // keysFailed is the failure of a keys action or query that ended with
 // err, what its script said on standard error (stderr: never its standard
-// output, which holds digests) naming the key of writes at fault.
-func (nr *nodeRun) keysFailed(ctx context.Context, err error, writes []Key, stderr ...string) error {
+// output, which holds digests) naming the key at fault.
+func (nr *nodeRun) keysFailed(ctx context.Context, err error, stderr ...string) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
