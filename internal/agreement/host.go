@@ -89,7 +89,7 @@ const readKeyRecords = `printf keys; for fleet_f in ` + KeyRecordDir + `/*; do [
 // verdict, the system the host boots next (readBoots), and the
 // deployments whose record of keys the host keeps (readKeyRecords), a
 // line each.
-const readScript = `readlink -f /run/current-system || echo
+const readScript = `readlink -e /run/current-system || echo
 if systemd-detect-virt --container >/dev/null 2>&1; then echo container; else echo bare; fi
 if [ -d /run/systemd/system ]; then echo systemd; else echo nosystemd; fi
 ` + readSucceeded + `
@@ -119,7 +119,7 @@ const readSucceeded = `fleet_ok=; read -r fleet_ok 2>/dev/null <` + SucceededFil
 // wrote there (KeyRecord: only those that hold a path). Builtins only, but for one flock where a
 // watchdog's state says it has not finished (a live one holds the guard;
 // a killed one's state stays behind).
-const ReadCurrentScript = `readlink -f /run/current-system || echo
+const ReadCurrentScript = `readlink -e /run/current-system || echo
 ` + readSucceeded + `
 fleet_ok=; read -r fleet_ok 2>/dev/null <` + BootDefaultFile + ` || read -r fleet_ok 2>/dev/null <` + oldBootDefaultFile + `; printf '%s\n' "$fleet_ok"
 fleet_s=idle
@@ -282,7 +282,7 @@ func SinceScript(ref string, mine []string) string {
 	}
 	b.WriteString("case $a in act.*|unit.*|boot.*|profile|profile-back|reboot|mark) ;; *) continue ;; esac\n")
 	b.WriteString("if [ -d \"$fleet_ref\" ]; then [ -n \"$(find \"$f\" -prune -newer \"$fleet_ref\" 2>/dev/null)\" ] || continue; fi\n")
-	b.WriteString("echo \"other $r $a\"\ndone\necho \"booted $(readlink -f /run/booted-system)\"\n")
+	b.WriteString("echo \"other $r $a\"\ndone\necho \"booted $(readlink -e /run/booted-system)\"\n")
 	return Remote(b.String())
 }
 
@@ -509,6 +509,7 @@ var (
 	bootTmpl          = loadScript("boot.sh")
 	askTmpl           = loadScript("ask.sh")
 	keysTmpl          = loadScript("keys.sh")
+	keyPathTmpl       = loadScript("keypath.sh")
 )
 
 // loadScript parses scripts/name. Every line whose first non-blank

@@ -2,6 +2,7 @@ package agreement
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/shell"
@@ -64,35 +65,53 @@ func KeysScript(run, action, deployment string, writes []KeyFile, adopts, remove
 		ws[i] = write{Path: k.Path, User: k.User, Group: k.Group, Mode: k.Mode, Units: strings.Join(k.Units, " ")}
 	}
 	return Remote(fenceScript + render(keysTmpl, struct {
-		Run, Action, Record, RecordDir, KeyFailed string
-		Writes                                    []write
-		Adopts, Removes                           []string
+		Run, Action, Record, RecordDir, KeyFailed, KeyPath string
+		Writes                                             []write
+		Adopts, Removes                                    []string
 	}{
-		Run: run, Action: action, Record: KeyRecord(deployment), RecordDir: KeyRecordDir, KeyFailed: KeyFailed,
+		Run: run, Action: action, Record: KeyRecord(deployment), RecordDir: KeyRecordDir, KeyFailed: KeyFailed, KeyPath: keyPath,
 		Writes: ws, Adopts: adopts, Removes: removes,
 	}))
 }
 
+// keyPath defines the rule of a key's path (scripts/keypath.sh):
+// fleet_dir_safe, fleet_chain_safe and fleet_walk.
+var keyPath = render(keyPathTmpl, nil)
+
+// KeyLargest is the largest file the key query reads: a key is a
+// password, a token or a certificate; something larger at a key's path is
+// not one (a file a user planted there).
+const KeyLargest = 1 << 20
+
 // KeysQueryScript prints a line for each of paths: "present DIGEST USER
-// GROUP MODE" (the SHA-256 of its content, computed on the host; the mode
-// in octal), "other" when it is not a regular file, or "missing"; then
-// "recorded PATH" for each path deployment's key record names, and
-// "restart UNIT" for each unit waiting for a restart; then "end".
+// GROUP MODE" (the SHA-256 of its content, computed on the host within
+// ten seconds; the mode in octal), "other" when something other than a
+// regular file is there, "large" for a file larger than KeyLargest,
+// "unsafe WHY" when the path breaks the rule of a key's path (keypath.sh:
+// nothing there is read), or "missing"; then "recorded PATH" for each path
+// deployment's key record names, and "restart UNIT" for each unit waiting
+// for a restart; then "end". Root reads only what the rule lets it: never
+// through another user's link, never a FIFO, never without a bound.
 func KeysQueryScript(deployment string, paths []string) string {
 	var b strings.Builder
-	b.WriteString("for fleet_f in")
+	b.WriteString(keyPath + "\nfor fleet_f in")
 	for _, p := range paths {
 		b.WriteString(" " + shell.Quote(p))
 	}
 	rec := shell.Quote(KeyRecord(deployment))
 	b.WriteString(`; do
-if [ -L "$fleet_f" ] || { [ -e "$fleet_f" ] && [ ! -f "$fleet_f" ]; }; then echo other
-elif [ -f "$fleet_f" ]; then
-fleet_s=$(sha256sum < "$fleet_f" 2>/dev/null) || fleet_s=unreadable
-fleet_m=$(stat -c '%U %G %a' -- "$fleet_f" 2>/dev/null) || fleet_m='? ? ?'
-set -- $fleet_s; echo "present $1 $fleet_m"
-else echo missing
-fi
+if ! fleet_walk "${fleet_f%/*}"; then printf 'unsafe %s\n' "$fleet_why"; continue; fi
+[ -z "$fleet_n" ] || { echo missing; continue; }
+fleet_g=${fleet_d%/}/${fleet_f##*/}
+if [ -L "$fleet_g" ] || { [ -e "$fleet_g" ] && [ ! -f "$fleet_g" ]; }; then echo other; continue; fi
+[ -f "$fleet_g" ] || { echo missing; continue; }
+fleet_m=$(stat -c '%s %U %G %a' -- "$fleet_g" 2>/dev/null) || { echo other; continue; }
+set -f; set -- $fleet_m; set +f
+[ "$1" -le ` + strconv.Itoa(KeyLargest) + ` ] || { echo large; continue; }
+fleet_m="$2 $3 $4"
+fleet_s=$(timeout 10 sha256sum -- "$fleet_g" 2>/dev/null) || fleet_s=unreadable
+set -f; set -- $fleet_s; set +f
+echo "present $1 $fleet_m"
 done
 [ ! -f ` + rec + ` ] || while IFS= read -r fleet_f; do [ -z "$fleet_f" ] || printf 'recorded %s\n' "$fleet_f"; done < ` + rec + `
 [ ! -f ` + rec + `.restart ] || while IFS= read -r fleet_f; do [ -z "$fleet_f" ] || printf 'restart %s\n' "$fleet_f"; done < ` + rec + `.restart

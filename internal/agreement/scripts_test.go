@@ -19,7 +19,7 @@ import (
 // no comment (they are dropped at load), and parses as sh.
 func TestScripts(t *testing.T) {
 	loaded := map[string]bool{}
-	for _, tm := range []*template.Template{takeTmpl, wordsTmpl, fenceTmpl, actTmpl, startWatchdogTmpl, unitTmpl, watchdogTmpl, stopAttemptsTmpl, bootTmpl, askTmpl, keysTmpl} {
+	for _, tm := range []*template.Template{takeTmpl, wordsTmpl, fenceTmpl, actTmpl, startWatchdogTmpl, unitTmpl, watchdogTmpl, stopAttemptsTmpl, bootTmpl, askTmpl, keysTmpl, keyPathTmpl} {
 		loaded[tm.Name()] = true
 	}
 	files, err := fs.Glob(scriptFiles, "scripts/*")

@@ -182,14 +182,14 @@ func (d *Deployer) observe(ctx context.Context, c *Conn, run string, exit int, s
 	settle := int(d.settleTimeout() / time.Second)
 	// The state is the last line before --failed--, a failed unit the
 	// first word of each line after it.
-	script := fmt.Sprintf(`readlink -f /run/current-system || echo
+	script := fmt.Sprintf(`readlink -e /run/current-system || echo
 timeout %d systemctl is-system-running --wait 2>/dev/null
 echo --failed--
 systemctl --failed --plain --no-legend 2>/dev/null`, settle)
 	if !systemd {
 		// No systemd to settle or to list failed units: the current
 		// system and the user checks decide.
-		script = "readlink -f /run/current-system || echo\necho running\necho --failed--"
+		script = "readlink -e /run/current-system || echo\necho running\necho --failed--"
 	}
 	// The reading is the new login's command: one session on the host
 	// for both. A login that ssh gave up on may have met a stall of the

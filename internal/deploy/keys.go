@@ -62,6 +62,8 @@ func (k Key) GoString() string { return k.String() }
 type KeyState struct {
 	Present bool   // a regular file
 	Other   bool   // something else: a directory, a link
+	Large   bool   // a file larger than a key (agreement.KeyLargest): not read
+	Unsafe  string // why the path breaks the rule of a key's path: nothing there was read
 	Digest  string // SHA-256 of its content, hex, computed on the host
 	User    string
 	Group   string
@@ -74,6 +76,10 @@ type KeyState struct {
 // The content is compared by digest, in memory.
 func (k Key) Why(s KeyState) string {
 	switch {
+	case s.Unsafe != "":
+		return s.Unsafe
+	case s.Large:
+		return "a file larger than a key is at " + k.Path
 	case s.Other:
 		return "something other than a file is at " + k.Path
 	case !s.Present:
@@ -201,6 +207,10 @@ func parseKeysOnHost(out string, n int) (KeysOnHost, error) {
 			h.Restart = append(h.Restart, strings.TrimSpace(rest))
 			continue
 		}
+		if rest, ok := strings.CutPrefix(line, "unsafe "); ok {
+			h.States = append(h.States, KeyState{Unsafe: rest})
+			continue
+		}
 		f := strings.Fields(line)
 		switch {
 		case len(f) == 1 && f[0] == "end":
@@ -209,6 +219,8 @@ func parseKeysOnHost(out string, n int) (KeysOnHost, error) {
 			h.States = append(h.States, KeyState{})
 		case len(f) == 1 && f[0] == "other":
 			h.States = append(h.States, KeyState{Other: true})
+		case len(f) == 1 && f[0] == "large":
+			h.States = append(h.States, KeyState{Large: true})
 		case len(f) == 5 && f[0] == "present":
 			h.States = append(h.States, KeyState{Present: true, Digest: f[1], User: f[2], Group: f[3], Mode: f[4]})
 		}
@@ -310,6 +322,9 @@ func (nr *nodeRun) keysFor(upload KeyUpload) []Key {
 // place as configured, and why each other one is not.
 type keysHeld struct {
 	here map[string]string // key name -> "" in place, else why not
+	// under is the lease the host answered under: what it said holds
+	// while that lease does (a reboot ends it, and empties /run/keys).
+	under *agreement.Lease
 }
 
 // seen records the host's answer about keys.
@@ -324,7 +339,7 @@ func (kh *keysHeld) seen(keys []Key, states []KeyState) {
 
 // forget says the host's keys are not known any more (a reboot).
 func (kh *keysHeld) forget(keys []Key, why string) {
-	kh.here = map[string]string{}
+	kh.here, kh.under = map[string]string{}, nil
 	for _, k := range keys {
 		kh.here[k.Name] = why
 	}
@@ -350,6 +365,7 @@ func (nr *nodeRun) putKeys(ctx context.Context, action string, keys []Key, remov
 		return nr.keysFailed(ctx, err)
 	}
 	nr.keys.seen(nr.n.Keys, h.States)
+	nr.keys.under = nr.lock
 	for _, u := range h.Restart {
 		nr.restartLater(u)
 	}
@@ -474,10 +490,27 @@ func (nr *nodeRun) sessionDropped(ctx context.Context, what, leaves string) erro
 // keysSettled sets the node's KeysUploaded from what the host said of its
 // keys (never from what the deploy meant to do): True once every key of
 // the node is in place as configured; else False, naming each other one
-// and why, unless a step's failure already says why (it stands).
-func (nr *nodeRun) keysSettled() {
+// and why, unless a step's failure already says why (it stands). What the
+// host said under a lease that has ended since (the host may have
+// rebooted, and emptied /run/keys) is asked again, within AskFor (at
+// once, after an interrupt), or taken as not known.
+func (nr *nodeRun) keysSettled(ctx context.Context) {
 	if !nr.r.HasKeys || nr.keys.here == nil {
 		return
+	}
+	if nr.keys.under == nil || nr.keys.under != nr.lock || nr.lock.Lost() {
+		bound := nr.d.timing().AskFor()
+		if ctx.Err() != nil {
+			bound = askTimeout
+		}
+		actx, cancel := context.WithTimeout(context.Background(), bound)
+		h, err := keysOnHost(actx, nr.c, nr.d.Options.Deployment, nr.n.Keys)
+		cancel()
+		if err != nil {
+			nr.keys.forget(nr.n.Keys, "not known: the host could not be asked again once the lease its keys were read under had ended")
+		} else {
+			nr.keys.seen(nr.n.Keys, h.States)
+		}
 	}
 	var missing []string
 	for _, k := range nr.n.Keys {

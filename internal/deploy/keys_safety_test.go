@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
@@ -51,6 +53,7 @@ func TestKeysRefuseWhatIsNotAFileAtTheDestination(t *testing.T) {
 		{"dir", "a directory is at it"},
 		{"link-to-dir", "a link is at it (to /run/keys/dir)"},
 		{"link-to-file", "a link is at it (to /run/root-only)"},
+		{"link-to-same", "a link is at it (to /run/same)"},
 		{"fifo", "a fifo is at it"},
 	} {
 		p := "/run/keys/" + c.name
@@ -59,6 +62,11 @@ func TestKeysRefuseWhatIsNotAFileAtTheDestination(t *testing.T) {
 			_ = os.Symlink("/run/keys/dir", tg.Path(p))
 		case "link-to-file":
 			_ = os.Symlink("/run/root-only", tg.Path(p))
+		case "link-to-same":
+			// Its content the key's: read through the link, it would
+			// pass for the key in place.
+			_ = os.WriteFile(tg.Path("/run/same"), []byte("secret-"+c.name), 0o400)
+			_ = os.Symlink("/run/same", tg.Path(p))
 		case "fifo":
 			_ = syscall.Mkfifo(tg.Path(p), 0o600)
 		}
@@ -348,7 +356,7 @@ func TestKeysQueryOutputNeverInAMessage(t *testing.T) {
 	// The host's session ends (killed) as it reads the second key, once
 	// it has printed the first one's digest.
 	wrapper := filepath.Join(tg.StateDir, "bin", "sha256sum")
-	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nn=$(cat /run/nixtest/sha-calls 2>/dev/null || echo 0); echo $((n+1)) > /run/nixtest/sha-calls\n[ \"$n\" = 0 ] || kill -KILL 0\nexec /usr/bin/sha256sum \"$@\"\n"), 0o755); err != nil {
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nn=$(cat /run/nixtest/sha-calls 2>/dev/null || echo 0); echo $((n+1)) > /run/nixtest/sha-calls\n[ \"$n\" = 0 ] || pkill -KILL -s 0\nexec /usr/bin/sha256sum \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	first.Content = []byte("another")
@@ -423,5 +431,223 @@ func TestKeysContentGoesToATemporaryFileOfTheKeysModeAndOwner(t *testing.T) {
 	}
 	if w[0].Mode.Perm() != 0o440 || w[0].Owner != "nobody:nogroup" {
 		t.Errorf("the content was written to a file of mode %v, owned by %s; want 0440, nobody:nogroup", w[0].Mode.Perm(), w[0].Owner)
+	}
+}
+
+// From the independent review of issue 47.
+
+// A key two deployments hold (one wrote it, the other found it in place:
+// a resource renamed without a moved block, its create and destroy in one
+// apply) stays while either's record names it: one deployment's removal
+// never undoes the other's key.
+func TestKeysSharedWithAnotherDeploymentStay(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	a := deployer(t, deploy.Options{Deployment: "deployment-a"})
+	b := deployer(t, deploy.Options{Deployment: "deployment-b"})
+	db := key("db", "/run/keys/db")
+	for _, d := range []*deploy.Deployer{a, b} {
+		res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, db)}, nil)
+		wantPhase(t, res[0], deploy.PhaseSucceeded)
+	}
+	gone := keysOnly(tg, sys)
+	gone.RemovedKeys = []string{db.Path}
+	res := a.Deploy(context.Background(), []deploy.Target{gone}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "left on the host: /run/keys/db: deployment deployment-b's record on the host names it too")
+	if !tg.Exists(db.Path) {
+		t.Fatalf("deployment-a removed %s, which deployment-b's record names", db.Path)
+	}
+	// Once b lets it go too, it goes.
+	res = b.Deploy(context.Background(), []deploy.Target{gone}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "keys removed: /run/keys/db")
+	if tg.Exists(db.Path) {
+		t.Errorf("%s stays after both deployments let it go", db.Path)
+	}
+}
+
+// A directory of root's that another user can write through a POSIX ACL
+// (setfacl -m u:svc:rwx) shows mode 775, group root: it is refused all the
+// same, naming the ACL.
+func TestKeysRefuseADirectoryAnACLLetsAnotherUserWrite(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	h := tg.Hostile(t)
+	if err := os.MkdirAll(tg.Path("/run/acl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setxattr(tg.Path("/run/acl"), "system.posix_acl_access", posixACL(h.UID()), 0); err != nil {
+		t.Fatalf("setting a POSIX ACL on the target's /run (a tmpfs, which takes them): %v", err)
+	}
+	res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key("db", "/run/acl/db"))}, nil)
+	wantPhase(t, res[0], deploy.PhaseFailed, "its directory /run/acl has an access control list", "nothing was written")
+	if tg.Exists("/run/acl/db") {
+		t.Error("the key was written")
+	}
+}
+
+// posixACL is a system.posix_acl_access value granting uid rwx (the mask
+// rwx), the owner rwx, the group and others r-x.
+func posixACL(uid int) []byte {
+	type entry struct {
+		tag, perm uint16
+		id        uint32
+	}
+	const undef = 0xffffffff
+	entries := []entry{{0x01, 7, undef}, {0x02, 7, uint32(uid)}, {0x04, 5, undef}, {0x10, 7, undef}, {0x20, 5, undef}}
+	b := binary.LittleEndian.AppendUint32(nil, 2)
+	for _, e := range entries {
+		b = binary.LittleEndian.AppendUint16(b, e.tag)
+		b = binary.LittleEndian.AppendUint16(b, e.perm)
+		b = binary.LittleEndian.AppendUint32(b, e.id)
+	}
+	return b
+}
+
+// Root reads a key's file before it writes it, within bounds: a file a
+// user planted at the key's path in a sticky directory (a terabyte of
+// holes) is not read, and the key replaces it at once.
+func TestKeysQueryOfAUsersFileIsBounded(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	h := tg.Hostile(t)
+	if err := os.MkdirAll(tg.Path("/run/sticky"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tg.Path("/run/sticky"), os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(tg.Path("/run/sticky/db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 40); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	_ = os.Chown(tg.Path("/run/sticky/db"), h.UID(), h.UID())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res := deployer(t, deploy.Options{}).Deploy(ctx, []deploy.Target{keysOnly(tg, sys, key("db", "/run/sticky/db"))}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "db (a file larger than a key is at /run/sticky/db)")
+	if b, _ := os.ReadFile(tg.Path("/run/sticky/db")); string(b) != "secret-db" {
+		t.Errorf("the key on the host: %d bytes", len(b))
+	}
+}
+
+// A directory a user plants at a key's destination in a sticky directory
+// between root's check and its rename: the rename refuses it (mv -T),
+// nothing goes into it.
+func TestKeysNeverMovedIntoADirectoryPlantedAtTheDestination(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	h := tg.Hostile(t)
+	if err := os.MkdirAll(tg.Path("/run/sticky"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tg.Path("/run/sticky"), os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	h.Arm(nixtest.PlantDir)
+	res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, key("db", "/run/sticky/db"))}, nil)
+	if harmed := h.Harmed(); len(harmed) > 0 {
+		t.Errorf("root followed the hostile user: %q", harmed)
+	}
+	if fi, err := os.Lstat(tg.Path("/run/sticky/db")); err == nil && fi.IsDir() {
+		if left, _ := os.ReadDir(tg.Path("/run/sticky/db")); len(left) > 0 {
+			t.Errorf("the key went into the directory the user planted at its destination (%d files there)", len(left))
+		}
+		wantPhase(t, res[0], deploy.PhaseFailed, "key db (/run/sticky/db)")
+	}
+}
+
+// A write cut short right after its rename (the session killed): the key
+// is in place, and its units wait on the host, recorded before the
+// rename, so that the next deploy, which finds the key in place,
+// restarts them.
+func TestKeysUnitsWaitWhenCutShortAfterTheRename(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	wrapper := filepath.Join(tg.StateDir, "bin", "mv")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\n/usr/bin/mv \"$@\"; rc=$?\ncase \"$*\" in *.fleet-key.*) rm -f \"$0\"; pkill -KILL -s 0 ;; esac\nexit $rc\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db := key("db", "/run/keys/db", "db.service")
+	res := deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, db)}, nil)
+	if res[0].Phase == deploy.PhaseSucceeded || !tg.Exists(db.Path) || len(tg.Restarts()) != 0 {
+		t.Fatalf("cut short after the rename: %s (%s), key there %v, restarts %q", res[0].Phase, res[0].Message, tg.Exists(db.Path), tg.Restarts())
+	}
+	res = deployer(t, deploy.Options{}).Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, db)}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "restarted db.service")
+	if r := tg.Restarts(); !slices.Equal(r, []string{"db.service"}) {
+		t.Errorf("restarts %q, want db.service once", r)
+	}
+}
+
+// A unit whose restart fails keeps waiting on the host: the next deploy
+// restarts it.
+func TestKeysUnitsWaitWhenTheirRestartFails(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	tg.SetRestartFails(t, "db.service")
+	db := key("db", "/run/keys/db", "db.service")
+	d := deployer(t, deploy.Options{})
+	res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, db)}, nil)
+	wantPhase(t, res[0], deploy.PhaseFailed, "restarting db.service failed")
+	tg.SetRestartFails(t)
+	res = d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, db)}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded, "restarted db.service")
+	if r := tg.Restarts(); !slices.Equal(r, []string{"db.service"}) {
+		t.Errorf("restarts %q, want db.service once it could", r)
+	}
+}
+
+// A removal never follows another user's link: a key the deployment wrote
+// under a directory that became a user's, which the user turned into a
+// link to a directory of root's, is not removed there (the file of root's
+// of the same name stays).
+func TestKeysRemovalNeverFollowsAUsersLink(t *testing.T) {
+	t.Parallel()
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, sys)
+	d := deployer(t, deploy.Options{})
+	db := key("db", "/run/svc/sub/db")
+	res := d.Deploy(context.Background(), []deploy.Target{keysOnly(tg, sys, db)}, nil)
+	wantPhase(t, res[0], deploy.PhaseSucceeded)
+	// The directory becomes a service's: its user links sub to a
+	// directory of root's that holds a file of that name.
+	h := tg.Hostile(t)
+	if err := os.MkdirAll(tg.Path("/run/rootdir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tg.Path("/run/rootdir/db"), []byte("root's own"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(tg.Path("/run/svc/sub")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/run/rootdir", tg.Path("/run/svc/sub")); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Lchown(tg.Path("/run/svc/sub"), h.UID(), h.UID())
+	_ = os.Chown(tg.Path("/run/svc"), h.UID(), h.UID())
+	gone := keysOnly(tg, sys)
+	gone.RemovedKeys = []string{db.Path}
+	res = d.Deploy(context.Background(), []deploy.Target{gone}, nil)
+	wantPhase(t, res[0], deploy.PhaseFailed, "its directory /run/svc is owned by "+h.User(), "it was not removed")
+	if !tg.Exists("/run/rootdir/db") {
+		t.Error("the removal followed the user's link and removed root's file")
 	}
 }

@@ -166,7 +166,7 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 	if done := nr.keysDone(); nr.r.Phase == PhaseSucceeded && !nr.keysOnly && done != "" {
 		nr.r.Message += "; " + done
 	}
-	nr.keysSettled()
+	nr.keysSettled(ctx)
 	nr.begun()
 	nr.release()
 	nr.r.Finished = time.Now().UTC()

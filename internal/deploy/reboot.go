@@ -53,9 +53,11 @@ func (d *Deployer) rebootTimeout() time.Duration {
 // answering logins with its old boot id before the reboot is taken not to
 // happen (inhibited, failed, or a shutdown that hangs): a real host goes
 // on taking logins for seconds while it shuts down, not for minutes. Half
-// of reboot_timeout, at most two minutes.
+// of reboot_timeout, at least ten seconds (a busy host's logins take
+// their time) and at most two minutes. A host that answered with its old
+// boot id all the way to reboot_timeout did not reboot either.
 func (d *Deployer) rebootStartBound() time.Duration {
-	return min(d.rebootTimeout()/2, 2*time.Minute)
+	return min(max(d.rebootTimeout()/2, 10*time.Second), 2*time.Minute)
 }
 
 // rebootSteps are the steps after the reboot check of a node booted into
@@ -220,6 +222,9 @@ func (nr *nodeRun) waitForBoot(ctx context.Context, before string) error {
 			return errNoReboot
 		}
 		if time.Now().After(deadline) {
+			if !away && before != "" {
+				return errNoReboot
+			}
 			return errHostAway
 		}
 		if !sleep(ctx, time.Second) {
@@ -340,7 +345,7 @@ var returnStep = &step{
 		case errors.Is(err, errNoReboot):
 			nr.r.Outcomes[CondRebooted] = Outcome{Reason: "DidNotReboot", Message: "the host did not reboot"}
 			return fail(1, "DidNotReboot", fmt.Sprintf("the host was asked to reboot into %s, but went on answering with the same boot id for %s: the reboot did not happen (inhibited, failed or hung)",
-				nr.n.System, nr.d.rebootStartBound()), "check what keeps the host from rebooting (systemd-inhibit --list; journalctl -u systemd-logind), then apply again")
+				nr.n.System, min(nr.d.rebootStartBound(), nr.d.rebootTimeout())), "check what keeps the host from rebooting (systemd-inhibit --list; journalctl -u systemd-logind), then apply again")
 		}
 		nr.keys.forget(nr.n.Keys, "not read since the host rebooted")
 		nr.booted = true
@@ -409,7 +414,7 @@ func (nr *nodeRun) bootedLeaves() string {
 var bootVerdictStep = &step{
 	name: StepBootVerdict, does: "judging the booted host: the booted and current system, a new SSH login, systemd settled, the verdict's checks", cond: CondVerdict, phase: PhaseVerifying,
 	run: func(ctx context.Context, nr *nodeRun) error {
-		booted, _ := output(nr.c.Command(ctx, "readlink -f /run/booted-system"))
+		booted, _ := output(nr.c.Command(ctx, "readlink -e /run/booted-system"))
 		booted = strings.TrimSpace(booted)
 		obs := nr.d.observe(ctx, nr.c, nr.run(), 0, nr.systemd)
 		if ctx.Err() != nil {
@@ -598,7 +603,7 @@ func (nr *nodeRun) bootsNow() (string, bool) {
 
 // currentOnHost reads what the host runs, over the node's connection.
 func (nr *nodeRun) currentOnHost(ctx context.Context) (string, error) {
-	out, err := output(nr.c.Command(ctx, "readlink -f /run/current-system"))
+	out, err := output(nr.c.Command(ctx, "readlink -e /run/current-system"))
 	if err != nil {
 		_, msg := exitOf(err, out)
 		return "", errors.New(msg)

@@ -3,11 +3,13 @@ package deploy_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
@@ -284,5 +286,150 @@ func TestRebootInterruptDuringTheBootBackSaysWhatTheHostBoots(t *testing.T) {
 	}
 	if strings.Contains(res[0].Message, "runs and boots "+bad) {
 		t.Errorf("the record says the host boots the new system, whose entry was put back: %s", res[0].Message)
+	}
+}
+
+// From the independent review of issue 47.
+
+// The host reboots again (a crash, a watchdog, an operator) as the boot
+// verdict judges it, emptying /run/keys once more: KeysUploaded says what
+// the host holds once the deploy ends, never what it held before.
+func TestRebootAgainDuringTheBootVerdictKeysNotAssumed(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	for _, c := range []struct {
+		name     string
+		keep     bool
+		fellBack bool // the host comes back into the system before (its older entry chosen at the boot menu)
+	}{
+		{name: "same entry"},
+		{name: "keep", keep: true},
+		{name: "fell back", fellBack: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, old)
+			tg.SetRebootDown(200 * time.Millisecond)
+			o := rebootOpts
+			o.Keep = c.keep
+			d := deployer(t, o)
+			onStep(d, deploy.StepBootVerdict, false, func() {
+				if c.fellBack {
+					if err := os.WriteFile(filepath.Join(tg.StateDir, "boot-entry"), []byte(old+"\n"), 0o644); err != nil {
+						t.Error(err)
+					}
+				}
+				n := len(tg.Boots())
+				tg.Reboot(200 * time.Millisecond)
+				for end := time.Now().Add(30 * time.Second); len(tg.Boots()) == n && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				}
+				tg.WaitUp(30 * time.Second)
+			})
+			n := targetOf(tg, "n1", good)
+			n.Keys = []deploy.Key{key("db", "/run/keys/db")}
+			res := d.Deploy(context.Background(), []deploy.Target{n}, nil)
+			if o := res[0].Outcomes[deploy.CondKeys]; o.Passed && !tg.Exists("/run/keys/db") {
+				t.Errorf("KeysUploaded passed (%s), but the host does not hold /run/keys/db: %s", o.Message, res[0].Message)
+			}
+			if res[0].Phase == deploy.PhaseSucceeded {
+				t.Errorf("recorded Succeeded after a reboot the verdict did not see through: %s", res[0].Message)
+			}
+		})
+	}
+}
+
+// Something other than a deployment switched the host (by hand, after its
+// reboot) as the deploy judged it: the boot back leaves it as it is.
+func TestRebootLeavesAHostSwitchedByHand(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	byHand := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	d := deployer(t, rebootOpts)
+	// An operator switches it (nixos-rebuild switch) as the verdict
+	// begins: the verdict then finds another system running.
+	onStep(d, deploy.StepBootVerdict, false, func() { tg.Boot(t, byHand) })
+	res := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", good)}, nil)
+	wantPhase(t, res[0], deploy.PhaseFailed, "neither the new system nor the one before: something else switched it, and it is left as it is")
+	if tg.CurrentSystem() != byHand || len(tg.Boots()) != 1 {
+		t.Errorf("runs %s after %d boots: the switch by hand was undone", tg.CurrentSystem(), len(tg.Boots()))
+	}
+}
+
+// Another deployment that gets the host while this one waits for it to
+// come back to be booted back (its lease lost as the host rebooted again
+// during the verdict; or as it booted back) is left as it is.
+func TestRebootUndoLeavesAnotherDeployersSwitch(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	bad := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}})
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	theirs := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	for _, c := range []struct {
+		name string
+		sys  string
+		boot int // the boot at which the other deployment gets the host
+	}{
+		{"after a lost lease", good, 2},
+		{"after the boot back", bad, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tg := nixtest.NewTarget(t)
+			tg.Boot(t, old)
+			other := deployer(t, deploy.Options{Verdict: rebootOpts.Verdict, Holder: "the other deployment"})
+			var theirsRes []deploy.Result
+			boots := 0
+			tg.SetOnBoot(func() {
+				if boots++; boots != c.boot {
+					return
+				}
+				n := targetOf(tg, "n1", theirs)
+				n.SSHOpts = []string{"Port=" + strconv.Itoa(tg.SSHD.Port), "IdentitiesOnly=yes"}
+				theirsRes = other.Deploy(context.Background(), []deploy.Target{n}, nil)
+			})
+			d := deployer(t, rebootOpts)
+			if c.sys == good {
+				// The host reboots again as the verdict judges it.
+				onStep(d, deploy.StepBootVerdict, false, func() { tg.Reboot(200 * time.Millisecond) })
+			}
+			res := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", c.sys)}, nil)
+			if len(theirsRes) != 1 || theirsRes[0].Phase != deploy.PhaseSucceeded {
+				t.Fatalf("the other deployment: %+v", theirsRes)
+			}
+			if res[0].Phase == deploy.PhaseSucceeded || res[0].RolledBack || !strings.Contains(res[0].Message, "acted on it after this deploy's lease ended") {
+				t.Errorf("record: %s: %s", res[0].Phase, res[0].Message)
+			}
+			if tg.CurrentSystem() != theirs || tg.BootEntry() != theirs {
+				t.Errorf("runs %s, boots %s: the other deployer's switch was undone", tg.CurrentSystem(), tg.BootEntry())
+			}
+		})
+	}
+}
+
+// The boot verdict's record is written under the lease it judged under:
+// a lease that ended as it judged (its session killed) fails the node,
+// rather than record a system as verified by a deploy that no longer
+// holds the host.
+func TestRebootVerdictRecordedOnlyUnderItsLease(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	o := rebootOpts
+	// The check ends the lease: its keeper's session is killed (the
+	// pattern does not match the check's own command line).
+	o.Verdict.Command = []string{"pkill -TERM -f 'fleet[-]deploy.words' || true; sleep 2"}
+	res := deployer(t, o).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", good)}, nil)
+	wantPhase(t, res[0], deploy.PhaseFailed, "its record of that was not written")
+	if tg.Exists(agreement.SucceededFile) {
+		if b, _ := os.ReadFile(tg.Path(agreement.SucceededFile)); strings.TrimSpace(string(b)) == good {
+			t.Errorf("the host recorded %s as verified, by a deploy whose lease had ended", good)
+		}
 	}
 }

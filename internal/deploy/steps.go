@@ -98,6 +98,11 @@ var readStep = &step{
 		nr.r.BootSystem = strings.TrimSpace(lines[4])
 		goal := nr.d.Options.Goal
 		switch {
+		case nr.n.KeysOnly && !nr.r.KeysTouched:
+			// Its keys go, and the host keeps none of the deployment's.
+			nr.keysOnly = true
+			nr.r.Phase, nr.r.Message = PhaseSucceeded, "the host keeps no key of this deployment"
+			return errFinished
 		case nr.n.KeysOnly && nr.r.KeysTouched:
 			// The system stands (the plan found nothing else to do): the
 			// keys alone, whatever the host runs.

@@ -414,9 +414,10 @@ func (h *Hostile) Harmed() []string {
 	return out
 }
 
-// mayWrite says whether the user may add or replace entries of directory
-// dir on the target, as the wrappers judge it: owns it, or it is group-
-// (the user's group) or other-writable without the sticky bit.
+// mayWrite says whether the user may add entries to directory dir on the
+// target, as the wrappers judge it: owns it, or it is group- (the user's
+// group) or other-writable (sticky or not: in a sticky one it adds its
+// own).
 func (h *Hostile) mayWrite(dir string) bool {
 	fi, err := os.Stat(h.t.Path(dir))
 	if err != nil {
@@ -427,11 +428,8 @@ func (h *Hostile) mayWrite(dir string) bool {
 		return false
 	}
 	m := fi.Mode()
-	switch {
-	case int(st.Uid) == h.uid:
+	if int(st.Uid) == h.uid {
 		return true
-	case m&os.ModeSticky != 0:
-		return false
 	}
 	return m&0o002 != 0 || int(st.Gid) == h.gid && m&0o020 != 0
 }

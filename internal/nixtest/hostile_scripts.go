@@ -37,7 +37,8 @@ exec ` + stateLink + `/libexec/hostile-wrap ` + tool + ` ` + realPath + ` "$@"
 // armed attacks as the hostile user just before and just after the real
 // command at each path argument (base64: its standard output; mktemp:
 // what it made, after) that lies in a directory the user may write: owns,
-// or group- or other-writable without the sticky bit.
+// or group- or other-writable (sticky: to create an entry, or replace its
+// own).
 const hostileWrapScript = `#!/bin/sh
 tool=$1 real=$2
 shift 2
@@ -70,9 +71,12 @@ fi
 
 # writable PATH: whether the hostile user may replace PATH (the directory
 # holding it) or, when it is missing, create its first missing component.
+# In a sticky directory (as /tmp) anyone may create an entry, and replace
+# only its own.
 writable() {
-	w=$1
+	w=$1 e=
 	if [ -e "$w" ] || [ -L "$w" ]; then
+		e=$w
 		w=${w%/*}
 	else
 		while [ -n "$w" ] && [ ! -e "$w" ] && [ ! -L "$w" ]; do w=${w%/*}; done
@@ -82,7 +86,11 @@ writable() {
 	[ $# = 3 ] || return 1
 	m=$((0$3))
 	[ "$1" = "$huid" ] && return 0
-	[ $((m & 512)) = 0 ] || return 1
+	if [ $((m & 512)) != 0 ]; then
+		[ $((m & 2)) != 0 ] || return 1
+		[ -z "$e" ] || [ "$(stat -c %u -- "$e" 2>/dev/null)" = "$huid" ]
+		return
+	fi
 	[ $((m & 2)) = 0 ] || return 0
 	[ "$2" = "$hgid" ] && [ $((m & 16)) != 0 ]
 }

@@ -891,6 +891,14 @@ func (t *Target) SetUnitStartDelay(tb TB, d time.Duration) {
 	t.writeFile(tb, "unit-start-delay", text)
 }
 
+// SetRestartFails makes systemctl restart of each of units fail (exit 1,
+// as systemd says when a unit's start fails), and the others restart;
+// none, every unit restarts.
+func (t *Target) SetRestartFails(tb TB, units ...string) {
+	tb.Helper()
+	t.writeFile(tb, "restart-fails", strings.Join(units, "\n")+"\n")
+}
+
 // SetFailedUnits replaces the units systemctl reports failed (until the
 // next activation sets them).
 func (t *Target) SetFailedUnits(tb TB, units ...string) {

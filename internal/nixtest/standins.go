@@ -361,9 +361,19 @@ reboot)
 	exit 0
 	;;
 restart|try-restart)
-	# Restarted units, in order (Target.Restarts).
-	for u in "$@"; do printf '%s\n' "$u" >> "$state/restarts.log"; done
-	exit 0
+	# Restarted units, in order (Target.Restarts); a unit SetRestartFails
+	# named fails to restart, as a unit whose start fails does.
+	rc=0
+	for u in "$@"; do
+		if [ -f "$state/restart-fails" ] && grep -qxF -- "$u" "$state/restart-fails"; then
+			echo "Job for $u failed because the control process exited with error code." >&2
+			echo "See \"systemctl status $u\" and \"journalctl -xeu $u\" for details." >&2
+			rc=1
+			continue
+		fi
+		printf '%s\n' "$u" >> "$state/restarts.log"
+	done
+	exit $rc
 	;;
 reset-failed)
 	: > "$state/failed-units"

@@ -144,7 +144,7 @@ func (r *deploymentResource) apply(ctx context.Context, op string, timeout time.
 	leaving := r.leavingKeys(ctx, prior, a)
 	results := r.deploy(ctx, m, append(targets, leaving...))
 	if len(leaving) > 0 {
-		warnKeysLeft(leaving, results[len(targets):], diags)
+		warnKeysLeft(m.ID.ValueString(), leaving, results[len(targets):], diags)
 		results = results[:len(targets)]
 	}
 	a.record(ctx, m, prior, results, time.Now().UTC(), diags)

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/conditions"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 )
@@ -513,14 +514,18 @@ func deploymentKeysCondition(ctx context.Context, conds []conditions.Condition, 
 	return deploy.DeploymentKeysCondition(conds, hasKeys, notInPlace, generation, now)
 }
 
-// removalTargets are the deploys that remove the keys state says m put on
-// the hosts of its nodes that keep (nil: all of them): each under its
-// host's deploy lock, with the settings m has for it.
+// removalTargets are the deploys that remove the keys m put on the hosts
+// of its nodes that keep (nil: all of them): each under its host's deploy
+// lock, with the settings m has for it. A node with keys in m removes them
+// (and whatever else the deployment's record on its host names); a node
+// without, whose last apply did not deploy it (held, failed, interrupted,
+// left out), may still keep keys removed while it was not deployed: its
+// host's record says, and they go too.
 func (r *deploymentResource) removalTargets(ctx context.Context, m *deploymentModel, keep func(name string) bool) []deploy.Target {
-	confs, _ := keyConfs(ctx, m, nil)
-	if len(confs) == 0 || r.data == nil {
+	if r.data == nil {
 		return nil
 	}
+	confs, _ := keyConfs(ctx, m, nil)
 	var diags diag.Diagnostics
 	defaults := r.defaults(ctx, m, &diags)
 	priors := priorNodes(ctx, m, &diags)
@@ -531,7 +536,9 @@ func (r *deploymentResource) removalTargets(ctx context.Context, m *deploymentMo
 		for _, k := range nodeKeys(confs, name) {
 			paths = append(paths, k.Path)
 		}
-		if len(paths) == 0 || n.Name.IsUnknown() || keep != nil && !keep(name) {
+		p := priors[name]
+		undeployed := p.action == actionSkip || p.phase != string(deploy.PhaseSucceeded)
+		if len(paths) == 0 && !undeployed || n.Name.IsUnknown() || keep != nil && !keep(name) {
 			continue
 		}
 		targets = append(targets, deploy.Target{System: n.System.ValueString(), Settings: r.settings(ctx, defaults, n, priors[name], &diags), KeysOnly: true, RemovedKeys: paths})
@@ -554,7 +561,7 @@ func (r *deploymentResource) leavingKeys(ctx context.Context, prior *deploymentM
 
 // warnKeysLeft warns, for each removal that did not succeed, that its
 // host keeps the keys, naming them: the node's record goes all the same.
-func warnKeysLeft(targets []deploy.Target, results []deploy.Result, diags *diag.Diagnostics) {
+func warnKeysLeft(id string, targets []deploy.Target, results []deploy.Result, diags *diag.Diagnostics) {
 	for i, t := range targets {
 		if i < len(results) && results[i].Phase == deploy.PhaseSucceeded {
 			continue
@@ -562,6 +569,13 @@ func warnKeysLeft(targets []deploy.Target, results []deploy.Result, diags *diag.
 		why := "it was not reached"
 		if i < len(results) {
 			why = strings.TrimRight(results[i].Message, ".")
+		}
+		if len(t.RemovedKeys) == 0 {
+			// A node with no key of the configuration, which may keep keys
+			// removed while it was not deployed.
+			diags.AddWarning("Node "+t.Name+" keys not checked",
+				fmt.Sprintf("node %s: %s, so whether its host keeps keys this deployment wrote there while the node was not deployed is not known: its host's record of them is %s.", t.Name, why, agreement.KeyRecord(id)))
+			continue
 		}
 		diags.AddWarning("Node "+t.Name+" keys not removed",
 			fmt.Sprintf("node %s: %s, so its host keeps its keys (%s): remove them by hand (rm -f), as this deployment no longer has the node.", t.Name, why, strings.Join(t.RemovedKeys, ", ")))
@@ -580,11 +594,11 @@ func (r *deploymentResource) removeKeys(ctx context.Context, m *deploymentModel,
 	defer stop()
 	d, cleanup, err := r.deployer(ctx, m)
 	if err != nil {
-		warnKeysLeft(targets, nil, diags)
+		warnKeysLeft(m.ID.ValueString(), targets, nil, diags)
 		return
 	}
 	defer cleanup()
-	warnKeysLeft(targets, d.Deploy(ctx, targets, nil), diags)
+	warnKeysLeft(m.ID.ValueString(), targets, d.Deploy(ctx, targets, nil), diags)
 }
 
 // warnKeysLeaving says which keys the apply removes from the hosts of the

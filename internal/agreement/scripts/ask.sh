@@ -22,7 +22,7 @@ for f in "$d"/booted.*; do [ -f "$f" ] && read -r v < "$f" && echo "booted=${f##
 [ -f "$d/output" ] && tail -n 3 "$d/output" | sed 's/^/output=/'
 # No actor of any run holds the guard.
 if flock -n -x {{.GuardFile}} true 2>/dev/null; then echo released=yes; fi
-echo "current=$(readlink -f /run/current-system)"
+echo "current=$(readlink -e /run/current-system)"
 echo "profile=$(readlink -f {{.ProfilePath}})"
 # The last system a run finished with a passing verdict, read with the
 # shell's builtins only (as readSucceeded).

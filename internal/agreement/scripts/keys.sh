@@ -5,47 +5,22 @@
 # has. It runs as root, in directories a host's other users may reach:
 # root never follows what another user could have put in a key's path.
 fleet_fence {{q .Run}} {{q .Action}}
+{{.KeyPath}}
 umask 077
 fleet_t= fleet_rec={{q .Record}}
 # A failure removes the temporary file (root's, in a checked directory),
 # says which key and why on standard error, and exits 1.
 fleet_key_fail() { [ -z "$fleet_t" ] || rm -f -- "$fleet_t"; echo "{{.KeyFailed}}$1: $2" >&2; exit 1; }
-# fleet_dir_ok DIR KEY: DIR (a real path: no link in it) and every
-# directory above it are directories of root's that no other user can
-# write: not writable by others, nor by a group other than root's, unless
-# sticky (as /tmp: there others cannot move or remove root's entries, and
-# each entry below it is checked in turn).
-fleet_dir_ok() {
-fleet_k=$2 fleet_c=/ fleet_r=${1#/}
-[ -z "$fleet_r" ] || fleet_r=$fleet_r/
-while :; do
-fleet_s=$(stat -c '%u %g %a %F' -- "$fleet_c" 2>/dev/null) || fleet_key_fail "$fleet_k" "its directory $fleet_c cannot be read"
-set -- $fleet_s; fleet_u=$1 fleet_g=$2 fleet_m=$3; shift 3; fleet_s=$*
-[ ! -L "$fleet_c" ] && [ "$fleet_s" = directory ] || fleet_key_fail "$fleet_k" "$fleet_c is not a directory (a $fleet_s): nothing was written"
-[ "$fleet_u" = 0 ] || fleet_key_fail "$fleet_k" "its directory $fleet_c is owned by $(stat -c %U -- "$fleet_c"), not root, who could swap what root writes there: nothing was written (give the key a destination in a directory only root can write, such as /run/keys)"
-if [ $((0$fleet_m & 01000)) -eq 0 ]; then
-[ $((0$fleet_m & 02)) -eq 0 ] || fleet_key_fail "$fleet_k" "its directory $fleet_c can be written by every user (mode $fleet_m): nothing was written (give the key a destination in a directory only root can write, such as /run/keys)"
-[ $((0$fleet_m & 020)) -eq 0 ] || [ "$fleet_g" = 0 ] || fleet_key_fail "$fleet_k" "its directory $fleet_c can be written by group $(stat -c %G -- "$fleet_c") (mode $fleet_m): nothing was written (give the key a destination in a directory only root can write, such as /run/keys)"
-fi
-[ -n "$fleet_r" ] || return 0
-fleet_h=${fleet_r%"${fleet_r#*/}"}; fleet_r=${fleet_r#*/}
-fleet_c=${fleet_c%/}/${fleet_h%/}
-done
-}
-# fleet_key_dir KEY: fleet_d is the real path of KEY's directory, checked,
-# its missing directories made one at a time (root's, 0755), each checked:
-# an existing one is resolved and checked before anything is made in it,
-# so that mkdir never follows another user's link.
+# fleet_key_dir KEY: fleet_d is the real path of KEY's directory, walked
+# as keypath.sh says, its missing directories made one at a time (root's,
+# 0755) under a safe one, each checked in turn.
 fleet_key_dir() {
-fleet_x=${1%/*}; fleet_x=${fleet_x:-/} fleet_n=
-while [ ! -e "$fleet_x" ] && [ ! -L "$fleet_x" ]; do fleet_n=${fleet_x##*/}/$fleet_n; fleet_x=${fleet_x%/*}; fleet_x=${fleet_x:-/}; done
-fleet_d=$(readlink -e -- "$fleet_x") || fleet_key_fail "$1" "its directory $fleet_x is a link that leads nowhere: nothing was written"
-fleet_dir_ok "$fleet_d" "$1"
+fleet_walk "${1%/*}" || fleet_key_fail "$1" "$fleet_why: nothing was written (give the key a destination in a directory only root can write, such as /run/keys)"
 while [ -n "$fleet_n" ]; do
 fleet_h=${fleet_n%"${fleet_n#*/}"}; fleet_n=${fleet_n#*/}
 fleet_d=${fleet_d%/}/${fleet_h%/}
 (umask 022 && mkdir -- "$fleet_d") 2>/dev/null || fleet_key_fail "$1" "its directory $fleet_d cannot be created"
-fleet_dir_ok "$fleet_d" "$1"
+fleet_dir_safe "$fleet_d" || fleet_key_fail "$1" "$fleet_why: nothing was written"
 done
 }
 # fleet_not_file KEY PATH: fails KEY when something other than a regular
@@ -96,17 +71,25 @@ fleet_record "$2"
 echo "wrote $1"
 }
 # fleet_key_rm KEY: removes KEY, a file this deployment wrote (its record
-# names it), unless something else is there now; its record goes either
-# way. "removed KEY", or "kept KEY: why".
+# names it) and no other deployment's record names, unless something else
+# is there now; its record goes either way. "removed KEY", or "kept KEY:
+# why". Its directory is walked as a write's is: a removal never follows
+# another user's link either.
 fleet_key_rm() {
 if ! grep -qxF -- "$1" "$fleet_rec" 2>/dev/null; then echo "kept $1: this deployment's record on the host does not name it (not written by it)"; return 0; fi
-fleet_x=${1%/*}; fleet_x=${fleet_x:-/}
-if fleet_d=$(readlink -e -- "$fleet_x"); then
-fleet_dir_ok "$fleet_d" "$1"
+fleet_o=
+for fleet_x in {{.RecordDir}}/*; do
+case $fleet_x in "$fleet_rec"|*.restart|*.new) continue ;; esac
+[ -f "$fleet_x" ] && grep -qxF -- "$1" "$fleet_x" 2>/dev/null && fleet_o=${fleet_x##*/}
+done
+if [ -n "$fleet_o" ]; then echo "kept $1: deployment $fleet_o's record on the host names it too"
+elif ! fleet_walk "${1%/*}"; then fleet_key_fail "$1" "$fleet_why: it was not removed"
+elif [ -n "$fleet_n" ]; then echo "removed $1"
+else
 fleet_f=${fleet_d%/}/${1##*/}
 if [ -L "$fleet_f" ] || { [ -e "$fleet_f" ] && [ ! -f "$fleet_f" ]; }; then echo "kept $1: a $(stat -c %F -- "$fleet_f") is there now, not the file this deployment wrote"
 else rm -f -- "$fleet_f" 2>/dev/null || fleet_key_fail "$1" "could not be removed"; echo "removed $1"; fi
-else echo "removed $1"; fi
+fi
 grep -vxF -- "$1" "$fleet_rec" > "$fleet_rec.new" 2>/dev/null; mv -f -- "$fleet_rec.new" "$fleet_rec" || fleet_key_fail "$1" "its record under {{.RecordDir}} cannot be written"
 }
 {{range $i, $k := .Writes}}fleet_key {{$i}} {{q $k.Path}} {{q $k.User}} {{q $k.Group}} {{q $k.Mode}} {{q $k.Units}}
