@@ -645,3 +645,41 @@ func TestDeploymentKeysRemovedWhileANodeWasHeldGoLater(t *testing.T) {
 }
 
 const holdN2 = `  hold = ["n2"]` + "\n"
+
+// A key removed from the configuration while its node was held stays on
+// that node's host until the node is next deployed; destroying the
+// deployment before then removes it all the same (the host's record of
+// the keys the deployment wrote says so), though the configuration has
+// no key left (from the independent review of issue 47).
+func TestDeploymentDestroyRemovesKeysLeftWhileANodeWasHeld(t *testing.T) {
+	t.Parallel()
+	binary := acctest.ProviderBinary(t)
+	for _, cli := range acctest.AlternateCLIs(t) {
+		t.Run(cli.Name, func(t *testing.T) {
+			t.Parallel()
+			sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+			tgs := []*nixtest.Target{nixtest.NewTarget(t), nixtest.NewTarget(t)}
+			systems := []string{sys, sys}
+			for _, tg := range tgs {
+				tg.Boot(t, sys)
+			}
+			s := acctest.NewBinarySession(t, cli, binary)
+			s.Setenv("TF_VAR_db_password", secretValue(t))
+			s.Setenv("TF_VAR_api_token", secretValue(t))
+			s.WriteConfig(keysConfig(tgs, systems, dbKey, dbContent))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if _, _, _, ok := keyFile(t, tgs[1], dbKeyPath); !ok {
+				t.Fatalf("n2 lacks %s", dbKeyPath)
+			}
+			s.WriteConfig(keysConfigWith(tgs, systems, "", "", holdN2))
+			s.Run("apply", "-auto-approve", "-input=false")
+			if _, _, _, ok := keyFile(t, tgs[1], dbKeyPath); !ok {
+				t.Fatalf("the held n2 lost %s", dbKeyPath)
+			}
+			out, _ := s.Run("destroy", "-auto-approve", "-input=false")
+			if _, _, _, ok := keyFile(t, tgs[1], dbKeyPath); ok {
+				t.Errorf("n2 keeps %s (its secret) after the deployment was destroyed, and the destroy said:\n%s", dbKeyPath, out)
+			}
+		})
+	}
+}
