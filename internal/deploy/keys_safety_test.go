@@ -116,10 +116,15 @@ func TestKeysRefuseADirectoryAnotherUserCanWrite(t *testing.T) {
 	_ = os.Chown(tg.Path("/run/group"), 0, 65534) // nogroup
 	mk("/run/sticky", os.ModeSticky|0o777, 0)     // as /tmp
 	mk("/run/svc/sub", 0o755, 0)                  // root's, under a user's
+	// A link of root's, in a directory of root's, to the user's directory.
+	if err := os.Symlink("/run/svc", tg.Path("/run/to-svc")); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ path, why string }{
 		{"/run/svc/db", "its directory /run/svc is owned by nobody, not root, who could swap what root writes there"},
 		{"/run/svc/sub/db", "its directory /run/svc is owned by nobody"},
 		{"/run/svc/new/db", "its directory /run/svc is owned by nobody"},
+		{"/run/to-svc/db", "its directory /run/svc is owned by nobody"},
 		{"/run/open/db", "its directory /run/open can be written by every user (mode 777)"},
 		{"/run/group/db", "its directory /run/group can be written by group nogroup (mode 775)"},
 	} {
