@@ -157,6 +157,8 @@ func (d *Deployer) node(ctx context.Context, n Target, builds *localBuilds, begu
 				// changes on the host.
 				steps = append(steps[:i+1:i+1], append([]*step{keysStep}, steps[i+1:]...)...)
 			}
+		case steps[i] == rebootCheckStep && nr.booted:
+			steps = append(steps[:i+1:i+1], nr.bootedSteps(steps[i+1:])...)
 		case steps[i] == rebootCheckStep && nr.rebooting:
 			steps = append(steps[:i+1:i+1], nr.rebootSteps(steps[i+1:])...)
 		}

@@ -84,6 +84,27 @@ func (nr *nodeRun) rebootSteps(rest []*step) []*step {
 	return out
 }
 
+// bootedSteps are the steps after the reboot check of a node whose host
+// booted the new system already, which no verdict judged (an earlier
+// deploy that rebooted it was interrupted): its keys' units restarted
+// (the keys step put them back), the verdict on the booted host, then the
+// rest (the after-verdict keys). A failure boots it back (undoBoot).
+func (nr *nodeRun) bootedSteps(rest []*step) []*step {
+	var out []*step
+	if nr.r.KeysTouched {
+		out = append(out, keyUnitsStep)
+	}
+	out = append(out, bootVerdictStep)
+	for _, s := range rest {
+		switch s {
+		case activateStep, verdictStep, confirmStep, finaliseStep:
+		default:
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // rebootCheckStep decides whether the node's new system is booted into:
 // always, or when its kernel, initrd or kernel modules differ from those
 // of the system the host booted (read on the host).
@@ -110,6 +131,16 @@ var rebootCheckStep = &step{
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		if strings.TrimSpace(lines[0]) == nr.n.System {
+			if back := nr.r.VerifiedSystem; nr.r.PreviousSystem == nr.n.System && nr.r.BootSystem == nr.n.System && back != "" && back != nr.n.System {
+				// Booted into, and never judged (an earlier deploy that
+				// rebooted it was interrupted): judged as booted, and
+				// booted back into the system that passed its verdict
+				// there last, should it fail.
+				nr.r.PreviousSystem, nr.rebooting, nr.booted, nr.entrySet = back, true, true, true
+				nr.rebootWhy = "booted by an earlier deploy"
+				nr.d.note(nr.n.Name, StepRebootCheck, "the host booted %s already, which no verdict judged: judging the booted host (a failure boots it back into %s, the last system that passed its verdict there)", nr.n.System, back)
+				return nil
+			}
 			nr.d.note(nr.n.Name, StepRebootCheck, "the host booted %s already: activated without a reboot", nr.n.System)
 			return nil
 		}

@@ -433,3 +433,41 @@ func TestRebootVerdictRecordedOnlyUnderItsLease(t *testing.T) {
 		}
 	}
 }
+
+// A deploy interrupted while its host was away rebooting leaves the host
+// booted into the new system, unjudged (the new-user trial: the next
+// apply then activated it again and found "nothing to roll back to"): the
+// next deploy judges the booted host, and, its verdict failing, boots it
+// back into the last system that passed its verdict there.
+func TestRebootInterruptedThenTheNextDeployJudgesTheBootedHost(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	bad := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"app.service"}})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	if err := os.MkdirAll(tg.Path(agreement.RecordDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tg.Path(agreement.SucceededFile), []byte(old+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tg.SetRebootDown(2 * time.Second)
+	d := deployer(t, rebootOpts)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	onStep(d, deploy.StepReturn, false, cancel)
+	n := targetOf(tg, "n1", bad)
+	n.Keys = []deploy.Key{key("db", "/run/keys/db")}
+	res := d.Deploy(ctx, []deploy.Target{n}, nil)
+	if !res[0].Interrupted {
+		t.Fatalf("not interrupted: %s", res[0].Message)
+	}
+	if !tg.WaitUp(time.Minute) || tg.CurrentSystem() != bad {
+		t.Fatalf("the host runs %s after the interrupted reboot, want %s", tg.CurrentSystem(), bad)
+	}
+	res = deployer(t, rebootOpts).Deploy(context.Background(), []deploy.Target{n}, nil)
+	wantPhase(t, res[0], deploy.PhaseRolledBack, "app.service", "the boot entry was put back to "+old+" and the host rebooted into it")
+	if tg.CurrentSystem() != old || tg.BootEntry() != old || !tg.Exists("/run/keys/db") {
+		t.Errorf("runs %s, boots %s, key there %v; want %s and the key", tg.CurrentSystem(), tg.BootEntry(), tg.Exists("/run/keys/db"), old)
+	}
+}
