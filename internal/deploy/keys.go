@@ -77,7 +77,7 @@ type KeyState struct {
 func (k Key) Why(s KeyState) string {
 	switch {
 	case s.Unsafe != "":
-		return s.Unsafe
+		return KeyRefused + s.Unsafe
 	case s.Large:
 		return "a file larger than a key is at " + k.Path
 	case s.Other:
@@ -97,6 +97,10 @@ func (k Key) Why(s KeyState) string {
 	}
 	return strings.Join(whys, "; ")
 }
+
+// KeyRefused starts why a key is not in place when its path breaks the
+// rule of a key's path: the upload will refuse it too.
+const KeyRefused = "refused: "
 
 // contentDigest is what the host's sha256sum prints of content.
 func contentDigest(content []byte) string {

@@ -403,6 +403,11 @@ func warnKeys(needs map[string]keyNeeds, order []string, diags *diag.Diagnostics
 		key, reason, _ := strings.Cut(why, ": ")
 		names := byWhy[why]
 		title := "Key " + key + " will be put on " + nodesPhrase(names)
+		if strings.HasPrefix(reason, deploy.KeyRefused) {
+			// Its path breaks the rule of a key's path: the apply fails
+			// the node, naming why.
+			title = "Key " + key + " will be refused on " + nodesPhrase(names)
+		}
 		if strings.HasPrefix(why, "key ") || !strings.Contains(why, ": ") {
 			// The refresh's word (the KeysUploaded condition's message),
 			// or the record's (the deploy did not reach its keys).

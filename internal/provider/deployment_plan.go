@@ -245,6 +245,9 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 		bootEntries = bootEntries || a.ValueString() == actionBootEntry && !keep
 		if sc.known && sc.leaves(name) && !n.System.IsUnknown() && !hold[name] && needsSwitch(p, known, n.System.ValueString(), goal) {
 			waiting = append(waiting, name)
+		} else if sc.known && sc.leaves(name) && !hold[name] && goal != deploy.GoalDryActivate && keysOfNode(nodeKeys(keys, name), nodeKeys(priorKeys, name), p.conds, look[name]).needed() {
+			// Its keys would change (a rotation): they wait too.
+			waiting = append(waiting, name)
 		}
 		switch {
 		case a.IsUnknown() || a.ValueString() == actionPending:
@@ -271,7 +274,7 @@ func (r *deploymentResource) ModifyPlan(ctx context.Context, req resource.Modify
 			title, rest, them = "Node "+waiting[0]+" waits for a later apply", "it keeps its record", "it"
 		}
 		resp.Diagnostics.AddAttributeWarning(path.Root("only_nodes"), title,
-			fmt.Sprintf("only_nodes names %s, so this apply deploys no other node. %s would switch: %s, and the next apply without only_nodes deploys %s.",
+			fmt.Sprintf("only_nodes names %s, so this apply deploys no other node. %s would switch (or have their keys put in place): %s, and the next apply without only_nodes deploys %s.",
 				list(slices.Sorted(maps.Keys(sc.only))), strings.Join(waiting, ", "), rest, them))
 	}
 	if prior == nil {

@@ -106,15 +106,15 @@ var (
 		"destination": optionalString("Where the key is written on the host: an absolute path outside `/nix/store`. Default `/run/keys/<name>` (a tmpfs on NixOS: gone at a reboot; the next refresh sees it missing and the next apply puts it back). "+
 			"Every directory of the path must be root's and writable by no other user (a service's own state directory is refused: its user could swap what root writes there); a missing one is created, root's, mode 0755. "+
 			"Something other than a file at the destination (a directory, a link) fails the node.", keyDestinationValidator{}),
-		"user":        optionalString("The key file's owner on the host. Default `root`. A user the host lacks fails the node before it activates, naming it."),
-		"group":       optionalString("The key file's group on the host. Default `root`."),
+		"user":        optionalString("The key file's owner on the host. Default `root`. A user the host lacks fails the node before it activates, naming it.", stringvalidator.LengthAtLeast(1)),
+		"group":       optionalString("The key file's group on the host. Default `root`.", stringvalidator.LengthAtLeast(1)),
 		"permissions": optionalString("The key file's mode, in octal. Default `0400`.", permissionsValidator{}),
 		"upload": optionalString("When the key is put in place: `before-activation` (default: a unit the switch starts can read it) or `after-verdict` (only once the new system passed its verdict; refused with goal `boot`, which judges nothing).",
 			stringvalidator.OneOf(string(deploy.UploadBeforeActivation), string(deploy.UploadAfterVerdict))),
 		"nodes": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "The nodes whose hosts get the key. Default: every node. A name not in `nodes` is refused.",
 			Validators: []validator.List{listvalidator.UniqueValues()}},
 		"restart_units": schema.ListAttribute{Optional: true, ElementType: types.StringType, MarkdownDescription: "Units restarted after this key was written (new, or its content, owner or mode put right): `[\"postgresql.service\"]`; with a switch, once the new system runs and before its verdict. Unit names only: a pattern (`*`) is refused.",
-			Validators: []validator.List{listvalidator.ValueStringsAre(stringvalidator.RegexMatches(deploy.UnitNamePattern, "must be a systemd unit name, such as postgresql.service"))}},
+			Validators: []validator.List{listvalidator.ValueStringsAre(stringvalidator.RegexMatches(deploy.UnitNamePattern, "must be a systemd unit name, such as postgresql.service (letters, digits and @ . _ : \\ - only: a pattern such as * is refused, as systemctl would restart every unit it matches)"))}},
 	}}}, hints: keyHints}
 	deployDefaultsInput = nestedInput{name: "defaults", decl: schema.SingleNestedAttribute{Attributes: map[string]schema.Attribute{
 		"user":             optionalString("User to log in as."),

@@ -91,6 +91,8 @@ if [ -L "$fleet_f" ] || { [ -e "$fleet_f" ] && [ ! -f "$fleet_f" ]; }; then echo
 else rm -f -- "$fleet_f" 2>/dev/null || fleet_key_fail "$1" "could not be removed"; echo "removed $1"; fi
 fi
 grep -vxF -- "$1" "$fleet_rec" > "$fleet_rec.new" 2>/dev/null; mv -f -- "$fleet_rec.new" "$fleet_rec" || fleet_key_fail "$1" "its record under {{.RecordDir}} cannot be written"
+# A record that names nothing any more goes.
+[ -s "$fleet_rec" ] || rm -f -- "$fleet_rec"
 }
 {{range $i, $k := .Writes}}fleet_key {{$i}} {{q $k.Path}} {{q $k.User}} {{q $k.Group}} {{q $k.Mode}} {{q $k.Units}}
 {{end -}}
