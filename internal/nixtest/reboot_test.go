@@ -223,7 +223,10 @@ func TestRebootRefusals(t *testing.T) {
 
 	// Past an inhibitor, as root may.
 	tg.SetRebootRefusal(RebootInhibited)
-	if out, code := d.ssh("", "systemctl reboot -i"); code != 0 {
+	// The session ends as systemctl's does (0), or, on a busy machine,
+	// is cut by the power cut after the linger (ssh's 255), as a real
+	// host's would be.
+	if out, code := d.ssh("", "systemctl reboot -i"); code != 0 && (code != 255 || !strings.Contains(out, "closed by remote host")) {
 		t.Errorf("systemctl reboot -i on an inhibited target: exit %d, %q", code, out)
 	}
 	if !eventually(30*time.Second, func() bool { return len(tg.Boots()) == 1 }) || !tg.WaitUp(30*time.Second) {
