@@ -135,6 +135,10 @@ type Behaviour struct {
 	// BootDelay makes the boot entry's update take this long (after it
 	// logs "updating the boot entry...", before it writes the entry).
 	BootDelay time.Duration
+	// Hold makes an activation wait, after its Delay and before it
+	// switches, until the test calls Target.Release: an order between
+	// hosts that a busy machine's timing cannot break.
+	Hold bool
 }
 
 var unitPattern = regexp.MustCompile(`^[A-Za-z0-9@._:-]+$`)
@@ -195,8 +199,9 @@ lock_action='%s'
 cut=%s
 delay=%.3f
 boot_delay=%.3f
+hold=%t
 state=%s
-`, b.Kind, b.Kind.slug(), strings.Join(b.FailedUnits, " "), b.LockedCalls, b.LockedAction, cut, b.Delay.Seconds(), b.BootDelay.Seconds(), stateLink) + switchBody
+`, b.Kind, b.Kind.slug(), strings.Join(b.FailedUnits, " "), b.LockedCalls, b.LockedAction, cut, b.Delay.Seconds(), b.BootDelay.Seconds(), b.Hold, stateLink) + switchBody
 }
 
 const switchBody = `if [ ! -d "$state/" ]; then
@@ -286,6 +291,9 @@ activate() {
 		[ -f "$f" ] && printf '%s %s %s\n' "$action" "$f" "$(sha256sum < "$f" | cut -c1-64)" >> "$state/keys-seen.log"
 	done
 	[ "$delay" = 0.000 ] || nap "$delay"
+	if [ "$hold" = true ]; then
+		while [ ! -e "$state/released" ]; do nap 0.1; done
+	fi
 	log "setting up /etc..."
 	if [ "$kind" = hang ]; then
 		log "reloading user units..."

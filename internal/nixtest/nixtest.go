@@ -737,6 +737,13 @@ type Event struct {
 // began, a line each: "ACTION PATH SHA256".
 func (t *Target) KeysSeen() []string { return lines(t.readFile("keys-seen.log")) }
 
+// Release lets an activation of a system made with Behaviour.Hold go on
+// (each one after, too).
+func (t *Target) Release(tb TB) {
+	tb.Helper()
+	t.writeFile(tb, "released", "")
+}
+
 // Restarts are the units systemctl restart was asked to restart, in
 // order.
 func (t *Target) Restarts() []string { return lines(t.readFile("restarts.log")) }

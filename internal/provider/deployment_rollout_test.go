@@ -2,6 +2,8 @@ package provider_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,9 +29,12 @@ func TestDeploymentRolloutWithParallelismAndAFailureBudget(t *testing.T) {
 				tg.Boot(t, first)
 				nodes = append(nodes, tg)
 			}
-			// n1 activates slowly; n2, beside it, fails meanwhile.
-			slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 6 * time.Second})
+			// n1 activates slowly; n2, beside it, fails meanwhile: n1's
+			// activation waits until n2 was switched back and its lease
+			// ended (the rollout knows it failed), and 2 s more.
+			slow := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Hold: true})
 			bad := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.FailUnits, FailedUnits: []string{"db.service"}})
+			releaseAfterRollback(t, nodes[0], nodes[1], bad, first)
 			good := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 			rollout := "  parallelism  = 2\n  max_failures = 0\n"
 			s := acctest.NewSession(t, cli, server())
@@ -84,4 +89,41 @@ func TestDeploymentRolloutWithParallelismAndAFailureBudget(t *testing.T) {
 			s.WantNoChanges()
 		})
 	}
+}
+
+// releaseAfterRollback lets held's activation go on once back's host
+// switched to bad and then back to first and no process of the deploy is
+// left on it (its lease ended), and 2 s more; or after 10 minutes. It
+// reads the host's event log itself: nothing on its goroutine may fail
+// the test.
+func releaseAfterRollback(t *testing.T, held, back *nixtest.Target, bad, first string) {
+	t.Helper()
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	t.Cleanup(func() { close(done); <-ended })
+	rolledBack := func() bool {
+		b, _ := os.ReadFile(filepath.Join(back.StateDir, "events.log"))
+		log := string(b)
+		i := strings.Index(log, " set-current "+bad+"\n")
+		return i >= 0 && strings.Contains(log[i:], " set-current "+first+"\n") && len(back.Leftovers()) == 0
+	}
+	go func() {
+		defer close(ended)
+		wait := func(d time.Duration) bool {
+			select {
+			case <-done:
+				return false
+			case <-time.After(d):
+				return true
+			}
+		}
+		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline) && !rolledBack(); {
+			if !wait(100 * time.Millisecond) {
+				return
+			}
+		}
+		if wait(2 * time.Second) {
+			_ = os.WriteFile(filepath.Join(held.StateDir, "released"), nil, 0o644)
+		}
+	}()
 }
