@@ -78,6 +78,7 @@ func main() {
 		out      = flag.String("out", "bench/out/testtime", "where the events and numbers of this run are kept")
 		report   = flag.String("report", "", "print the run saved in this directory instead of running")
 		top      = flag.Int("top", 25, "how many of the slowest tests to print")
+		alone    = flag.String("alone", "/internal/provider", "packages (import paths ending so, comma-separated) that run after all others, one at a time, as make test runs them")
 	)
 	flag.Parse()
 	if *report != "" {
@@ -92,7 +93,7 @@ func main() {
 				fail(err)
 			}
 		}
-		if err := writeReport(os.Stdout, runs, tests, times.Build, times.Run, *top); err != nil {
+		if err := writeReport(os.Stdout, runs, tests, times, *top); err != nil {
 			fail(err)
 		}
 		return
@@ -130,32 +131,50 @@ func main() {
 	}
 	runStart := time.Now()
 	runs := make([]pkgRun, len(built))
-	sem := make(chan struct{}, *parallel)
-	var wg sync.WaitGroup
-	for i, p := range built {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			runs[i], runs[i].Tests = runPackage(p, args, *out)
-			state := "ok  "
-			if !runs[i].Passed {
-				state = "FAIL"
-			}
-			fmt.Fprintf(os.Stderr, "%s %-50s %8.1fs wall %8.1fs cpu\n", state, p.ImportPath,
-				runs[i].Wall.Seconds(), (runs[i].User + runs[i].System).Seconds())
-		}()
+	runAll := func(which []int, atOnce int) {
+		sem := make(chan struct{}, atOnce)
+		var wg sync.WaitGroup
+		for _, i := range which {
+			p := built[i]
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				runs[i], runs[i].Tests = runPackage(p, args, *out)
+				state := "ok  "
+				if !runs[i].Passed {
+					state = "FAIL"
+				}
+				fmt.Fprintf(os.Stderr, "%s %-50s %8.1fs wall %8.1fs cpu\n", state, p.ImportPath,
+					runs[i].Wall.Seconds(), (runs[i].User + runs[i].System).Seconds())
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	var first, last []int
+	for i, p := range built {
+		if isAlone(p.ImportPath, *alone) {
+			last = append(last, i)
+		} else {
+			first = append(first, i)
+		}
+	}
+	runAll(first, *parallel)
+	runAll(last, 1)
 	runWall := time.Since(runStart)
+	// What /usr/bin/time would say of this whole run: this process and
+	// every process it waited for (the compiler, the test binaries and
+	// what they waited for).
+	self, children := cpuOf(syscall.RUSAGE_SELF), cpuOf(syscall.RUSAGE_CHILDREN)
+	whole := cpuTimes{User: self.User + children.User, System: self.System + children.System}
 
 	saved, err := json.MarshalIndent(runs, "", "  ")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(*out, "packages.json"), saved, 0o644)
 	}
 	if err == nil {
-		saved, err = json.Marshal(runTimes{Build: buildWall, Run: runWall})
+		saved, err = json.Marshal(runTimes{Build: buildWall, Run: runWall, CPU: whole})
 	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(*out, "run.json"), saved, 0o644)
@@ -167,7 +186,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	if err := writeReport(os.Stdout, runs, tests, buildWall, runWall, *top); err != nil {
+	if err := writeReport(os.Stdout, runs, tests, runTimes{Build: buildWall, Run: runWall, CPU: whole}, *top); err != nil {
 		fail(err)
 	}
 	for _, r := range runs {
@@ -373,8 +392,35 @@ func processCPU(pid int) time.Duration {
 }
 
 // load reads a saved run: the numbers and every test's outcome.
-// runTimes are a run's build and test walls (run.json).
-type runTimes struct{ Build, Run time.Duration }
+// runTimes are a run's build and test walls and the whole run's CPU
+// (run.json).
+type runTimes struct {
+	Build, Run time.Duration
+	CPU        cpuTimes
+}
+
+// cpuTimes are user and system CPU time.
+type cpuTimes struct{ User, System time.Duration }
+
+// cpuOf is getrusage(who)'s CPU.
+func cpuOf(who int) cpuTimes {
+	var u syscall.Rusage
+	if err := syscall.Getrusage(who, &u); err != nil {
+		return cpuTimes{}
+	}
+	return cpuTimes{User: time.Duration(u.Utime.Nano()), System: time.Duration(u.Stime.Nano())}
+}
+
+// isAlone reports whether the import path ends as one of the
+// comma-separated suffixes.
+func isAlone(importPath, suffixes string) bool {
+	for _, s := range strings.Split(suffixes, ",") {
+		if s != "" && strings.HasSuffix(importPath, s) {
+			return true
+		}
+	}
+	return false
+}
 
 func load(dir string) ([]pkgRun, []testTime, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "packages.json"))
@@ -448,7 +494,8 @@ func load(dir string) ([]pkgRun, []testTime, error) {
 }
 
 // writeReport writes the package table, the slowest tests and the failures to w.
-func writeReport(w io.Writer, runs []pkgRun, tests []testTime, buildWall, runWall time.Duration, top int) error {
+func writeReport(w io.Writer, runs []pkgRun, tests []testTime, times runTimes, top int) error {
+	buildWall, runWall := times.Build, times.Run
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Wall > runs[j].Wall })
 	var out bytes.Buffer
 	var rows strings.Builder
@@ -487,6 +534,10 @@ func writeReport(w io.Writer, runs []pkgRun, tests []testTime, buildWall, runWal
 	}
 	if runWall > 0 {
 		fmt.Fprintf(&out, "\nbuild %.0fs, tests %.0fs, in all %.0fs wall\n", buildWall.Seconds(), runWall.Seconds(), (buildWall + runWall).Seconds())
+		if c := times.CPU; c.User+c.System > 0 {
+			fmt.Fprintf(&out, "the whole run's CPU, build included (as /usr/bin/time counts it): %.0fs (user %.0fs, system %.0fs)\n",
+				(c.User + c.System).Seconds(), c.User.Seconds(), c.System.Seconds())
+		}
 	}
 
 	var topLevel []testTime
