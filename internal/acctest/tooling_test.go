@@ -35,8 +35,23 @@ func TestMakeTestHonoursFleetTofuPath(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make -n test: %v\n%s", err, out)
 	}
-	if got := strings.Count(string(out), `FLEET_TOFU_PATH="/opt/tofu-of-my-own/tofu" go test`); got != 2 {
-		t.Fatalf("make test and testacc do not both run the OpenTofu of FLEET_TOFU_PATH:\n%s", out)
+	// make test runs the provider's tests in a part of their own, testacc
+	// runs only them: every go test it runs is given the OpenTofu.
+	var runs, provider int
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, "go test ") {
+			continue
+		}
+		runs++
+		if !strings.Contains(line, `FLEET_TOFU_PATH="/opt/tofu-of-my-own/tofu" go test`) {
+			t.Errorf("a go test without the OpenTofu of FLEET_TOFU_PATH: %s", line)
+		}
+		if strings.Contains(line, " ./internal/provider/") {
+			provider++
+		}
+	}
+	if runs != 3 || provider != 2 {
+		t.Fatalf("make test and testacc: %d go test runs, %d of the provider's package; want 3 and 2 (make test's two parts, testacc):\n%s", runs, provider, out)
 	}
 }
 
