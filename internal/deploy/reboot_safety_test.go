@@ -427,8 +427,10 @@ func TestRebootVerdictRecordedOnlyUnderItsLease(t *testing.T) {
 	tg.Boot(t, old)
 	o := rebootOpts
 	// The check ends the lease: its keeper's session is killed (the
-	// pattern does not match the check's own command line).
-	o.Verdict.Command = []string{"pkill -TERM -f 'fleet[-]deploy.words' || true; sleep 2"}
+	// pattern does not match the check's own command line). Only on this
+	// target (its mount namespace): the targets share the machine's
+	// processes, and a bare pkill ended every other test's leases.
+	o.Verdict.Command = []string{"pkill --ns $$ --nslist mnt -TERM -f 'fleet[-]deploy.words' || true; sleep 2"}
 	res := deployer(t, o).Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", good)}, nil)
 	wantPhase(t, res[0], deploy.PhaseFailed, "its record of that was not written")
 	if tg.Exists(agreement.SucceededFile) {

@@ -366,7 +366,9 @@ func TestEvaluatorHungEvaluationNotJoined(t *testing.T) {
 	// The shell reads the script and never answers; it is killed when the
 	// first evaluation's bound (probe timeout + grace) ends.
 	e := newEvaluator([]string{"/bin/sh", "-c", "cat >/dev/null; exec " + strings.Join(sleep, " ")})
-	slow := pathPolicy(root, node, Node{Local: true}, 2*time.Second)
+	// 6 s: on a busy machine seeing the first's shell start may take
+	// seconds of it.
+	slow := pathPolicy(root, node, Node{Local: true}, 6*time.Second)
 	forgetMarkers(t, slow, node)
 	quick := pathPolicy(root, node, Node{Local: true}, 100*time.Millisecond)
 
@@ -387,7 +389,7 @@ func TestEvaluatorHungEvaluationNotJoined(t *testing.T) {
 	if !eventually(5*time.Second, func() bool { return shells() == 1 }) {
 		t.Fatalf("the first evaluation's shell never started")
 	}
-	// The second waits 100ms + the grace for the first, which needs 2s +
+	// The second waits 100ms + the grace for the first, which needs 6s +
 	// the grace: it gives up first.
 	r, _ := evalNode(t, e, quick, node)
 	select {
