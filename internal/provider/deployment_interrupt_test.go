@@ -50,8 +50,13 @@ func TestDeploymentCtrlCDuringActivation(t *testing.T) {
 				t.Fatalf("status after the interrupt: %v", v["status"])
 			}
 			n1, n2 := nodeRecordOf(t, v, "n1"), nodeRecordOf(t, v, "n2")
-			if n1["phase"] != "Failed" || !strings.Contains(fmt.Sprint(n1["message"]), "interrupted during the activate step") ||
-				!strings.Contains(fmt.Sprint(n1["message"]), "it runs "+old) {
+			// What the host runs is asked for at most the deploy's ask
+			// timeout (the interrupted apply ends at once): a busy machine
+			// may not answer within it, and the record then says so
+			// (TestDeployInterrupted holds the answer's
+			// words where the host answers in time).
+			if msg := fmt.Sprint(n1["message"]); n1["phase"] != "Failed" || !strings.Contains(msg, "interrupted during the activate step") ||
+				!strings.Contains(msg, "it runs "+old) && !strings.Contains(msg, "what it runs now could not be read") {
 				t.Errorf("n1's record: phase %v, message %v", n1["phase"], n1["message"])
 			}
 			if n2["phase"] != "Pending" || len(tg2.Calls()) != 0 || tg2.CurrentSystem() != old {
