@@ -74,14 +74,7 @@ func (nr *nodeRun) rebootSteps(rest []*step) []*step {
 		out = append(out, rebootKeysStep, keyUnitsStep)
 	}
 	out = append(out, bootVerdictStep)
-	for _, s := range rest {
-		switch s {
-		case activateStep, verdictStep, confirmStep, finaliseStep:
-		default:
-			out = append(out, s)
-		}
-	}
-	return out
+	return append(out, withoutSwitch(rest)...)
 }
 
 // bootedSteps are the steps after the reboot check of a node whose host
@@ -95,6 +88,13 @@ func (nr *nodeRun) bootedSteps(rest []*step) []*step {
 		out = append(out, keyUnitsStep)
 	}
 	out = append(out, bootVerdictStep)
+	return append(out, withoutSwitch(rest)...)
+}
+
+// withoutSwitch is rest without the steps of a switch in place (activate,
+// verdict, confirm, finalise), which a reboot replaces.
+func withoutSwitch(rest []*step) []*step {
+	var out []*step
 	for _, s := range rest {
 		switch s {
 		case activateStep, verdictStep, confirmStep, finaliseStep:
