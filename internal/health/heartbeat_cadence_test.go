@@ -58,7 +58,7 @@ func TestPathHeartbeatCadence(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := uniqueNode(t, "cadence")
-	p := pathPolicy(root, node, Node{Local: true}, 2*time.Second)
+	p := pathPolicy(root, node, Node{Local: true}, answers)
 	p.WriteProbeInterval = interval
 	forgetMarkers(t, p, node)
 	statDir, calls := countingStatDir(t)

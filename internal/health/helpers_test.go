@@ -74,6 +74,12 @@ func newEvaluator(shell []string) *Evaluator {
 // a probe that runs on to its 30 s sleep or its hung mount.
 const busy = 4 * time.Second
 
+// answers is the probe timeout of a test whose checks are all meant to
+// answer: far beyond what a stall of a busy machine takes (CI saw `echo
+// fine` and a tmpfs heartbeat miss 1.5 and 2 s at a load of 25 on two
+// cores), and it costs nothing, since no check waits it out.
+const answers = 20 * time.Second
+
 // evalNode evaluates one node and returns its report and how long it took.
 func evalNode(t *testing.T, e *Evaluator, p *Policy, node string) (Report, time.Duration) {
 	t.Helper()

@@ -70,7 +70,9 @@ func TestCommandCheck(t *testing.T) {
 		"fails": specDecl("command", map[string]any{"command": "echo first; echo 'connection refused' >&2; exit 3"}),
 		"hangs": specDecl("command", map[string]any{"command": "echo started; exec " + strings.Join(sleep, " ")}),
 	}
-	const timeout = 1500 * time.Millisecond
+	// 5 s: `echo fine` must answer inside it on a busy machine (CI saw it
+	// miss 1.5 s); the sleep waits it out.
+	const timeout = 5 * time.Second
 	p := kindPolicy(node, Node{Local: true}, timeout, checks)
 	forgetMarkers(t, p, node)
 	r, took := evalNode(t, newEvaluator(nil), p, node)

@@ -72,7 +72,7 @@ func TestSSHDWrongPin(t *testing.T) {
 	s := sshtest.StartSSHD(t)
 	root := t.TempDir() // root/blobs is missing: the node's check fails
 	node := uniqueNode(t, "pin")
-	p := pathPolicy(root, node, sshdNode(s), 2*time.Second)
+	p := pathPolicy(root, node, sshdNode(s), answers)
 	forgetMarkers(t, p, node)
 	e := newEvaluator(nil)
 

@@ -72,7 +72,7 @@ func checkReadOnly(t *testing.T, h storageHost) {
 	blobs := filepath.Join(root, "blobs")
 	h.ns.MountTmpfs(t, blobs)
 	node := uniqueNode(t, "ro")
-	p := pathPolicy(root, node, h.node, 2*time.Second)
+	p := pathPolicy(root, node, h.node, answers)
 	forgetMarkers(t, p, node)
 	e := h.evaluator()
 	id := "path:" + blobs
@@ -140,7 +140,7 @@ func checkReadOnlySuperblock(t *testing.T, h storageHost) {
 	h.ns.MountTmpfs(t, fs)
 	h.ns.Run(t, "mount", "--bind", fs, blobs)
 	node := uniqueNode(t, "ro-super")
-	p := pathPolicy(root, node, h.node, 2*time.Second)
+	p := pathPolicy(root, node, h.node, answers)
 	p.WriteProbeInterval = time.Hour // after the first heartbeat, only the cheap tier runs
 	forgetMarkers(t, p, node)
 	e := h.evaluator()
@@ -220,7 +220,9 @@ func checkHungHeartbeat(t *testing.T, h storageHost) {
 	root := t.TempDir()
 	blobs := filepath.Join(root, "blobs")
 	node := uniqueNode(t, "hung")
-	const timeout = 1500 * time.Millisecond
+	// 4 s: the statvfs tier must answer, and the heartbeat's writer start,
+	// inside it on a busy machine, or the wrong tier times out.
+	const timeout = 4 * time.Second
 	p := pathPolicy(root, node, h.node, timeout)
 	forgetMarkers(t, p, node)
 	hung := h.ns.MountHung(t, blobs)
@@ -241,7 +243,13 @@ func checkHungHeartbeat(t *testing.T, h storageHost) {
 	}
 	wantContains(t, "hung heartbeat reason", r.Reason(p), "node "+node, "blob storage", blobs+" is a broken mount (probe timed out)")
 
-	writers := heartbeatWriters(blobs)
+	// The writer left behind reaches the mount when the machine lets it:
+	// it may not be blocked there yet when the timeout fires.
+	var writers []int
+	eventually(5*time.Second, func() bool {
+		writers = heartbeatWriters(blobs)
+		return len(writers) == 1 && hung.Blocked() == 1
+	})
 	if len(writers) != 1 || hung.Blocked() != 1 {
 		t.Fatalf("after the first evaluation: %d heartbeat writers %v, %d operations blocked in the mount; want exactly the one left hung",
 			len(writers), writers, hung.Blocked())
@@ -449,7 +457,7 @@ func TestLocalPathIOError(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := uniqueNode(t, "eio")
-	p := pathPolicy(root, node, Node{Local: true}, 2*time.Second)
+	p := pathPolicy(root, node, Node{Local: true}, answers)
 	forgetMarkers(t, p, node)
 
 	// The same directory is healthy through the real stat.
