@@ -629,7 +629,10 @@ var keysAfterStep = &step{
 		}
 		return err
 	},
-	leaves: func(nr *nodeRun, _ bool) string {
+	leaves: func(nr *nodeRun, during bool) string {
+		if !during {
+			return "the new system passed its verdict and stays active; its after-verdict keys were not written"
+		}
 		return "the new system passed its verdict and stays active; its after-verdict keys may not all be in place (each one written is whole)"
 	},
 }

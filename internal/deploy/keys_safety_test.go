@@ -656,3 +656,40 @@ func TestKeysRemovalNeverFollowsAUsersLink(t *testing.T) {
 		t.Error("the removal followed the user's link and removed root's file")
 	}
 }
+
+// A lease that ends after the switch, its verdict and its boot entry, before
+// the after-verdict keys (the explorer's seed 830006: the link held both
+// ways through the boot entry's update, for longer than
+// remote_exec_timeout): the record says the new system stands and the keys
+// were not written, never that nothing was changed on the host.
+func TestKeysAfterVerdictWithTheLeaseLostSayTheSystemStands(t *testing.T) {
+	t.Parallel()
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg := nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	n := targetOf(tg, "n1", sys)
+	after := key("after", "/run/keys/after")
+	after.Upload = deploy.UploadAfterVerdict
+	n.Keys = []deploy.Key{after}
+	d := deployer(t, deploy.Options{})
+	// The lease ends on the host as the boot entry is made: its keeper is
+	// killed, and every connection to sshd dropped (the deployer's keeper
+	// session sees its end at once); the next step begins 2 s later.
+	onStep(d, deploy.StepFinalise, true, func() {
+		hostFault(t, tg, hostKillKeeper, 0)
+		hostFault(t, tg, hostDropSessions, 0)
+		time.Sleep(2 * time.Second)
+	})
+	r := d.Deploy(context.Background(), []deploy.Target{n}, nil)[0]
+	wantPhase(t, r, deploy.PhaseFailed, "the host's deploy lock was lost before the keys-after step", "the new system passed its verdict and stays active")
+	if strings.Contains(r.Message, "nothing was changed") || strings.Contains(r.Message, "nothing was activated") {
+		t.Errorf("the record says nothing changed, but the host runs the new system: %s", r.Message)
+	}
+	if r.Step != deploy.StepKeysAfter {
+		t.Errorf("failed in step %s, want %s", r.Step, deploy.StepKeysAfter)
+	}
+	if tg.CurrentSystem() != sys || tg.BootEntry() != sys || tg.Exists("/run/keys/after") {
+		t.Errorf("the host runs %s, boots %s, the key there %v; want the new system %s, without the key", tg.CurrentSystem(), tg.BootEntry(), tg.Exists("/run/keys/after"), sys)
+	}
+}

@@ -111,6 +111,7 @@ type nodeRun struct {
 	bootAttempt        int       // the last boot.N action of the run (finalise's attempts, then the entry put back)
 	runs               []string  // the runs of this deploy's leases, in order
 	stepNow            StepName  // the step running
+	stepAt             *step     // the step running, for what it leaves
 	keysStale          bool      // the host keeps keys the deployment wrote there that the node no longer has
 	entryBackBegun     bool      // the undo of a boot entry began pointing it back
 	rebootAskedAt      time.Time // when the deploy asked the host to reboot
@@ -249,7 +250,7 @@ func (nr *nodeRun) step(ctx context.Context, s *step) bool {
 		nr.r.Phase = s.phase
 	}
 	nr.d.emit(Event{Kind: EventStepStarted, Node: nr.n.Name, Step: s.name, Message: s.does})
-	nr.stepNow = s.name
+	nr.stepNow, nr.stepAt = s.name, s
 	start := time.Now()
 	err := s.run(ctx, nr)
 	var f *failure

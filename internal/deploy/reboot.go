@@ -225,6 +225,9 @@ var rebootStep = &step{
 		return nil
 	},
 	leaves: func(nr *nodeRun, during bool) string {
+		if !during {
+			return "the host was not asked to reboot; it runs " + orNone(nr.r.PreviousSystem) + ", and its boot entry is " + nr.n.System + ", which no verdict judged"
+		}
 		return "the host was asked to reboot into " + nr.n.System + " (its boot entry, which no verdict judged; the system before, " + orNone(nr.r.PreviousSystem) + ", is the fallback entry): the next refresh reads what it runs"
 	},
 }

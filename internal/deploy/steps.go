@@ -232,8 +232,13 @@ func (nr *nodeRun) holdsLock(ctx context.Context) error {
 		if err == nil && v.Lost {
 			return nr.hostRebooted("the host rebooted before the "+string(nr.stepNow)+" step; ", v)
 		}
-		return fail(1, "LeaseLost", "the host's deploy lock was lost before the system was changed (its session ended: the connection dropped, or the host heard nothing from this deployer for remote_exec_timeout and ended the lease): nothing was changed on the host",
-			"the next apply retries this node")
+		// What the host is left with is what the steps before left it
+		// with: after a switch and its verdict, the new system stands.
+		msg := "the host's deploy lock was lost before the " + string(nr.stepNow) + " step (its session ended: the connection dropped, or the host heard nothing from this deployer for remote_exec_timeout and ended the lease)"
+		if nr.stepAt != nil {
+			msg += ": " + nr.stepAt.leaves(nr, false)
+		}
+		return fail(1, "LeaseLost", msg, "the next apply retries this node")
 	}
 	return nil
 }
