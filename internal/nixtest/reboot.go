@@ -292,8 +292,17 @@ func (t *Target) reboot(done <-chan struct{}, down time.Duration, never bool, as
 		wait = time.Second
 	}
 	wentDown := time.Now()
-	_ = os.WriteFile(filepath.Join(t.StateDir, "ssh-cut"), []byte(string(CutReset)+"\n"), 0o644)
+	cut := func() { _ = os.WriteFile(filepath.Join(t.StateDir, "ssh-cut"), []byte(string(CutReset)+"\n"), 0o644) }
+	cut()
 	t.killAllButSSHD()
+	// Cut again once nothing of the host runs: a process killed above (an
+	// activation that had just switched, say) may have opened SSH again
+	// between the first cut and its end. Then every connection drops, those
+	// sshd had not yet forked a session for too. Else a host that is down
+	// answers logins with its /run empty (CI: a deploy read "it runs
+	// (none)" from a host rebooted as its activation switched).
+	cut()
+	t.Gate.DropAll()
 	t.inNamespace(`find /run -mindepth 1 -maxdepth 1 ! -name sshd ! -name nixtest ! -name systemd -exec rm -rf {} +; rm -rf /run/systemd/*; mkdir -p /run/systemd/system; mkdir -p -m 1777 ` + SessionTmp)
 	_ = os.RemoveAll(filepath.Join(t.StateDir, "units"))
 	_ = os.MkdirAll(filepath.Join(t.StateDir, "units"), 0o755)

@@ -82,6 +82,12 @@ func NewGate(tb TB, backend string, opts ...GateOption) *Gate {
 // connections are closed, so an established path breaks too.
 func (g *Gate) SetMode(m GateMode) {
 	g.mode.Store(int32(m))
+	g.DropAll()
+}
+
+// DropAll closes every connection the gate forwards, as a host that goes
+// down drops its peers; what it does with new ones is unchanged.
+func (g *Gate) DropAll() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for c := range g.conns {
