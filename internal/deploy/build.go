@@ -210,7 +210,7 @@ var remoteBuildStep = &step{
 		return nil
 	},
 	leaves: func(nr *nodeRun, _ bool) string {
-		return "nothing was changed on the running system (the build on the host stops with the deploy's session, and only adds paths to its store); the host runs " + orNone(nr.r.PreviousSystem)
+		return "the system the host runs was not changed (the build on the host stops with the deploy's session, and only adds paths to its store); it runs " + orNone(nr.r.PreviousSystem)
 	},
 }
 

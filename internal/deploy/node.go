@@ -353,7 +353,7 @@ func (nr *nodeRun) interrupted(ctx context.Context, s *step, during bool) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		reason = "DeadlineExceeded"
 	}
-	msg := fmt.Sprintf("%s %s the %s step (%s): %s", cause(ctx), where, s.name, s.does, s.leaves(nr, during))
+	msg := fmt.Sprintf("%s %s the %s step (%s): %s", cause(ctx), where, s.name, s.does, nr.left(s, during))
 	nr.r.Phase, nr.r.ExitCode, nr.r.Message, nr.r.Step, nr.r.Interrupted = PhaseFailed, ExitInterrupted, msg, s.name, true
 	nr.r.Hint = "the next apply retries this node"
 	nr.r.Outcomes[s.cond] = Outcome{Reason: reason, Message: msg}

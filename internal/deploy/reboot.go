@@ -168,7 +168,7 @@ var rebootCheckStep = &step{
 		return nil
 	},
 	leaves: func(nr *nodeRun, _ bool) string {
-		return "nothing was changed on the running system; the host runs " + orNone(nr.r.PreviousSystem)
+		return "the system the host runs was not changed; it runs " + orNone(nr.r.PreviousSystem)
 	},
 }
 

@@ -158,7 +158,7 @@ var copyStep = &step{
 		return nil
 	},
 	leaves: func(nr *nodeRun, _ bool) string {
-		return "nothing was changed on the running system (the copy only adds paths to the host's store); the host runs " + orNone(nr.r.PreviousSystem)
+		return "the system the host runs was not changed (the copy only adds paths to the host's store); it runs " + orNone(nr.r.PreviousSystem)
 	},
 }
 
@@ -173,7 +173,7 @@ var profileStep = &step{
 	},
 	leaves: func(nr *nodeRun, during bool) string {
 		if !during {
-			return "nothing was changed on the running system; the host runs " + orNone(nr.r.PreviousSystem)
+			return "the system profile, the boot entry and the system the host runs were not changed; it runs " + orNone(nr.r.PreviousSystem)
 		}
 		return "the system profile may already point at the new system; the running system and the boot entry are unchanged"
 	},
@@ -234,13 +234,32 @@ func (nr *nodeRun) holdsLock(ctx context.Context) error {
 		}
 		// What the host is left with is what the steps before left it
 		// with: after a switch and its verdict, the new system stands.
-		msg := "the host's deploy lock was lost before the " + string(nr.stepNow) + " step (its session ended: the connection dropped, or the host heard nothing from this deployer for remote_exec_timeout and ended the lease)"
-		if nr.stepAt != nil {
-			msg += ": " + nr.stepAt.leaves(nr, false)
-		}
-		return fail(1, "LeaseLost", msg, "the next apply retries this node")
+		return fail(1, "LeaseLost", "the host's deploy lock was lost before the "+string(nr.stepNow)+" step (its session ended: the connection dropped, or the host heard nothing from this deployer for remote_exec_timeout and ended the lease): "+nr.left(nr.stepAt, false),
+			"the next apply retries this node")
 	}
 	return nil
+}
+
+// left says what a stop before s (during: in it) leaves on the host: the
+// step's own account, of the system, and the keys this deploy changed
+// so far (written, removed, their units restarted), which change the
+// host too.
+func (nr *nodeRun) left(s *step, during bool) string {
+	l := s.leaves(nr, during)
+	var k []string
+	if len(nr.wroteKeys) > 0 {
+		k = append(k, "put in place "+strings.Join(nr.wroteKeys, ", "))
+	}
+	if len(nr.removedKeys) > 0 {
+		k = append(k, "removed "+strings.Join(nr.removedKeys, ", "))
+	}
+	if len(nr.restarted) > 0 {
+		k = append(k, "restarted "+strings.Join(nr.restarted, ", "))
+	}
+	if len(k) > 0 {
+		l += "; so far this deploy changed the host's keys: " + strings.Join(k, "; ")
+	}
+	return l
 }
 
 // run is the name of this node's deploy on the host.
