@@ -560,7 +560,12 @@ func (nr *nodeRun) restartUnits(ctx context.Context, action string, step StepNam
 // keysDone says what the deploy did of the node's keys, for its message:
 // "keys put in place: ...; removed ...; restarted ..."; empty when
 // nothing.
-func (nr *nodeRun) keysDone() string {
+func (nr *nodeRun) keysDone() string { return strings.Join(nr.keysSaid(true), "; ") }
+
+// keysSaid is what this deploy did of the node's keys so far: the keys
+// written, those removed, those left on the host (kept: only when asked),
+// the units restarted.
+func (nr *nodeRun) keysSaid(kept bool) []string {
 	var parts []string
 	if len(nr.wroteKeys) > 0 {
 		parts = append(parts, "keys put in place: "+strings.Join(nr.wroteKeys, ", "))
@@ -568,13 +573,13 @@ func (nr *nodeRun) keysDone() string {
 	if len(nr.removedKeys) > 0 {
 		parts = append(parts, "keys removed: "+strings.Join(nr.removedKeys, ", "))
 	}
-	if len(nr.keptKeys) > 0 {
+	if kept && len(nr.keptKeys) > 0 {
 		parts = append(parts, "left on the host: "+strings.Join(nr.keptKeys, "; "))
 	}
 	if len(nr.restarted) > 0 {
 		parts = append(parts, "restarted "+strings.Join(nr.restarted, ", "))
 	}
-	return strings.Join(parts, "; ")
+	return parts
 }
 
 // The steps of a node's keys.

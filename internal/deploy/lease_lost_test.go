@@ -27,6 +27,16 @@ func loseLeaseAfter(t *testing.T, d *deploy.Deployer, tg *nixtest.Target, step d
 	})
 }
 
+// bootedOld is a host booted into a system (old), and another to deploy
+// (sys).
+func bootedOld(t *testing.T) (tg *nixtest.Target, old, sys string) {
+	old = nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	sys = nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg = nixtest.NewTarget(t)
+	tg.Boot(t, old)
+	return tg, old, sys
+}
+
 // wantNoNothingChanged fails when the message says nothing changed.
 func wantNoNothingChanged(t *testing.T, r deploy.Result, why string) {
 	t.Helper()
@@ -39,10 +49,7 @@ func wantNoNothingChanged(t *testing.T, r deploy.Result, why string) {
 // lease lost before the profile step.
 func TestLeaseLostBeforeTheProfileNamesTheKeysWritten(t *testing.T) {
 	t.Parallel()
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, old)
+	tg, old, sys := bootedOld(t)
 	n := targetOf(tg, "n1", sys)
 	n.Keys = []deploy.Key{key("db", "/run/keys/db", "app.service")}
 	d := deployer(t, deploy.Options{Goal: deploy.GoalBoot})
@@ -51,17 +58,14 @@ func TestLeaseLostBeforeTheProfileNamesTheKeysWritten(t *testing.T) {
 	if r.Step != deploy.StepProfile || !tg.Exists("/run/keys/db") {
 		t.Fatalf("failed in step %s, key there %v: %s", r.Step, tg.Exists("/run/keys/db"), r.Message)
 	}
-	wantPhase(t, r, deploy.PhaseFailed, "lost before the profile step", "it runs "+old, "so far this deploy changed the host's keys: put in place db", "restarted app.service")
+	wantPhase(t, r, deploy.PhaseFailed, "lost before the profile step", "it runs "+old, "so far this deploy changed the host's keys: keys put in place: db", "restarted app.service")
 	wantNoNothingChanged(t, r, "the host holds the new key db and restarted app.service")
 }
 
 // A reboot with a key: the key written, the lease lost before the profile.
 func TestLeaseLostBeforeARebootsProfileNamesTheKeysWritten(t *testing.T) {
 	t.Parallel()
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, old)
+	tg, _, sys := bootedOld(t)
 	n := targetOf(tg, "n1", sys)
 	n.Keys = []deploy.Key{key("db", "/run/keys/db", "app.service")}
 	d := deployer(t, deploy.Options{Reboot: deploy.RebootAlways, RebootTimeout: 20 * time.Second})
@@ -70,7 +74,7 @@ func TestLeaseLostBeforeARebootsProfileNamesTheKeysWritten(t *testing.T) {
 	if r.Step != deploy.StepProfile || !tg.Exists("/run/keys/db") {
 		t.Fatalf("failed in step %s, key there %v: %s", r.Step, tg.Exists("/run/keys/db"), r.Message)
 	}
-	wantPhase(t, r, deploy.PhaseFailed, "lost before the profile step", "so far this deploy changed the host's keys: put in place db")
+	wantPhase(t, r, deploy.PhaseFailed, "lost before the profile step", "so far this deploy changed the host's keys: keys put in place: db")
 	wantNoNothingChanged(t, r, "the host holds the new key db")
 }
 
@@ -78,10 +82,7 @@ func TestLeaseLostBeforeARebootsProfileNamesTheKeysWritten(t *testing.T) {
 // asked to reboot, and its boot entry is put back.
 func TestLeaseLostBeforeTheRebootSaysItWasNotAsked(t *testing.T) {
 	t.Parallel()
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, old)
+	tg, old, sys := bootedOld(t)
 	d := deployer(t, deploy.Options{Reboot: deploy.RebootAlways, RebootTimeout: 20 * time.Second})
 	loseLeaseAfter(t, d, tg, deploy.StepFinalise)
 	r := d.Deploy(context.Background(), []deploy.Target{targetOf(tg, "n1", sys)}, nil)[0]
@@ -98,10 +99,7 @@ func TestLeaseLostBeforeTheRebootSaysItWasNotAsked(t *testing.T) {
 // keys.
 func TestLeaseLostBeforeKeysAfterWithGoalTest(t *testing.T) {
 	t.Parallel()
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, old)
+	tg, _, sys := bootedOld(t)
 	n := targetOf(tg, "n1", sys)
 	after := key("after", "/run/keys/after")
 	after.Upload = deploy.UploadAfterVerdict
@@ -133,10 +131,7 @@ func TestLeaseLostBeforeTheRestartOfKeysOnly(t *testing.T) {
 // A switch with a key: the lease lost before the activation.
 func TestLeaseLostBeforeTheActivation(t *testing.T) {
 	t.Parallel()
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, old)
+	tg, old, sys := bootedOld(t)
 	n := targetOf(tg, "n1", sys)
 	n.Keys = []deploy.Key{key("db", "/run/keys/db", "app.service")}
 	d := deployer(t, deploy.Options{})
@@ -145,7 +140,7 @@ func TestLeaseLostBeforeTheActivation(t *testing.T) {
 	if r.Step != deploy.StepActivate || tg.CurrentSystem() != old {
 		t.Errorf("step %s, the host runs %s", r.Step, tg.CurrentSystem())
 	}
-	wantPhase(t, r, deploy.PhaseFailed, "lost before the activate step", "nothing was activated; the host runs "+old, "put in place db")
+	wantPhase(t, r, deploy.PhaseFailed, "lost before the activate step", "nothing was activated; the host runs "+old, "keys put in place: db")
 }
 
 // A key the node no longer has (the host keeps the deployment's record of
@@ -164,7 +159,7 @@ func TestLeaseLostBeforeTheBuildNamesTheKeyRemoved(t *testing.T) {
 	if r.Step != deploy.StepBuild || tg.Exists(db.Path) {
 		t.Fatalf("failed in step %s, key there %v: %s", r.Step, tg.Exists(db.Path), r.Message)
 	}
-	wantPhase(t, r, deploy.PhaseFailed, "lost before the build step", "it runs "+old, "so far this deploy changed the host's keys: removed /run/keys/db")
+	wantPhase(t, r, deploy.PhaseFailed, "lost before the build step", "it runs "+old, "so far this deploy changed the host's keys: keys removed: /run/keys/db")
 	wantNoNothingChanged(t, r, "the deploy removed the key db from the host")
 }
 
@@ -180,10 +175,7 @@ func interruptAfter(t *testing.T, opts deploy.Options, n deploy.Target, step dep
 
 func TestInterruptedBeforeTheRebootSaysItWasNotAsked(t *testing.T) {
 	t.Parallel()
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, old)
+	tg, old, sys := bootedOld(t)
 	r := interruptAfter(t, deploy.Options{Reboot: deploy.RebootAlways, RebootTimeout: 20 * time.Second}, targetOf(tg, "n1", sys), deploy.StepFinalise)
 	if r.Step != deploy.StepReboot || tg.CurrentSystem() != old || tg.BootEntry() != sys || len(tg.Boots()) != 0 {
 		t.Errorf("step %s; the host runs %s, boots %s, after %d boots", r.Step, tg.CurrentSystem(), tg.BootEntry(), len(tg.Boots()))
@@ -193,10 +185,7 @@ func TestInterruptedBeforeTheRebootSaysItWasNotAsked(t *testing.T) {
 
 func TestInterruptedBeforeKeysAfterSaysTheyWereNotWritten(t *testing.T) {
 	t.Parallel()
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg := nixtest.NewTarget(t)
-	tg.Boot(t, old)
+	tg, _, sys := bootedOld(t)
 	n := targetOf(tg, "n1", sys)
 	after := key("after", "/run/keys/after")
 	after.Upload = deploy.UploadAfterVerdict
@@ -206,4 +195,35 @@ func TestInterruptedBeforeKeysAfterSaysTheyWereNotWritten(t *testing.T) {
 		t.Errorf("step %s, the host runs %s, the key there %v", r.Step, tg.CurrentSystem(), tg.Exists("/run/keys/after"))
 	}
 	wantPhase(t, r, deploy.PhaseFailed, "before the keys-after step", "its after-verdict keys were not written")
+}
+
+// An interrupt after the keys, before the activation, names the key
+// written (the interrupt's record, as the lease-lost one).
+func TestInterruptedBeforeTheActivationNamesTheKeysWritten(t *testing.T) {
+	t.Parallel()
+	tg, old, sys := bootedOld(t)
+	n := targetOf(tg, "n1", sys)
+	n.Keys = []deploy.Key{key("db", "/run/keys/db", "app.service")}
+	r := interruptAfter(t, deploy.Options{}, n, deploy.StepKeys)
+	if r.Step != deploy.StepActivate || tg.CurrentSystem() != old || !tg.Exists("/run/keys/db") {
+		t.Errorf("step %s, the host runs %s, the key there %v", r.Step, tg.CurrentSystem(), tg.Exists("/run/keys/db"))
+	}
+	wantPhase(t, r, deploy.PhaseFailed, "before the activate step", "so far this deploy changed the host's keys: keys put in place: db")
+}
+
+// An interrupt once the host is back from its reboot, before its keys are
+// put back: the reboot emptied /run/keys, and the record does not say the
+// key written before it is in place (independent review).
+func TestInterruptedAfterTheRebootDoesNotSayAGoneKeyIsInPlace(t *testing.T) {
+	t.Parallel()
+	tg, _, sys := bootedOld(t)
+	n := targetOf(tg, "n1", sys)
+	n.Keys = []deploy.Key{key("db", "/run/keys/db", "app.service")}
+	r := interruptAfter(t, deploy.Options{Reboot: deploy.RebootAlways, RebootTimeout: 20 * time.Second}, n, deploy.StepReturn)
+	if tg.Exists("/run/keys/db") {
+		t.Fatalf("the key is there after the reboot (step %s): the test needs it gone", r.Step)
+	}
+	if strings.Contains(r.Message, "keys put in place: db") {
+		t.Errorf("the record says db was put in place, but the reboot took it: %s", r.Message)
+	}
 }

@@ -246,17 +246,10 @@ func (nr *nodeRun) holdsLock(ctx context.Context) error {
 // host too.
 func (nr *nodeRun) left(s *step, during bool) string {
 	l := s.leaves(nr, during)
-	var k []string
-	if len(nr.wroteKeys) > 0 {
-		k = append(k, "put in place "+strings.Join(nr.wroteKeys, ", "))
-	}
-	if len(nr.removedKeys) > 0 {
-		k = append(k, "removed "+strings.Join(nr.removedKeys, ", "))
-	}
-	if len(nr.restarted) > 0 {
-		k = append(k, "restarted "+strings.Join(nr.restarted, ", "))
-	}
-	if len(k) > 0 {
+	// Once a reboot was asked, what was written before may be gone with
+	// /run (and is listed again when put back): the step's account and
+	// the keys condition say what the host holds, not this list.
+	if k := nr.keysSaid(false); len(k) > 0 && !nr.r.RebootTried {
 		l += "; so far this deploy changed the host's keys: " + strings.Join(k, "; ")
 	}
 	return l
