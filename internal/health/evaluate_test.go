@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 )
 
 // registerForTest registers a kind for one test and removes it when the
@@ -56,7 +55,7 @@ func TestEvaluatorContainsPanickingChecks(t *testing.T) {
 	checks, plainA, script, plainB := uniqueNode(t, "checks"), uniqueNode(t, "plain-a"), uniqueNode(t, "script"), uniqueNode(t, "plain-b")
 	p := &Policy{
 		StorageRoot:  root,
-		ProbeTimeout: 5 * time.Second,
+		ProbeTimeout: answers,
 		Checks: map[string]CheckDecl{
 			"probe":     {Spec: Spec{Kind: "panic_probe"}},
 			"interpret": {Spec: Spec{Kind: "panic_interpret"}},

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 func mkdirs(t *testing.T, root string, names ...string) {
@@ -36,7 +35,7 @@ func TestPlanDeduplicatesByIdentity(t *testing.T) {
 	node := uniqueNode(t, "dedup")
 	p := &Policy{
 		StorageRoot:  root,
-		ProbeTimeout: 5 * time.Second,
+		ProbeTimeout: answers,
 		Checks: map[string]CheckDecl{
 			"blobs":      pathDecl("blobs", "blob storage"),
 			"blob-store": {Spec: Spec{Kind: "path", Settings: map[string]any{"path": root + "/blobs/"}}, Severity: SeverityDegraded},
@@ -98,7 +97,7 @@ func TestNodeWithoutStorageNeverProbesStorage(t *testing.T) {
 	gw, bare, st := uniqueNode(t, "gateway"), uniqueNode(t, "bare"), uniqueNode(t, "storage")
 	p := &Policy{
 		StorageRoot:  root,
-		ProbeTimeout: 5 * time.Second,
+		ProbeTimeout: answers,
 		Checks: map[string]CheckDecl{
 			"blobs":   pathDecl("blobs", "blob storage"),
 			"uploads": pathDecl("uploads", "upload storage"),
@@ -185,7 +184,7 @@ func TestBlastRadiusUploadsFailure(t *testing.T) {
 	node := uniqueNode(t, "blast")
 	p := &Policy{
 		StorageRoot:  root,
-		ProbeTimeout: 5 * time.Second,
+		ProbeTimeout: answers,
 		Checks: map[string]CheckDecl{
 			"images":  pathDecl("images", "image storage"),
 			"uploads": pathDecl("uploads", "upload storage"),
@@ -231,7 +230,7 @@ func TestDegradedSeverity(t *testing.T) {
 	node := uniqueNode(t, "degraded")
 	p := &Policy{
 		StorageRoot:  root,
-		ProbeTimeout: 5 * time.Second,
+		ProbeTimeout: answers,
 		Checks: map[string]CheckDecl{
 			"images": pathDecl("images", "image storage"),
 			"thumbs": {Spec: Spec{Kind: "path", Settings: map[string]any{"path": "thumbs"}}, Description: "thumbnail cache", Severity: SeverityDegraded},

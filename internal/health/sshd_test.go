@@ -29,7 +29,7 @@ func TestSSHDOneConnectionOneSessionPerNode(t *testing.T) {
 	na.Roles, nb.Roles = []string{"hypervisor"}, []string{"hypervisor"}
 	p := &Policy{
 		StorageRoot:  root,
-		ProbeTimeout: 5 * time.Second,
+		ProbeTimeout: answers,
 		Checks: map[string]CheckDecl{
 			"blobs":   {Spec: Spec{Kind: "path", Settings: map[string]any{"path": "blobs"}}},
 			"images":  {Spec: Spec{Kind: "path", Settings: map[string]any{"path": "images"}}},
