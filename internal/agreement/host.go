@@ -43,6 +43,21 @@ const (
 // on a host whose login shell lacks the deployer's PATH.
 const pathFallback = `PATH="$PATH:/run/current-system/sw/bin:/nix/var/nix/profiles/system/sw/bin:/run/wrappers/bin"; export PATH; `
 
+// logFn defines fleet_log DIR WORDS..., which the host's scripts call for
+// what they hear, decide and do: one line in the run's own log (DIR/log,
+// LogName), written when it happens, "<uptime> <words>": the host's
+// uptime in seconds (two decimals, from /proc/uptime: one clock for
+// every line, whichever process wrote it), then what happened. Only the
+// shell's builtins (words come every second or more often); a line that
+// cannot be written is lost, never the action (a run the host has no
+// directory of writes nothing). The log is for an operator reading what
+// the host made of a deploy, and for the tests, which judge the host from
+// it alone (HostLog).
+const logFn = `fleet_log() { fleet_ld=$1; shift; fleet_lu=; read -r fleet_lu fleet_lx 2>/dev/null </proc/uptime; printf '%s %s\n' "$fleet_lu" "$*" 2>/dev/null >>"$fleet_ld/` + LogName + `"; return 0; }`
+
+// LogName is the name of a run's log in its directory (StateDir/<run>/).
+const LogName = "log"
+
 // Remote is script as a host runs it: with the PATH fallback.
 func Remote(script string) string { return pathFallback + script }
 
@@ -143,7 +158,8 @@ func MarkScript(system string) string {
 // under the lease it took once the host was back; a record that cannot be
 // written fails it (RecordFailed).
 func FencedMarkScript(run, system string) string {
-	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " mark\n" + MarkScript(system) + " || { echo " + shell.Quote(RecordFailed) + " >&2; exit 1; }\n")
+	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " mark\n" + MarkScript(system) + " || { echo " + shell.Quote(RecordFailed) + " >&2; exit 1; }\n" +
+		"fleet_log " + shell.Quote(StateDir+"/"+run) + " recorded succeeded " + shell.Quote(system) + "\n")
 }
 
 // takeScript takes the host's deploy lock for run: it waits up to wait
@@ -460,9 +476,10 @@ func (a Activation) stopAttempts() string {
 func BootScript(run, system string, attempt int, seconds float64, verified bool) string {
 	// One command list in braces: the script runs it only after a boot
 	// entry that succeeded ("[ $rc -ne 0 ] || <mark>").
-	mark := "{ [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + BootDefaultFile
+	dir := shell.Quote(StateDir + "/" + run)
+	mark := "{ [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + BootDefaultFile + " && fleet_log " + dir + " recorded boot-default " + shell.Quote(system)
 	if verified {
-		mark += " && " + MarkScript(system)
+		mark += " && " + MarkScript(system) + " && fleet_log " + dir + " recorded succeeded " + shell.Quote(system)
 	}
 	mark = "{ " + mark + "; }"
 	return Remote(fenceScript + render(bootTmpl, struct {
@@ -529,7 +546,7 @@ func loadScript(name string) *template.Template {
 		}
 		lines = append(lines, line)
 	}
-	return template.Must(template.New(name).Option("missingkey=error").Funcs(template.FuncMap{"q": shell.Quote}).Parse(strings.Join(lines, "\n")))
+	return template.Must(template.New(name).Option("missingkey=error").Funcs(template.FuncMap{"q": shell.Quote, "logfn": func() string { return logFn }}).Parse(strings.Join(lines, "\n")))
 }
 
 // render runs t on data. The scripts' data are the package's own: an

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/sshtest"
 	"github.com/fleetops/terraform-provider-fleet/internal/systemdtest"
@@ -93,6 +94,22 @@ func TestSystemdHostSwitchSucceeds(t *testing.T) {
 	}
 	if act.Exit != 0 || act.SystemState != "running" {
 		t.Errorf("the activation ended with exit %d, system %q", act.Exit, act.SystemState)
+	}
+	// The run's log on the host, written by the activation's transient
+	// unit and the watchdog's too (systemd keeps their lines as written).
+	out, code := tg.Exec(t, "sh", "-c", "cat "+agreement.StateDir+"/*/"+agreement.LogName)
+	log, err := agreement.ParseLog(out)
+	if code != 0 || err != nil {
+		t.Fatalf("the run's log on the host: exit %d, %v:\n%s", code, err, out)
+	}
+	var said []string
+	for _, l := range log {
+		said = append(said, strings.Join(append([]string{l.What}, l.Args...), " "))
+	}
+	for _, want := range []string{"leased", "fenced act.1", "watchdog guarded", "started unit.1", "ended unit.1 0", "over activated", "decided confirm word", "watchdog confirmed", "ended boot.1 0", "recorded succeeded " + sys} {
+		if !slices.Contains(said, want) {
+			t.Errorf("the run's log on the host lacks %q:\n%s", want, out)
+		}
 	}
 	t.Logf("%s: %s", r.Phase, r.Message)
 }

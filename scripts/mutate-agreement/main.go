@@ -45,12 +45,12 @@ type mutation struct {
 // deploy's reboot not fenced.
 var mutations = []mutation{
 	{"the fence's lease check removed", "internal/agreement/scripts/fence.sh",
-		`[ "$fleet_t" = "$1" ] || { echo "{{.FencedMarker}}another deployment's lease holds the host's deploy lock: this deployer's had ended" >&2; exit {{.FencedExit}}; }`,
+		`[ "$fleet_t" = "$1" ] || { fleet_log {{.StateDir}}/"$1" refused "$2" lease "$fleet_t"; echo "{{.FencedMarker}}another deployment's lease holds the host's deploy lock: this deployer's had ended" >&2; exit {{.FencedExit}}; }`,
 		`:`, "", "", "", ""},
 	{"a new lease does not wait for the earlier run's actors (the guard)", "internal/agreement/scripts/take.sh",
 		"until flock -n 8; do", "until true; do", "", "", "", ""},
 	{"the host never ends a silent lease", "internal/agreement/scripts/take.sh",
-		"[ $fleet_m -lt {{.LeaseMisses}} ] || { kill -TERM $fleet_me; exit 0; }", "[ $fleet_m -lt {{.LeaseMisses}} ] || :", "", "", "", ""},
+		"[ $fleet_m -lt {{.LeaseMisses}} ] || { fleet_log {{.StateDir}}/{{q .Run}} lease-silent; kill -TERM $fleet_me; exit 0; }", "[ $fleet_m -lt {{.LeaseMisses}} ] || :", "", "", "", ""},
 	{"a confirmation the watchdog had refused recorded Succeeded", "internal/deploy/steps.go",
 		"case err == nil && decision == agreement.DecisionConfirm:",
 		"case err == nil && (decision == agreement.DecisionConfirm || decision == agreement.DecisionRollback):", "", "", "", ""},

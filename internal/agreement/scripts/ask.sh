@@ -6,8 +6,9 @@
 d={{q .Dir}}
 [ -d "$d" ] || echo lost=yes
 # First, cancel the actions named (Cancel) that have not started: their
-# fate is one link, made once.
-{{if .Cancel}}if [ -d "$d" ]; then :{{range .Cancel}}; ln -s {{$.Cancelled}} "$d"/{{q (print . ".fate")}} 2>/dev/null{{end}}; fi
+# fate is one link, made once ("cancelled <action>" in the run's log).
+{{if .Cancel}}{{logfn}}
+if [ -d "$d" ]; then :{{range .Cancel}}; ln -s {{$.Cancelled}} "$d"/{{q (print . ".fate")}} 2>/dev/null && fleet_log "$d" cancelled {{q .}}{{end}}; fi
 {{end -}}
 # The run's records first, what the host runs after: a record is written
 # once its switch is done, so the system read after it is never one from

@@ -5,6 +5,7 @@
 # Descriptor 9 holds the deploy lock for the whole session; descriptor 8
 # is the guard, held only while the lease is set up.
 exec 9>>{{.LockFile}} 8>>{{.GuardFile}} || exit 2
+{{logfn}}
 
 # Wait for the lock: at most WaitSeconds in all (for the lock, then the
 # guard), saying who holds it twice a second. A wait whose deployer is
@@ -20,7 +21,7 @@ done
 # a signal, a broken pipe) stops the keeper and removes the lease's files,
 # if the lease is still this run's; a second signal while it does (the
 # keeper's, the session's end) does not stop it.
-fleet_end() { trap - EXIT; trap '' HUP PIPE TERM INT; [ -z "$fleet_keeper" ] || kill $fleet_keeper 2>/dev/null; fleet_t=; read -r fleet_t fleet_p < {{.LeaseFile}} 2>/dev/null; [ "$fleet_t" != {{q .Run}} ] || rm -f {{.LeaseFile}} {{.WordsFile}} {{.HolderFile}}; }
+fleet_end() { trap - EXIT; trap '' HUP PIPE TERM INT; [ -z "$fleet_keeper" ] || kill $fleet_keeper 2>/dev/null; fleet_t=; read -r fleet_t fleet_p < {{.LeaseFile}} 2>/dev/null; [ "$fleet_t" != {{q .Run}} ] || { rm -f {{.LeaseFile}} {{.WordsFile}} {{.HolderFile}}; fleet_log {{.StateDir}}/{{q .Run}} lease-ended; }; }
 fleet_keeper=
 trap 'fleet_end; exit 1' HUP PIPE TERM INT
 trap fleet_end EXIT
@@ -41,10 +42,12 @@ set -- {{.StateDir}}/*/
 [ $# -le {{.KeptRuns}} ] || ls -1dt {{.StateDir}}/*/ 2>/dev/null | tail -n +{{.FirstPruned}} | while read -r old; do rm -rf "$old"; done
 
 # The lease: the run and the pid of this shell (which "b <run>" signals),
-# written whole (a rename); then the guard is let go.
+# written whole (a rename); then the guard is let go. The run's log says
+# when its lease began ("leased"), went silent ("lease-silent": the
+# keeper ends it) and ended ("lease-ended").
 mkdir -p {{.StateDir}}/{{q .Run}} && printf '%s %s\n' {{q .Run}} $$ > {{.LeaseFile}}.new && mv -f {{.LeaseFile}}.new {{.LeaseFile}} || exit 2
 exec 8>&-
-printf '%s\n' {{q .Holder}} > {{.HolderFile}}; echo locked
+printf '%s\n' {{q .Holder}} > {{.HolderFile}}; fleet_log {{.StateDir}}/{{q .Run}} leased; echo locked
 
 # What the deployer reads of the host (readScript), and its end.
 {{.Read}}
@@ -58,7 +61,7 @@ echo start > {{.WordsFile}}; fleet_me=$$
 ( fleet_p=; fleet_m=0
 while sleep {{.LeaseCheck}}; do
 fleet_c=; read -r fleet_c < {{.WordsFile}}
-if [ "$fleet_c" != "$fleet_p" ]; then fleet_p=$fleet_c fleet_m=0; else fleet_m=$((fleet_m+1)); [ $fleet_m -lt {{.LeaseMisses}} ] || { kill -TERM $fleet_me; exit 0; }; fi
+if [ "$fleet_c" != "$fleet_p" ]; then fleet_p=$fleet_c fleet_m=0; else fleet_m=$((fleet_m+1)); [ $fleet_m -lt {{.LeaseMisses}} ] || { fleet_log {{.StateDir}}/{{q .Run}} lease-silent; kill -TERM $fleet_me; exit 0; }; fi
 done ) 9>&- </dev/null >/dev/null 2>&1 &
 fleet_keeper=$!
 

@@ -1,12 +1,16 @@
 #!/bin/sh
 # The deployer's words (wordLoop), a line each, "<word> <run>", until the
 # standard input closes; each is answered. Only the shell's builtins:
-# words come every second or more often.
+# words come every second or more often. Each word of a run the host has
+# a directory of goes into that run's log (fleet_log), with the session
+# that carried it: "heard <word> lock|spare".
+{{logfn}}
 fleet_n=0
 while read -r fleet_w fleet_r; do
 # A run is hexadecimal: anything else is no word.
 case $fleet_r in ''|*[!0-9a-f]*) continue ;; esac
 fleet_dir={{.StateDir}}/$fleet_r
+fleet_log "$fleet_dir" heard "$fleet_w" {{if .Keeps}}lock{{else}}spare{{end}}
 case $fleet_w in
 h|w)
 # On the lock session (Keeps), a word of the current lease counts (the
@@ -24,8 +28,8 @@ c|r)
 # is one link, made once. A run the host has no directory of is unknown.
 fleet_x={{.DecisionRollback}}; [ "$fleet_w" != c ] || fleet_x={{.DecisionConfirm}}
 if [ ! -d "$fleet_dir" ]; then fleet_d=unknown
-elif ln -s $fleet_x "$fleet_dir/decision" 2>/dev/null; then fleet_d=$fleet_x
-else fleet_d=$(readlink "$fleet_dir/decision"); fi
+elif ln -s $fleet_x "$fleet_dir/decision" 2>/dev/null; then fleet_d=$fleet_x; fleet_log "$fleet_dir" decided $fleet_x word
+else fleet_d=$(readlink "$fleet_dir/decision"); fleet_log "$fleet_dir" stands "$fleet_d"; fi
 # Wake the watchdog; a confirmation waits (WatchdogLetGo seconds at most)
 # for it to let go of the guard.
 [ ! -p "$fleet_dir/wake" ] || printf 'd\n' 1<>"$fleet_dir/wake"
@@ -36,7 +40,7 @@ b)
 # by the lease file), only while a keeper holds the lock: a killed
 # keeper's lease file may name a pid another process has since.
 fleet_t=; read -r fleet_t fleet_p < {{.LeaseFile}} 2>/dev/null
-[ "$fleet_t" != "$fleet_r" ] || flock -n -s {{.LockFile}} true 2>/dev/null || kill -TERM "$fleet_p" 2>/dev/null
+[ "$fleet_t" != "$fleet_r" ] || flock -n -s {{.LockFile}} true 2>/dev/null || { kill -TERM "$fleet_p" 2>/dev/null && fleet_log "$fleet_dir" released; }
 echo ack ;;
 esac
 done

@@ -1,0 +1,172 @@
+package agreement_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
+	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
+)
+
+// hostLog reads run's log on the target.
+func hostLog(t *testing.T, tg *nixtest.Target, run string) []agreement.LogLine {
+	t.Helper()
+	b, err := os.ReadFile(tg.Path(agreement.StateDir + "/" + run + "/" + agreement.LogName))
+	if err != nil {
+		t.Fatalf("run %s's log: %v", run, err)
+	}
+	lines, err := agreement.ParseLog(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// inOrder says whether log holds each of want (a line without its time),
+// in that order, other lines between; it returns the first it misses.
+func inOrder(log []agreement.LogLine, want ...string) (string, bool) {
+	i := 0
+	for _, l := range log {
+		if i < len(want) && strings.TrimSpace(strings.Join(append([]string{l.What}, l.Args...), " ")) == want[i] {
+			i++
+		}
+	}
+	if i < len(want) {
+		return want[i], false
+	}
+	return "", true
+}
+
+func logText(log []agreement.LogLine) string {
+	var b strings.Builder
+	for _, l := range log {
+		b.WriteString(l.String() + "\n")
+	}
+	return b.String()
+}
+
+// The host logs, as it happens, what it heard, decided and did for a run:
+// a confirmed activation says the words it heard and the deployer's
+// confirmation before the decision; one whose deployer went silent says
+// the watchdog decided (lapsed) and switched back; a boot entry says its
+// end before the records it wrote; a refused action says why. The times
+// are the host's, in order.
+func TestTheHostLogsWhatItHeardDecidedAndDid(t *testing.T) {
+	t.Parallel()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	copyTo(t, tg, sys)
+	h := newHost(t, tg, tg.Port)
+	ctx := context.Background()
+	timing := agreement.Timing{Confirm: 3 * time.Second, Lease: 10 * time.Second, Activation: time.Minute}
+
+	// Confirmed.
+	run := agreement.NewRun()
+	l, _, err := agreement.Take(ctx, h, run, "first", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Watch(true)
+	a := agreement.Activation{Run: run, System: sys, Previous: old, Attempt: 1, SetProfile: true, Watch: true, Systemd: true, Timing: timing}
+	if out, err := h.Output(ctx, a.Script(), false); err != nil {
+		t.Fatalf("the activation: %v\n%s", err, out)
+	}
+	time.Sleep(1500 * time.Millisecond) // a word or more reaches the watchdog
+	if d, err := l.Decide(ctx, agreement.DecisionConfirm); d != agreement.DecisionConfirm {
+		t.Fatalf("the confirmation: %q, %v", d, err)
+	}
+	if out, err := h.Output(ctx, agreement.BootScript(run, sys, 1, 30, true), false); err != nil {
+		t.Fatalf("the boot entry: %v\n%s", err, out)
+	}
+	l.Release()
+	// A boot entry that arrives after the lease ended is refused, and the
+	// log says why.
+	if _, err := h.Output(ctx, agreement.BootScript(run, sys, 2, 30, true), false); exitOf(err) != agreement.FencedExit {
+		t.Fatalf("a boot entry after the release: %v, want refused", err)
+	}
+	log := hostLog(t, tg, run)
+	if miss, ok := inOrder(log, "leased", "fenced act.1", "watchdog guarded", "started unit.1", "ended unit.1 0", "over activated",
+		"heard w lock", "heard c lock", "decided confirm word", "watchdog confirmed",
+		"fenced boot.1", "ended boot.1 0", "recorded boot-default "+sys, "recorded succeeded "+sys,
+		"lease-ended", "refused boot.2 no-lease"); !ok {
+		t.Errorf("the confirmed run's log lacks %q in its place:\n%s", miss, logText(log))
+	}
+	for i := 1; i < len(log); i++ {
+		if log[i].Uptime < log[i-1].Uptime {
+			t.Errorf("the log's times go back at line %d:\n%s", i+1, logText(log))
+		}
+	}
+	for _, l := range log {
+		if l.What == "decided" && (len(l.Args) != 2 || l.Args[1] != "word") {
+			t.Errorf("a decision the watchdog made on a confirmed run: %s\n%s", l, logText(log))
+		}
+	}
+
+	// Silent: the watchdog decides, and switches back.
+	run2 := agreement.NewRun()
+	l2, _, err := agreement.Take(ctx, h, run2, "second", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release()
+	sys2 := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	copyTo(t, tg, sys2)
+	a2 := agreement.Activation{Run: run2, System: sys2, Previous: sys, Attempt: 1, SetProfile: true, Watch: true, Systemd: true, Timing: timing}
+	if out, err := h.Output(ctx, a2.Script(), false); err != nil {
+		t.Fatalf("the second activation: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(timing.HostGivesUp() + 30*time.Second)
+	for tg.CurrentSystem() != sys && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	v, answered := agreement.Await(ctx, h, run2, 10*time.Second, 30*time.Second, func(v agreement.View) bool { return v.RolledBack != "" })
+	if !answered || v.RolledBack != "0" {
+		t.Fatalf("the silent run: %+v (answered %v); want switched back", v, answered)
+	}
+	log2 := hostLog(t, tg, run2)
+	if miss, ok := inOrder(log2, "fenced act.1", "watchdog guarded", "started unit.1", "ended unit.1 0", "over activated",
+		"decided rollback lapsed", "watchdog rolling-back began=1 locked=", "switching-back "+sys2, "switched-back 0"); !ok {
+		t.Errorf("the silent run's log lacks %q in its place:\n%s", miss, logText(log2))
+	}
+	for _, l := range log2 {
+		if l.What == "heard" && l.Args[0] != "h" {
+			t.Errorf("the silent run's log says the host heard %s:\n%s", l, logText(log2))
+		}
+	}
+	// The watchdog decided once the activation was over, and
+	// confirm_timeout after it began to wait (it heard no word), by the
+	// host's clock: not sooner.
+	at := map[string]time.Duration{}
+	for _, l := range log2 {
+		if _, seen := at[l.What]; !seen {
+			at[l.What] = l.Uptime
+		}
+	}
+	if at["decided"] < at["over"] || at["decided"]-at["watchdog"] < timing.Confirm-100*time.Millisecond {
+		t.Errorf("the watchdog decided %s after it began to wait and %s after the activation was over, want confirm_timeout (%s) or more, and after:\n%s",
+			at["decided"]-at["watchdog"], at["decided"]-at["over"], timing.Confirm, logText(log2))
+	}
+}
+
+// A log's lines parse, and a line the host's scripts would not write is
+// an error.
+func TestParseLog(t *testing.T) {
+	t.Parallel()
+	lines, err := agreement.ParseLog("12.34 heard w lock\n12.40 decided confirm word\n")
+	if err != nil || len(lines) != 2 || lines[0].Uptime != 12340*time.Millisecond || lines[1].What != "decided" || strings.Join(lines[1].Args, " ") != "confirm word" {
+		t.Errorf("ParseLog: %+v, %v", lines, err)
+	}
+	if lines, err := agreement.ParseLog(""); err != nil || len(lines) != 0 {
+		t.Errorf("an empty log: %+v, %v", lines, err)
+	}
+	for _, bad := range []string{"heard w lock\n", "12.3\n", "-1 heard w\n", "12.3 heard\n\n"} {
+		if _, err := agreement.ParseLog(bad); err == nil {
+			t.Errorf("ParseLog(%q) is no error", bad)
+		}
+	}
+}
