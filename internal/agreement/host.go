@@ -153,6 +153,12 @@ func MarkScript(system string) string {
 	return "{ { [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + SucceededFile + "; }"
 }
 
+// LoggedMarkScript is goal test's record of a passed deploy (MarkScript),
+// said in run's log once it is written ("recorded succeeded <system>").
+func LoggedMarkScript(run, system string) string {
+	return logFn + "\n" + MarkScript(system) + " && fleet_log " + shell.Quote(StateDir+"/"+run) + " recorded succeeded " + shell.Quote(system) + "\n"
+}
+
 // FencedMarkScript is run's mark action: fenced, it records on the host
 // that system passed its verdict (MarkScript), as a boot verdict does
 // under the lease it took once the host was back; a record that cannot be
@@ -257,7 +263,7 @@ const (
 
 // profileScript points the system profile at system (a new generation).
 func profileScript(system string) string {
-	return "nix-env -p " + ProfilePath + " --set " + shell.Quote(system) + " || { echo " + shell.Quote(ProfileFailed) + " >&2; exit 1; }; "
+	return "nix-env -p " + ProfilePath + " --set " + shell.Quote(system) + " || { echo " + shell.Quote(ProfileFailed) + " >&2; exit 1; }; fleet_log \"$fleet_run_dir\" profile " + shell.Quote(system) + "; "
 }
 
 // ProfileScript is run's profile action (goal boot): fenced, it points the

@@ -1010,7 +1010,7 @@ func (nr *nodeRun) confirmed(ctx context.Context) error {
 	if nr.d.Options.Goal != GoalTest {
 		return nil
 	}
-	if out, err := output(nr.c.Command(ctx, remote(agreement.MarkScript(nr.n.System)))); err != nil {
+	if out, err := output(nr.c.Command(ctx, remote(agreement.LoggedMarkScript(nr.run(), nr.n.System)))); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

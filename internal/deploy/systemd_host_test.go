@@ -106,6 +106,11 @@ func TestSystemdHostSwitchSucceeds(t *testing.T) {
 	for _, l := range log {
 		said = append(said, strings.Join(append([]string{l.What}, l.Args...), " "))
 	}
+	// The attempt's pid, as real systemd ran its command line (which
+	// turns "$$" into "$"): the watchdog's only way to know it still runs.
+	if pid, code := tg.Exec(t, "sh", "-c", "cat "+agreement.StateDir+"/*/unit.1.pid"); code != 0 || strings.Trim(pid, "0123456789\n") != "" || strings.TrimSpace(pid) == "" {
+		t.Errorf("the activation's pid file on a real systemd host holds %q (exit %d), want its pid", pid, code)
+	}
 	for _, want := range []string{"leased", "fenced act.1", "watchdog guarded", "started unit.1", "ended unit.1 0", "over activated", "decided confirm word", "watchdog confirmed", "ended boot.1 0", "recorded succeeded " + sys} {
 		if !slices.Contains(said, want) {
 			t.Errorf("the run's log on the host lacks %q:\n%s", want, out)

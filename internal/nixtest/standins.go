@@ -76,6 +76,19 @@ case "$*" in *'${'*)
 	echo "systemd-run (nixtest stand-in): the command line holds \${...}, which systemd would substitute from the unit's environment" >&2
 	exit 1 ;;
 esac
+# And it turns each "$$" into "$": a command that wrote its own pid as
+# $$ writes "$" under systemd.
+n=$#; i=0
+while [ $i -lt $n ]; do
+	a=$1; shift; out=
+	while :; do
+		case "$a" in
+		*'$$'*) out="$out${a%%\$\$*}\$"; a=${a#*\$\$} ;;
+		*) out="$out$a"; break ;;
+		esac
+	done
+	set -- "$@" "$out"; i=$((i + 1))
+done
 set -f; ifs=$IFS; IFS=$nl
 for p in $props; do
 	case "$p" in

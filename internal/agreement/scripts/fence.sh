@@ -13,5 +13,6 @@ fleet_t=; read -r fleet_t fleet_p < {{.LeaseFile}} 2>/dev/null
 # Claim ACTION's fate, made once: an action the deployer cancelled, or one
 # that ran already, is refused.
 ln -s started {{.StateDir}}/"$1/$2.fate" 2>/dev/null || { fleet_log {{.StateDir}}/"$1" refused "$2" fate "$(readlink {{.StateDir}}/"$1/$2.fate")"; echo "{{.FencedMarker}}the $2 of this run was cancelled by its deployer, or ran already" >&2; exit {{.FencedExit}}; }
-fleet_log {{.StateDir}}/"$1" fenced "$2"
+fleet_run_dir={{.StateDir}}/$1
+fleet_log "$fleet_run_dir" fenced "$2"
 }

@@ -33,7 +33,7 @@ if [ -e "$2" ] && [ ! -f "$2" ]; then fleet_key_fail "$1" "a $(stat -c %F -- "$2
 # only what it wrote is ever removed.
 fleet_record() {
 [ -d {{q .RecordDir}} ] || (umask 022 && mkdir -p -- {{q .RecordDir}}) || fleet_key_fail "$1" "its record under {{.RecordDir}} cannot be made"
-grep -qxF -- "$1" "$fleet_rec" 2>/dev/null || printf '%s\n' "$1" >> "$fleet_rec" || fleet_key_fail "$1" "its record under {{.RecordDir}} cannot be written"
+grep -qxF -- "$1" "$fleet_rec" 2>/dev/null || { printf '%s\n' "$1" >> "$fleet_rec" && fleet_log "$fleet_run_dir" recorded key "$1"; } || fleet_key_fail "$1" "its record under {{.RecordDir}} cannot be written"
 }
 # fleet_key N KEY USER GROUP MODE UNITS: writes the next line of standard
 # input (the key's content, base64) to KEY: a temporary file root makes
@@ -67,6 +67,7 @@ exec 3>&-
 [ -z "$6" ] || { [ -d {{q .RecordDir}} ] || (umask 022 && mkdir -p -- {{q .RecordDir}}); printf '%s\n' $6 >> "$fleet_rec.restart"; } || fleet_key_fail "$2" "its units' restart cannot be recorded"
 mv -T -f -- "$fleet_t" "$fleet_f" 2>/dev/null || fleet_key_fail "$2" "the written file could not be renamed to it (is something other than a file there now?)"
 fleet_t=
+fleet_log "$fleet_run_dir" wrote key "$2"
 fleet_record "$2"
 echo "wrote $1"
 }
@@ -88,9 +89,10 @@ elif [ -n "$fleet_n" ]; then echo "removed $1"
 else
 fleet_f=${fleet_d%/}/${1##*/}
 if [ -L "$fleet_f" ] || { [ -e "$fleet_f" ] && [ ! -f "$fleet_f" ]; }; then echo "kept $1: a $(stat -c %F -- "$fleet_f") is there now, not the file this deployment wrote"
-else rm -f -- "$fleet_f" 2>/dev/null || fleet_key_fail "$1" "could not be removed"; echo "removed $1"; fi
+else rm -f -- "$fleet_f" 2>/dev/null || fleet_key_fail "$1" "could not be removed"; fleet_log "$fleet_run_dir" removed key "$1"; echo "removed $1"; fi
 fi
 grep -vxF -- "$1" "$fleet_rec" > "$fleet_rec.new" 2>/dev/null; mv -f -- "$fleet_rec.new" "$fleet_rec" || fleet_key_fail "$1" "its record under {{.RecordDir}} cannot be written"
+fleet_log "$fleet_run_dir" recorded key-gone "$1"
 # A record that names nothing any more goes.
 [ -s "$fleet_rec" ] || rm -f -- "$fleet_rec"
 }

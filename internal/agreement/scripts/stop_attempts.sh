@@ -19,4 +19,6 @@ fleet_s=; read -r fleet_s < "$d/unit.$fleet_n.stc" 2>/dev/null
 [ -z "$fleet_s" ] || [ $fleet_k -ne 50 ] || kill -KILL "$fleet_s" 2>/dev/null
 fleet_k=$((fleet_k+1)); sleep 0.2
 done
+# The log says the attempts it stopped ("stopped unit.<attempt>").
+[ $fleet_k -eq 0 ] || fleet_log "$d" stopped "unit.$fleet_n"
 done

@@ -9,8 +9,11 @@
 d={{q .Dir}}; exec 8>>{{.GuardFile}} && flock -s 8 || exit 1
 {{logfn}}
 fleet_t=; read -r fleet_t fleet_p < {{.LeaseFile}} 2>/dev/null
-# Its pid first, so that a started attempt always names one.
-echo $$ > "$d/unit.{{.Attempt}}.pid"
+# Its pid first, so that a started attempt always names one: read from
+# /proc/self/stat by the shell itself, not written as $$, which systemd
+# turns into "$" in a unit's command line (the watchdog would take the
+# attempt for ended, and switch back while it still runs).
+fleet_me=; read -r fleet_me fleet_x < /proc/self/stat; echo "$fleet_me" > "$d/unit.{{.Attempt}}.pid"
 # It starts only under the run's lease (the lease file names the run, and
 # a keeper holds the lock), claiming its fate unit.<attempt> (a deployer
 # that gave up on it before it started cancelled it, and so does a

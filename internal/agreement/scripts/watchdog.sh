@@ -94,7 +94,7 @@ nix-env -p {{.ProfilePath}} --set {{q .Previous}} && {{q .Previous}}/bin/switch-
 elif [ "$fleet_cur" = {{q .Previous}} ] && [ -n "$fleet_locked" ]; then
 nix-env -p {{.ProfilePath}} --set {{q .Previous}}; fleet_rc=$?; echo "$fleet_rc" > "$d/rolledback"; fleet_log "$d" profile-back "$fleet_rc"
 else
-[ "$(readlink -f {{.ProfilePath}})" != {{q .System}} ] || nix-env -p {{.ProfilePath}} --set {{q .Previous}}
+[ "$(readlink -f {{.ProfilePath}})" != {{q .System}} ] || { nix-env -p {{.ProfilePath}} --set {{q .Previous}}; fleet_log "$d" profile-back "$?"; }
 echo "kept $fleet_cur" > "$d/rolledback"; fleet_log "$d" kept "$fleet_cur"
 fi
 echo done > "$d/watchdog"
