@@ -333,3 +333,37 @@ func TestTheHostLogsOnlyWhatHappened(t *testing.T) {
 		}
 	}
 }
+
+// A log that cannot be written (a directory where it goes) changes no
+// action: the boot entry, its records and the mark succeed, and say so.
+func TestAnUnwritableLogChangesNoAction(t *testing.T) {
+	t.Parallel()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	copyTo(t, tg, sys)
+	h := newHost(t, tg, tg.Port)
+	ctx := context.Background()
+	run := agreement.NewRun()
+	l, _, err := agreement.Take(ctx, h, run, "first", 0, timing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	log := tg.Path(agreement.StateDir + "/" + run + "/" + agreement.LogName)
+	if err := os.Remove(log); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(log, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, script := range []string{agreement.BootScript(run, sys, 1, 30, true), agreement.FencedMarkScript(run, sys), agreement.Remote(agreement.LoggedMarkScript(run, sys))} {
+		if out, err := h.Output(ctx, script, false); err != nil {
+			t.Fatalf("an action with an unwritable log: %v\n%s", err, out)
+		}
+	}
+	if b, _ := os.ReadFile(tg.Path(agreement.SucceededFile)); strings.TrimSpace(string(b)) != sys || tg.BootEntry() != sys {
+		t.Errorf("succeeded %q, boot entry %s; want %s", b, tg.BootEntry(), sys)
+	}
+}
