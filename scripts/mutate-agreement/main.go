@@ -135,7 +135,7 @@ var keyMutations = []mutation{
 		tests: "TestKeysNeverMovedIntoADirectoryPlantedAtTheDestination", pkg: "./internal/deploy/"},
 	{name: "a key's units recorded as waiting only after its rename", file: "internal/agreement/scripts/keys.sh",
 		old: "[ -z \"$6\" ] || { [ -d {{q .RecordDir}} ]", new: "[ -n \"$6\" ] || { [ -d {{q .RecordDir}} ]",
-		old2: "fleet_t=\nfleet_record \"$2\"\n", new2: "fleet_t=\n[ -z \"$6\" ] || printf '%s\\n' $6 >> \"$fleet_rec.restart\"\nfleet_record \"$2\"\n",
+		old2: "fleet_t=\nfleet_log \"$fleet_run_dir\" wrote key \"$2\"\nfleet_record \"$2\"\n", new2: "fleet_t=\nfleet_log \"$fleet_run_dir\" wrote key \"$2\"\n[ -z \"$6\" ] || printf '%s\\n' $6 >> \"$fleet_rec.restart\"\nfleet_record \"$2\"\n",
 		tests: "TestKeysUnitsWaitWhenCutShortAfterTheRename", pkg: "./internal/deploy/"},
 	{name: "waiting units cleared though their restart failed", file: "internal/agreement/keys.go",
 		old: `" && rm -f -- "`, new: `"; rm -f -- "`,
