@@ -153,10 +153,20 @@ func MarkScript(system string) string {
 	return "{ { [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + SucceededFile + "; }"
 }
 
+// logCall is the command that says words (each quoted) in run's log; the
+// script defines fleet_log first (logFn).
+func logCall(run string, words ...string) string {
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = shell.Quote(w)
+	}
+	return "fleet_log " + shell.Quote(StateDir+"/"+run) + " " + strings.Join(quoted, " ")
+}
+
 // LoggedMarkScript is goal test's record of a passed deploy (MarkScript),
 // said in run's log once it is written ("recorded succeeded <system>").
 func LoggedMarkScript(run, system string) string {
-	return logFn + "\n" + MarkScript(system) + " && fleet_log " + shell.Quote(StateDir+"/"+run) + " recorded succeeded " + shell.Quote(system) + "\n"
+	return logFn + "\n" + MarkScript(system) + " && " + logCall(run, "recorded", "succeeded", system) + "\n"
 }
 
 // FencedMarkScript is run's mark action: fenced, it records on the host
@@ -165,7 +175,7 @@ func LoggedMarkScript(run, system string) string {
 // written fails it (RecordFailed).
 func FencedMarkScript(run, system string) string {
 	return Remote(fenceScript + "fleet_fence " + shell.Quote(run) + " mark\n" + MarkScript(system) + " || { echo " + shell.Quote(RecordFailed) + " >&2; exit 1; }\n" +
-		"fleet_log " + shell.Quote(StateDir+"/"+run) + " recorded succeeded " + shell.Quote(system) + "\n")
+		logCall(run, "recorded", "succeeded", system) + "\n")
 }
 
 // takeScript takes the host's deploy lock for run: it waits up to wait
@@ -482,10 +492,9 @@ func (a Activation) stopAttempts() string {
 func BootScript(run, system string, attempt int, seconds float64, verified bool) string {
 	// One command list in braces: the script runs it only after a boot
 	// entry that succeeded ("[ $rc -ne 0 ] || <mark>").
-	dir := shell.Quote(StateDir + "/" + run)
-	mark := "{ [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + BootDefaultFile + " && fleet_log " + dir + " recorded boot-default " + shell.Quote(system)
+	mark := "{ [ -d " + shell.Quote(RecordDir) + " ] || mkdir -p " + shell.Quote(RecordDir) + "; } && printf '%s\\n' " + shell.Quote(system) + " > " + BootDefaultFile + " && " + logCall(run, "recorded", "boot-default", system)
 	if verified {
-		mark += " && " + MarkScript(system) + " && fleet_log " + dir + " recorded succeeded " + shell.Quote(system)
+		mark += " && " + MarkScript(system) + " && " + logCall(run, "recorded", "succeeded", system)
 	}
 	mark = "{ " + mark + "; }"
 	return Remote(fenceScript + render(bootTmpl, struct {

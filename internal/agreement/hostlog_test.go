@@ -25,6 +25,18 @@ func hostLog(t *testing.T, tg *nixtest.Target, run string) []agreement.LogLine {
 	return lines
 }
 
+// bootedWithSystem is a target booted into a system that succeeds, with a
+// second system of behaviour b in its store, and a host that reaches it.
+func bootedWithSystem(t *testing.T, b nixtest.Behaviour) (*nixtest.Target, string, string, sshHost) {
+	t.Helper()
+	tg := nixtest.NewTarget(t)
+	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
+	tg.Boot(t, old)
+	sys := nixtest.Closure(t, b)
+	copyTo(t, tg, sys)
+	return tg, old, sys, newHost(t, tg, tg.Port)
+}
+
 // inOrder says whether log holds each of want (a line without its time),
 // in that order, other lines between; it returns the first it misses.
 func inOrder(log []agreement.LogLine, want ...string) (string, bool) {
@@ -56,12 +68,7 @@ func logText(log []agreement.LogLine) string {
 // are the host's, in order.
 func TestTheHostLogsWhatItHeardDecidedAndDid(t *testing.T) {
 	t.Parallel()
-	tg := nixtest.NewTarget(t)
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg.Boot(t, old)
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	copyTo(t, tg, sys)
-	h := newHost(t, tg, tg.Port)
+	tg, old, sys, h := bootedWithSystem(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	ctx := context.Background()
 	timing := agreement.Timing{Confirm: 3 * time.Second, Lease: 10 * time.Second, Activation: time.Minute}
 
@@ -188,12 +195,7 @@ func TestParseLog(t *testing.T) {
 // the attempt for ended).
 func TestALostDeployersActivationEndsBeforeItsWatchdogSwitchesBack(t *testing.T) {
 	t.Parallel()
-	tg := nixtest.NewTarget(t)
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg.Boot(t, old)
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 10 * time.Second})
-	copyTo(t, tg, sys)
-	h := newHost(t, tg, tg.Port)
+	tg, old, sys, h := bootedWithSystem(t, nixtest.Behaviour{Kind: nixtest.Succeed, Delay: 10 * time.Second})
 	timing := agreement.Timing{Confirm: 2 * time.Second, Lease: 10 * time.Second, Activation: time.Minute}
 	run := agreement.NewRun()
 	l, _, err := agreement.Take(context.Background(), h, run, "lost", 0, timing, nil)
@@ -252,12 +254,7 @@ func TestALostDeployersActivationEndsBeforeItsWatchdogSwitchesBack(t *testing.T)
 // could not be written is never said recorded.
 func TestTheHostLogsOnlyWhatHappened(t *testing.T) {
 	t.Parallel()
-	tg := nixtest.NewTarget(t)
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg.Boot(t, old)
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	copyTo(t, tg, sys)
-	h := newHost(t, tg, tg.Port)
+	tg, _, sys, h := bootedWithSystem(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	ctx := context.Background()
 	run := agreement.NewRun()
 	l, _, err := agreement.Take(ctx, h, run, "first", 0, timing, nil)
@@ -338,12 +335,7 @@ func TestTheHostLogsOnlyWhatHappened(t *testing.T) {
 // action: the boot entry, its records and the mark succeed, and say so.
 func TestAnUnwritableLogChangesNoAction(t *testing.T) {
 	t.Parallel()
-	tg := nixtest.NewTarget(t)
-	old := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	tg.Boot(t, old)
-	sys := nixtest.Closure(t, nixtest.Behaviour{Kind: nixtest.Succeed})
-	copyTo(t, tg, sys)
-	h := newHost(t, tg, tg.Port)
+	tg, _, sys, h := bootedWithSystem(t, nixtest.Behaviour{Kind: nixtest.Succeed})
 	ctx := context.Background()
 	run := agreement.NewRun()
 	l, _, err := agreement.Take(ctx, h, run, "first", 0, timing, nil)
