@@ -3,12 +3,15 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/fleetops/terraform-provider-fleet/internal/agreement"
 	"github.com/fleetops/terraform-provider-fleet/internal/deploy"
 	"github.com/fleetops/terraform-provider-fleet/internal/nixtest"
 )
@@ -104,5 +107,25 @@ func TestKeysOnlyReachTheHostWhole(t *testing.T) {
 	wantPhase(t, res[0], deploy.PhaseSucceeded, "keys removed: /run/keys/empty")
 	if tg.Exists("/run/keys/empty") || !tg.Exists("/run/keys/with space/blob") {
 		t.Errorf("after the removal: empty there %v, blob there %v", tg.Exists("/run/keys/empty"), tg.Exists("/run/keys/with space/blob"))
+	}
+
+	// The host's logs of the runs say each key written, recorded and
+	// removed, by its path, and never its content.
+	logs, _ := filepath.Glob(tg.Path(agreement.StateDir + "/*/" + agreement.LogName))
+	var all strings.Builder
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+	}
+	for _, want := range []string{" wrote key /run/keys/with space/blob\n", " recorded key /run/keys/empty\n", " removed key /run/keys/empty\n", " recorded key-gone /run/keys/empty\n"} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("the host's logs lack %q:\n%s", strings.TrimSpace(want), all.String())
+		}
+	}
+	if text := all.String(); strings.Contains(text, "reboot)") || strings.Contains(text, base64.StdEncoding.EncodeToString(content)[:40]) {
+		t.Errorf("the host's logs hold the key's content:\n%s", text)
 	}
 }
